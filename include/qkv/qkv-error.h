@@ -1,0 +1,34 @@
+/* qkv-error.h: the QKV_ERROR domain.
+ *
+ * Every failure caused by user input (a bad shape, an unknown op, a corrupt
+ * file, a broken plugin) is reported as a GError in this domain. Messages name
+ * the op, the node, the shapes, the file and the byte offset where relevant.
+ */
+#pragma once
+
+#include <glib.h>
+
+G_BEGIN_DECLS
+
+#define QKV_ERROR (qkv_error_quark())
+
+typedef enum {
+  QKV_ERROR_INVALID_ARGUMENT, /* a bad argument that fits no other code */
+  QKV_ERROR_UNKNOWN_OP,       /* no op of that name is registered */
+  QKV_ERROR_ARITY,            /* wrong number of inputs */
+  QKV_ERROR_DTYPE,            /* an input has the wrong element type */
+  QKV_ERROR_SHAPE,            /* shapes that do not fit together */
+  QKV_ERROR_ATTRIBUTE,        /* a missing, unknown or mistyped attribute */
+  QKV_ERROR_GRAPH_MISMATCH,   /* a value that belongs to another graph */
+  QKV_ERROR_NO_GRADIENT,      /* an op on the path to the loss has no gradient rule */
+  QKV_ERROR_NOT_FOUND,        /* a name (input, parameter, tensor) that does not exist */
+  QKV_ERROR_EXISTS,           /* a name that is already taken */
+  QKV_ERROR_UNBOUND,          /* a graph input with no tensor bound when the plan runs */
+  QKV_ERROR_IO,               /* reading or writing a file failed */
+  QKV_ERROR_CORRUPT,          /* a file whose content is malformed */
+  QKV_ERROR_PLUGIN,           /* a plugin that cannot be loaded */
+} QkvError;
+
+GQuark qkv_error_quark(void);
+
+G_END_DECLS

@@ -1,0 +1,93 @@
+/* qkv-graph.h: define-then-run graphs and reverse-mode autodiff.
+ *
+ * A graph holds inputs (named placeholders with fixed shapes), parameters
+ * (taken from a QkvParams store), constants and op nodes. Adding a node runs
+ * the op's shape rule at once: on bad input it returns NULL with a QKV_ERROR
+ * and leaves the graph unchanged.
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-tensor.h"
+#include "qkv-params.h"
+
+G_BEGIN_DECLS
+
+typedef struct _QkvGraph QkvGraph;
+typedef struct _QkvNode QkvNode;
+/* One output of a node (or an input, parameter or constant). Owned by its graph. */
+typedef struct _QkvValue QkvValue;
+
+typedef enum {
+  QKV_VALUE_INPUT,
+  QKV_VALUE_PARAM,
+  QKV_VALUE_CONSTANT,
+  QKV_VALUE_OP,
+} QkvValueKind;
+
+QkvGraph *qkv_graph_new(void);
+void qkv_graph_free(QkvGraph *graph);
+
+/* A named placeholder; its tensor is bound when a plan runs. */
+QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype,
+                          const QkvShape *shape, GError **error);
+/* The parameter of that name in params. The store must outlive the graph and
+ * every plan compiled from it. Adding the same name twice returns the same value. */
+QkvValue *qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name,
+                          GError **error);
+/* A constant holding a copy of tensor. */
+QkvValue *qkv_graph_constant(QkvGraph *graph, const QkvTensor *tensor, GError **error);
+/* An f32 scalar constant. */
+QkvValue *qkv_graph_scalar(QkvGraph *graph, float value);
+
+/* The generic path: add a node running the registered op op_name on inputs.
+ * attrs is a GVariant of type a{sv} (or NULL); a floating reference is sunk.
+ * Returns the node, or NULL with a QKV_ERROR and the graph unchanged. */
+QkvNode *qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs,
+                            guint n_inputs, GVariant *attrs, GError **error);
+/* Same as qkv_graph_add_node() and returns output 0. */
+QkvValue *qkv_graph_op(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs,
+                       guint n_inputs, GVariant *attrs, GError **error);
+
+guint qkv_node_n_outputs(const QkvNode *node);
+QkvValue *qkv_node_output(QkvNode *node, guint index);
+const gchar *qkv_node_name(const QkvNode *node);
+const gchar *qkv_node_op_name(const QkvNode *node);
+
+QkvGraph *qkv_value_graph(const QkvValue *value);
+const QkvShape *qkv_value_shape(const QkvValue *value);
+QkvDType qkv_value_dtype(const QkvValue *value);
+QkvValueKind qkv_value_kind(const QkvValue *value);
+/* The producing node for QKV_VALUE_OP values, else NULL. */
+QkvNode *qkv_value_node(const QkvValue *value);
+/* A readable name: the input or parameter name, or "node:output". */
+const gchar *qkv_value_name(const QkvValue *value);
+/* Mark a graph input as needing a gradient from qkv_graph_backward(). */
+void qkv_value_set_requires_grad(QkvValue *value, gboolean requires_grad);
+
+/* Look up an input by name, or NULL. */
+QkvValue *qkv_graph_lookup_input(QkvGraph *graph, const gchar *name);
+guint qkv_graph_n_nodes(const QkvGraph *graph);
+guint qkv_graph_n_values(const QkvGraph *graph);
+
+/* Prefix for the names of nodes added from now on ("encoder.blks.block0");
+ * NULL or "" clears it. */
+void qkv_graph_set_scope(QkvGraph *graph, const gchar *scope);
+
+/* Append to the graph the nodes that compute d loss / d v for every parameter
+ * that is not frozen and every input marked requires_grad. loss must be an f32
+ * scalar (or a single-element tensor). Contributions are summed where a value is
+ * used more than once. On error the graph is left as it was. Call it once. */
+gboolean qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error);
+/* After qkv_graph_backward(): the gradient value of a parameter or input, or
+ * NULL if none flows to it from the loss. */
+QkvValue *qkv_graph_gradient(QkvGraph *graph, QkvValue *value);
+
+/* A text listing, one line per node; free with g_free(). */
+gchar *qkv_graph_to_string(QkvGraph *graph);
+/* The graph in Graphviz DOT; free with g_free(). */
+gchar *qkv_graph_to_dot(QkvGraph *graph);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvGraph, qkv_graph_free)
+
+G_END_DECLS

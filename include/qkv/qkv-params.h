@@ -1,0 +1,54 @@
+/* qkv-params.h: the parameter store.
+ *
+ * A QkvParams holds named f32 tensors (dotted names such as
+ * "encoder.blks.block0.attention.W_q.weight"), each with a gradient buffer of
+ * the same shape and named optimizer-state tensors. It outlives graphs; any
+ * number of graphs (training, evaluation, decoding) may read the same store.
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-tensor.h"
+
+G_BEGIN_DECLS
+
+typedef struct _QkvParams QkvParams;
+typedef struct _QkvParam QkvParam;
+
+QkvParams *qkv_params_new(void);
+void qkv_params_free(QkvParams *params);
+
+/* Add a zero-initialised f32 parameter; QKV_ERROR_EXISTS if the name is taken. */
+QkvParam *qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape,
+                         GError **error);
+/* The parameter of that name, or NULL. */
+QkvParam *qkv_params_lookup(QkvParams *params, const gchar *name);
+/* Number of parameters (tensors), and the i-th in insertion order. */
+guint qkv_params_size(QkvParams *params);
+QkvParam *qkv_params_nth(QkvParams *params, guint index);
+/* Total number of scalar elements over all parameters. */
+gint64 qkv_params_numel(QkvParams *params);
+/* Set every gradient buffer to zero. */
+void qkv_params_zero_grad(QkvParams *params);
+
+const gchar *qkv_param_name(const QkvParam *param);
+QkvTensor *qkv_param_value(QkvParam *param);
+QkvTensor *qkv_param_grad(QkvParam *param);
+const QkvShape *qkv_param_shape(const QkvParam *param);
+/* A frozen parameter gets no gradient from qkv_graph_backward() and is
+ * skipped by optimizers. */
+void qkv_param_set_frozen(QkvParam *param, gboolean frozen);
+gboolean qkv_param_get_frozen(const QkvParam *param);
+/* Named optimizer state ("exp_avg", "momentum_buffer", ...): created zeroed
+ * with the parameter's shape on first use. */
+QkvTensor *qkv_param_state(QkvParam *param, const gchar *name);
+/* The state tensor if it exists, else NULL. */
+QkvTensor *qkv_param_lookup_state(QkvParam *param, const gchar *name);
+/* The state tensors in creation order: count, and the i-th name (owned by
+ * param) with its tensor stored in *tensor if not NULL. */
+guint qkv_param_n_states(QkvParam *param);
+const gchar *qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvParams, qkv_params_free)
+
+G_END_DECLS

@@ -1,0 +1,77 @@
+/* qkv-plan.h: compiled graphs.
+ *
+ * Compiling fixes the execution order, drops nodes that no requested output
+ * needs, and lays every intermediate into one arena by liveness. Running a plan
+ * allocates nothing. Parameter gradients (if qkv_graph_backward() was called)
+ * are written into the QkvParams store on every run: they overwrite the
+ * gradient buffers, like zero_grad() followed by backward() in PyTorch.
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-graph.h"
+
+G_BEGIN_DECLS
+
+typedef struct _QkvPlan QkvPlan;
+
+typedef struct {
+  /* TRUE: dropout and other training-only behaviour is on. */
+  gboolean training;
+  /* Worker threads; 0 takes qkv_get_num_threads(). */
+  gint n_threads;
+  /* Seed of the counter-based generator behind dropout masks. */
+  guint64 seed;
+  /* TRUE: do not compute parameter gradients even if the graph has them. */
+  gboolean skip_param_grads;
+  /* TRUE: give every intermediate its own buffer and run nothing in place
+   * (for debugging and for checking the planner). */
+  gboolean no_memory_reuse;
+  gpointer reserved[4];
+} QkvPlanOptions;
+
+/* The defaults: evaluation, global thread count, seed 0. */
+QkvPlanOptions qkv_plan_options_default(void);
+
+/* Compile graph for the outputs given (values of this graph). */
+QkvPlan *qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
+                           const QkvPlanOptions *options, GError **error);
+void qkv_plan_free(QkvPlan *plan);
+
+/* Bind a tensor to the graph input of that name. The plan borrows it: keep it
+ * alive and unchanged in shape until the last run that uses it. */
+gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor,
+                       GError **error);
+/* Run once. Every input the plan needs must be bound. */
+gboolean qkv_plan_run(QkvPlan *plan, GError **error);
+/* Requested output i, valid until the next run or qkv_plan_free(). */
+const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
+/* Requested output i as a float (element 0). */
+float qkv_plan_output_scalar(QkvPlan *plan, guint index);
+
+/* Bytes of the arena that holds all intermediates. */
+gsize qkv_plan_arena_size(const QkvPlan *plan);
+/* Sum of the bytes of every intermediate, as if none shared memory. */
+gsize qkv_plan_intermediates_size(const QkvPlan *plan);
+/* Number of nodes the plan runs. */
+guint qkv_plan_n_steps(const QkvPlan *plan);
+
+void qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads);
+gint qkv_plan_get_n_threads(const QkvPlan *plan);
+/* The dropout generator draws from (seed, step, node); step counts runs and
+ * goes up by one after each run. */
+void qkv_plan_set_seed(QkvPlan *plan, guint64 seed);
+void qkv_plan_set_step(QkvPlan *plan, guint64 step);
+guint64 qkv_plan_get_step(const QkvPlan *plan);
+
+/* Global default thread count for new plans (initially the OpenMP maximum). */
+void qkv_set_num_threads(gint n_threads);
+gint qkv_get_num_threads(void);
+
+/* Allocations made by qkv's tensor and arena allocator since start; a test
+ * can check that running a plan makes none. */
+guint64 qkv_alloc_count(void);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvPlan, qkv_plan_free)
+
+G_END_DECLS

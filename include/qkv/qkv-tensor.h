@@ -1,0 +1,89 @@
+/* qkv-tensor.h: shapes and host tensors.
+ *
+ * A tensor is a contiguous, row-major n-d array of f32 or i32 in host memory.
+ * It either owns its data or borrows a buffer that the caller keeps alive.
+ */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+
+G_BEGIN_DECLS
+
+/* The highest rank a shape may have. */
+#define QKV_MAX_RANK 6
+
+typedef enum {
+  QKV_F32 = 0,
+  QKV_I32 = 1,
+} QkvDType;
+
+/* A shape: rank 0 (a scalar) up to QKV_MAX_RANK. Plain data, copy freely. */
+typedef struct {
+  gint rank;
+  gint64 dims[QKV_MAX_RANK];
+} QkvShape;
+
+/* QKV_SHAPE(2, 3, 4) builds a QkvShape from its dimensions;
+ * QKV_SHAPE() is not valid C, use qkv_shape_scalar() for rank 0. */
+#define QKV_SHAPE(...)                                                                             \
+  qkv_shape_from_array((gint)(sizeof((gint64[]){__VA_ARGS__}) / sizeof(gint64)),                   \
+                       (const gint64[]){__VA_ARGS__})
+
+QkvShape qkv_shape_from_array(gint rank, const gint64 *dims);
+QkvShape qkv_shape_scalar(void);
+/* Number of elements (1 for a scalar). */
+gint64 qkv_shape_numel(const QkvShape *shape);
+gboolean qkv_shape_equal(const QkvShape *a, const QkvShape *b);
+/* "(2, 3, 4)"; free with g_free(). */
+gchar *qkv_shape_to_string(const QkvShape *shape);
+/* NumPy broadcasting of a and b into out; FALSE if they do not broadcast. */
+gboolean qkv_shape_broadcast(const QkvShape *a, const QkvShape *b, QkvShape *out);
+
+/* "f32" or "i32". */
+const gchar *qkv_dtype_name(QkvDType dtype);
+/* Bytes per element. */
+gsize qkv_dtype_size(QkvDType dtype);
+
+typedef struct _QkvTensor QkvTensor;
+
+/* A new zero-filled tensor that owns its data (64-byte aligned). */
+QkvTensor *qkv_tensor_new(QkvDType dtype, const QkvShape *shape);
+/* A new tensor that owns a copy of data (numel × dtype size bytes). */
+QkvTensor *qkv_tensor_new_from_data(QkvDType dtype, const QkvShape *shape, gconstpointer data);
+/* A tensor that borrows data: the caller keeps it alive and frees it. */
+QkvTensor *qkv_tensor_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data);
+/* Convenience: an f32 tensor holding a copy of n values, shaped as given. */
+QkvTensor *qkv_tensor_new_f32(const QkvShape *shape, const float *values);
+/* Convenience: an i32 tensor holding a copy of n values, shaped as given. */
+QkvTensor *qkv_tensor_new_i32(const QkvShape *shape, const gint32 *values);
+/* A deep copy that owns its data. */
+QkvTensor *qkv_tensor_copy(const QkvTensor *tensor);
+void qkv_tensor_free(QkvTensor *tensor);
+
+QkvDType qkv_tensor_dtype(const QkvTensor *tensor);
+const QkvShape *qkv_tensor_shape(const QkvTensor *tensor);
+gint qkv_tensor_rank(const QkvTensor *tensor);
+/* Size of axis i; negative i counts from the end. */
+gint64 qkv_tensor_dim(const QkvTensor *tensor, gint axis);
+gint64 qkv_tensor_numel(const QkvTensor *tensor);
+gsize qkv_tensor_nbytes(const QkvTensor *tensor);
+gboolean qkv_tensor_owns_data(const QkvTensor *tensor);
+gpointer qkv_tensor_data(QkvTensor *tensor);
+gconstpointer qkv_tensor_const_data(const QkvTensor *tensor);
+/* Typed data pointers; NULL (with a critical warning) on a dtype mismatch. */
+float *qkv_tensor_f32(QkvTensor *tensor);
+gint32 *qkv_tensor_i32(QkvTensor *tensor);
+
+/* Set every element to value (converted to the tensor's dtype). */
+void qkv_tensor_fill(QkvTensor *tensor, double value);
+/* Copy src's elements into dst; shapes and dtypes must be equal. */
+gboolean qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **error);
+/* Element i (flat index) as a double. */
+double qkv_tensor_get(const QkvTensor *tensor, gint64 index);
+/* Largest |a - b| / max(|b|, floor) over all elements; tensors must match. */
+double qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double floor);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvTensor, qkv_tensor_free)
+
+G_END_DECLS

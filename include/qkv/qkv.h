@@ -1,0 +1,25 @@
+/* qkv.h: everything in the public API.
+ *
+ * qkv is a C library for building, differentiating and training tensor
+ * computation graphs, with the attention family as first-class ops.
+ */
+#pragma once
+
+#include "qkv-error.h"
+#include "qkv-tensor.h"
+#include "qkv-params.h"
+#include "qkv-graph.h"
+#include "qkv-ops.h"
+#include "qkv-plan.h"
+#include "qkv-plugin.h"
+#include "qkv-check.h"
+
+G_BEGIN_DECLS
+
+/* Initialise the library: register the built-in ops. Every entry point calls
+ * it on demand; calling it again is harmless. */
+void qkv_init(void);
+/* The library version, "MAJOR.MINOR.PATCH". */
+const gchar *qkv_version(void);
+
+G_END_DECLS

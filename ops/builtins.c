@@ -1,0 +1,16 @@
+/* builtins.c: the list of built-in op families, registered at init. */
+#include "ops-common.h"
+
+void qkv_register_builtin_ops(void);
+
+void
+qkv_register_builtin_ops(void)
+{
+  qkv_register_ops_matmul();
+  qkv_register_ops_elementwise();
+  qkv_register_ops_reduce();
+  qkv_register_ops_shape();
+  qkv_register_ops_softmax();
+  qkv_register_ops_embedding();
+  qkv_register_ops_loss();
+}

@@ -1,0 +1,226 @@
+/* autodiff.c: symbolic reverse mode. The gradient nodes are appended to the
+ * same graph, so one plan holds forward and backward. */
+#include "qkv-private.h"
+
+#include <string.h>
+
+void qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes);
+
+static gboolean
+is_grad_source(const QkvValue *v)
+{
+  if (v->dtype != QKV_F32)
+    return FALSE;
+  if (v->kind == QKV_VALUE_PARAM)
+    return !qkv_param_get_frozen(v->param);
+  if (v->kind == QKV_VALUE_INPUT)
+    return v->requires_grad;
+  return FALSE;
+}
+
+static gboolean
+input_differentiable(const QkvNode *node, guint i)
+{
+  if (node->inputs[i]->dtype != QKV_F32)
+    return FALSE;
+  return i >= 64 || !(node->op->no_grad_inputs & (G_GUINT64_CONSTANT(1) << i));
+}
+
+/* Sum the contributions collected for one value; NULL if there are none. */
+static QkvValue *
+sum_contributions(GPtrArray *list, GError **error)
+{
+  if (list == NULL || list->len == 0)
+    return NULL;
+  QkvValue *total = g_ptr_array_index(list, 0);
+  for (guint i = 1; i < list->len && total != NULL; i++)
+    total = qkv_add(total, g_ptr_array_index(list, i), error);
+  return total;
+}
+
+static void
+add_contribution(GPtrArray **contrib, QkvValue *v, QkvValue *grad)
+{
+  if (contrib[v->id] == NULL)
+    contrib[v->id] = g_ptr_array_new();
+  g_ptr_array_add(contrib[v->id], grad);
+}
+
+gboolean
+qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
+{
+  g_return_val_if_fail(graph != NULL && loss != NULL, FALSE);
+  if (loss->graph != graph) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_GRAPH_MISMATCH,
+                "backward: the loss '%s' belongs to another graph", loss->name);
+    return FALSE;
+  }
+  if (graph->has_backward) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "backward: this graph already has gradients; build a new graph");
+    return FALSE;
+  }
+  if (loss->dtype != QKV_F32 || qkv_shape_numel(&loss->shape) != 1) {
+    g_autofree gchar *sh = qkv_shape_to_string(&loss->shape);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "backward: the loss '%s' must be a single f32 element, it is %s%s", loss->name,
+                qkv_dtype_name(loss->dtype), sh);
+    return FALSE;
+  }
+
+  const guint n_values = graph->values->len, n_nodes = graph->nodes->len;
+  gboolean *requires = g_new0(gboolean, n_values);
+  gboolean *reaches = g_new0(gboolean, n_values);
+  GPtrArray **contrib = g_new0(GPtrArray *, n_values);
+  gboolean ok = TRUE;
+
+  for (guint i = 0; i < n_values; i++)
+    requires[i] = is_grad_source(g_ptr_array_index(graph->values, i));
+  for (guint n = 0; n < n_nodes; n++) {
+    QkvNode *node = g_ptr_array_index(graph->nodes, n);
+    gboolean any = FALSE;
+    for (guint i = 0; i < node->n_inputs; i++)
+      any |= requires[node->inputs[i]->id] && input_differentiable(node, i);
+    for (guint o = 0; o < node->n_outputs; o++)
+      requires[node->outputs[o]->id] = any && node->outputs[o]->dtype == QKV_F32;
+  }
+  reaches[loss->id] = TRUE;
+  for (guint n = n_nodes; n-- > 0;) {
+    QkvNode *node = g_ptr_array_index(graph->nodes, n);
+    gboolean any = FALSE;
+    for (guint o = 0; o < node->n_outputs; o++)
+      any |= reaches[node->outputs[o]->id];
+    if (any)
+      for (guint i = 0; i < node->n_inputs; i++)
+        reaches[node->inputs[i]->id] = TRUE;
+  }
+
+  if (requires[loss->id]) {
+    g_autoptr(QkvTensor) ones = qkv_tensor_new(QKV_F32, &loss->shape);
+    qkv_tensor_fill(ones, 1.0);
+    add_contribution(contrib, loss, qkv_graph_constant(graph, ones, NULL));
+  }
+
+  for (guint n = n_nodes; ok && n-- > 0;) {
+    QkvNode *node = g_ptr_array_index(graph->nodes, n);
+    QkvValue *out_grads[QKV_MAX_OUTPUTS] = {NULL};
+    gboolean any_out = FALSE;
+    for (guint o = 0; ok && o < node->n_outputs; o++) {
+      QkvValue *v = node->outputs[o];
+      if (!requires[v->id] || contrib[v->id] == NULL)
+        continue;
+      out_grads[o] = sum_contributions(contrib[v->id], error);
+      ok = out_grads[o] != NULL;
+      any_out = TRUE;
+    }
+    if (!ok || !any_out)
+      continue;
+    gboolean *needs = g_newa(gboolean, MAX(node->n_inputs, 1));
+    gboolean any_in = FALSE;
+    for (guint i = 0; i < node->n_inputs; i++) {
+      needs[i] = requires[node->inputs[i]->id] && input_differentiable(node, i);
+      any_in |= needs[i];
+    }
+    if (!any_in)
+      continue;
+    if (node->op->gradient == NULL) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_NO_GRADIENT,
+                  "backward: op '%s' (node %s) has no gradient rule, but the loss '%s' depends "
+                  "on it",
+                  node->op->name, node->name, loss->name);
+      ok = FALSE;
+      break;
+    }
+    QkvValue **in_grads = g_newa(QkvValue *, MAX(node->n_inputs, 1));
+    memset(in_grads, 0, sizeof(QkvValue *) * MAX(node->n_inputs, 1));
+    QkvGradCtx ctx = {
+        .graph = graph,
+        .node = node,
+        .attrs = node->attrs,
+        .n_inputs = node->n_inputs,
+        .n_outputs = node->n_outputs,
+        .inputs = node->inputs,
+        .outputs = node->outputs,
+        .out_grads = out_grads,
+        .needs_grad = needs,
+        .in_grads = in_grads,
+    };
+    GError *rule_error = NULL;
+    if (!node->op->gradient(&ctx, &rule_error)) {
+      if (rule_error == NULL)
+        g_set_error(&rule_error, QKV_ERROR, QKV_ERROR_NO_GRADIENT,
+                    "backward: the gradient rule of op '%s' (node %s) failed", node->op->name,
+                    node->name);
+      else
+        g_prefix_error(&rule_error, "backward through op '%s' (node %s): ", node->op->name,
+                       node->name);
+      g_propagate_error(error, rule_error);
+      ok = FALSE;
+      break;
+    }
+    for (guint i = 0; ok && i < node->n_inputs; i++) {
+      if (!needs[i] || in_grads[i] == NULL)
+        continue;
+      QkvValue *in = node->inputs[i];
+      if (in_grads[i]->graph != graph || !qkv_shape_equal(&in_grads[i]->shape, &in->shape) ||
+          in_grads[i]->dtype != QKV_F32) {
+        g_autofree gchar *want = qkv_shape_to_string(&in->shape);
+        g_autofree gchar *got = qkv_shape_to_string(&in_grads[i]->shape);
+        g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                    "backward: the gradient rule of op '%s' (node %s) gave input %u a gradient "
+                    "of shape %s, expected f32%s",
+                    node->op->name, node->name, i, got, want);
+        ok = FALSE;
+        break;
+      }
+      add_contribution(contrib, in, in_grads[i]);
+    }
+  }
+
+  GPtrArray *param_grads = g_ptr_array_new();
+  GHashTable *grads = g_hash_table_new(g_direct_hash, g_direct_equal);
+  for (guint i = 0; ok && i < n_values; i++) {
+    QkvValue *v = g_ptr_array_index(graph->values, i);
+    if (!is_grad_source(v) || !reaches[i])
+      continue;
+    QkvValue *grad = sum_contributions(contrib[i], error);
+    if (contrib[i] != NULL && grad == NULL) {
+      ok = FALSE;
+      break;
+    }
+    if (grad == NULL)
+      continue;
+    g_hash_table_insert(grads, v, grad);
+    if (v->kind == QKV_VALUE_PARAM)
+      g_ptr_array_add(param_grads, v);
+  }
+
+  if (ok) {
+    GHashTableIter iter;
+    gpointer k, val;
+    g_hash_table_iter_init(&iter, grads);
+    while (g_hash_table_iter_next(&iter, &k, &val))
+      g_hash_table_insert(graph->grads, k, val);
+    for (guint i = 0; i < param_grads->len; i++)
+      g_ptr_array_add(graph->param_grads, g_ptr_array_index(param_grads, i));
+    graph->has_backward = TRUE;
+  } else {
+    qkv_graph_truncate(graph, n_values, n_nodes);
+  }
+  g_hash_table_unref(grads);
+  g_ptr_array_unref(param_grads);
+  for (guint i = 0; i < n_values; i++)
+    if (contrib[i] != NULL)
+      g_ptr_array_unref(contrib[i]);
+  g_free(contrib);
+  g_free(reaches);
+  g_free(requires);
+  return ok;
+}
+
+QkvValue *
+qkv_graph_gradient(QkvGraph *graph, QkvValue *value)
+{
+  g_return_val_if_fail(graph != NULL && value != NULL, NULL);
+  return g_hash_table_lookup(graph->grads, value);
+}

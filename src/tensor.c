@@ -1,0 +1,292 @@
+/* tensor.c: shapes and host tensors. */
+#include "qkv-private.h"
+
+#include <math.h>
+#include <string.h>
+
+QkvShape
+qkv_shape_from_array(gint rank, const gint64 *dims)
+{
+  QkvShape s = {0};
+  g_return_val_if_fail(rank >= 0 && rank <= QKV_MAX_RANK, s);
+  s.rank = rank;
+  for (gint i = 0; i < rank; i++)
+    s.dims[i] = dims[i];
+  return s;
+}
+
+QkvShape
+qkv_shape_scalar(void)
+{
+  QkvShape s = {0};
+  return s;
+}
+
+gint64
+qkv_shape_numel(const QkvShape *shape)
+{
+  gint64 n = 1;
+  for (gint i = 0; i < shape->rank; i++)
+    n *= shape->dims[i];
+  return n;
+}
+
+gboolean
+qkv_shape_equal(const QkvShape *a, const QkvShape *b)
+{
+  if (a->rank != b->rank)
+    return FALSE;
+  for (gint i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i])
+      return FALSE;
+  return TRUE;
+}
+
+gchar *
+qkv_shape_to_string(const QkvShape *shape)
+{
+  GString *s = g_string_new("(");
+  for (gint i = 0; i < shape->rank; i++)
+    g_string_append_printf(s, "%s%" G_GINT64_FORMAT, i ? ", " : "", shape->dims[i]);
+  g_string_append_c(s, ')');
+  return g_string_free(s, FALSE);
+}
+
+gboolean
+qkv_shape_broadcast(const QkvShape *a, const QkvShape *b, QkvShape *out)
+{
+  QkvShape r = {0};
+  r.rank = MAX(a->rank, b->rank);
+  for (gint i = 0; i < r.rank; i++) {
+    gint ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+    gint64 da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da == db || db == 1)
+      r.dims[i] = da;
+    else if (da == 1)
+      r.dims[i] = db;
+    else
+      return FALSE;
+  }
+  *out = r;
+  return TRUE;
+}
+
+const gchar *
+qkv_dtype_name(QkvDType dtype)
+{
+  switch (dtype) {
+  case QKV_F32:
+    return "f32";
+  case QKV_I32:
+    return "i32";
+  }
+  return "?";
+}
+
+gsize
+qkv_dtype_size(QkvDType dtype)
+{
+  return 4;
+}
+
+static gboolean
+shape_is_valid(const QkvShape *shape)
+{
+  if (shape->rank < 0 || shape->rank > QKV_MAX_RANK)
+    return FALSE;
+  for (gint i = 0; i < shape->rank; i++)
+    if (shape->dims[i] < 0)
+      return FALSE;
+  return TRUE;
+}
+
+static QkvTensor *
+tensor_alloc(QkvDType dtype, const QkvShape *shape)
+{
+  QkvTensor *t = g_new0(QkvTensor, 1);
+  t->dtype = dtype;
+  t->shape = *shape;
+  return t;
+}
+
+QkvTensor *
+qkv_tensor_new(QkvDType dtype, const QkvShape *shape)
+{
+  g_return_val_if_fail(shape != NULL && shape_is_valid(shape), NULL);
+  QkvTensor *t = tensor_alloc(dtype, shape);
+  t->data = qkv_aligned_alloc0(qkv_tensor_nbytes(t));
+  t->owns_data = TRUE;
+  return t;
+}
+
+QkvTensor *
+qkv_tensor_new_from_data(QkvDType dtype, const QkvShape *shape, gconstpointer data)
+{
+  QkvTensor *t = qkv_tensor_new(dtype, shape);
+  if (t != NULL && data != NULL)
+    memcpy(t->data, data, qkv_tensor_nbytes(t));
+  return t;
+}
+
+QkvTensor *
+qkv_tensor_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data)
+{
+  g_return_val_if_fail(shape != NULL && shape_is_valid(shape), NULL);
+  QkvTensor *t = tensor_alloc(dtype, shape);
+  t->data = data;
+  t->owns_data = FALSE;
+  return t;
+}
+
+QkvTensor *
+qkv_tensor_new_f32(const QkvShape *shape, const float *values)
+{
+  return qkv_tensor_new_from_data(QKV_F32, shape, values);
+}
+
+QkvTensor *
+qkv_tensor_new_i32(const QkvShape *shape, const gint32 *values)
+{
+  return qkv_tensor_new_from_data(QKV_I32, shape, values);
+}
+
+QkvTensor *
+qkv_tensor_copy(const QkvTensor *tensor)
+{
+  g_return_val_if_fail(tensor != NULL, NULL);
+  return qkv_tensor_new_from_data(tensor->dtype, &tensor->shape, tensor->data);
+}
+
+void
+qkv_tensor_free(QkvTensor *tensor)
+{
+  if (tensor == NULL)
+    return;
+  if (tensor->owns_data)
+    qkv_aligned_free(tensor->data);
+  g_free(tensor);
+}
+
+QkvDType
+qkv_tensor_dtype(const QkvTensor *tensor)
+{
+  return tensor->dtype;
+}
+
+const QkvShape *
+qkv_tensor_shape(const QkvTensor *tensor)
+{
+  return &tensor->shape;
+}
+
+gint
+qkv_tensor_rank(const QkvTensor *tensor)
+{
+  return tensor->shape.rank;
+}
+
+gint64
+qkv_tensor_dim(const QkvTensor *tensor, gint axis)
+{
+  if (axis < 0)
+    axis += tensor->shape.rank;
+  g_return_val_if_fail(axis >= 0 && axis < tensor->shape.rank, 0);
+  return tensor->shape.dims[axis];
+}
+
+gint64
+qkv_tensor_numel(const QkvTensor *tensor)
+{
+  return qkv_shape_numel(&tensor->shape);
+}
+
+gsize
+qkv_tensor_nbytes(const QkvTensor *tensor)
+{
+  return (gsize)qkv_shape_numel(&tensor->shape) * qkv_dtype_size(tensor->dtype);
+}
+
+gboolean
+qkv_tensor_owns_data(const QkvTensor *tensor)
+{
+  return tensor->owns_data;
+}
+
+gpointer
+qkv_tensor_data(QkvTensor *tensor)
+{
+  return tensor->data;
+}
+
+gconstpointer
+qkv_tensor_const_data(const QkvTensor *tensor)
+{
+  return tensor->data;
+}
+
+float *
+qkv_tensor_f32(QkvTensor *tensor)
+{
+  g_return_val_if_fail(tensor != NULL && tensor->dtype == QKV_F32, NULL);
+  return tensor->data;
+}
+
+gint32 *
+qkv_tensor_i32(QkvTensor *tensor)
+{
+  g_return_val_if_fail(tensor != NULL && tensor->dtype == QKV_I32, NULL);
+  return tensor->data;
+}
+
+void
+qkv_tensor_fill(QkvTensor *tensor, double value)
+{
+  gint64 n = qkv_tensor_numel(tensor);
+  if (tensor->dtype == QKV_F32) {
+    float *d = tensor->data;
+    for (gint64 i = 0; i < n; i++)
+      d[i] = (float)value;
+  } else {
+    gint32 *d = tensor->data;
+    for (gint64 i = 0; i < n; i++)
+      d[i] = (gint32)value;
+  }
+}
+
+gboolean
+qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **error)
+{
+  if (dst->dtype != src->dtype || !qkv_shape_equal(&dst->shape, &src->shape)) {
+    g_autofree gchar *a = qkv_shape_to_string(&dst->shape);
+    g_autofree gchar *b = qkv_shape_to_string(&src->shape);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "tensor copy: destination is %s %s but source is %s %s",
+                qkv_dtype_name(dst->dtype), a, qkv_dtype_name(src->dtype), b);
+    return FALSE;
+  }
+  memmove(dst->data, src->data, qkv_tensor_nbytes(dst));
+  return TRUE;
+}
+
+double
+qkv_tensor_get(const QkvTensor *tensor, gint64 index)
+{
+  g_return_val_if_fail(index >= 0 && index < qkv_tensor_numel(tensor), NAN);
+  if (tensor->dtype == QKV_F32)
+    return ((const float *)tensor->data)[index];
+  return ((const gint32 *)tensor->data)[index];
+}
+
+double
+qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double floor)
+{
+  g_return_val_if_fail(qkv_shape_equal(&a->shape, &b->shape), INFINITY);
+  double worst = 0;
+  for (gint64 i = 0; i < qkv_tensor_numel(a); i++) {
+    double x = qkv_tensor_get(a, i), y = qkv_tensor_get(b, i);
+    double d = fabs(x - y) / fmax(fabs(y), floor);
+    if (!(d <= worst))
+      worst = isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}

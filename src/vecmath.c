@@ -1,0 +1,174 @@
+/* vecmath.c: vector exp/tanh through SLEEF, the ISA picked at run time;
+ * counter-based random numbers; a simple parallel-for for kernels. */
+#include "qkv-private.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+typedef void (*VecFunc)(float *dst, const float *src, gsize n);
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
+#include <immintrin.h>
+#include <sleef.h>
+
+/* The tail goes through the same vector function with a masked load, so every
+ * element gets identical rounding whatever its position. */
+static void
+exp_avx512(float *dst, const float *src, gsize n)
+{
+  gsize i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, Sleef_expf16_u10avx512f(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+    _mm512_mask_storeu_ps(dst + i, m, Sleef_expf16_u10avx512f(x));
+  }
+}
+
+static void
+tanh_avx512(float *dst, const float *src, gsize n)
+{
+  gsize i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, Sleef_tanhf16_u10avx512f(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+    _mm512_mask_storeu_ps(dst + i, m, Sleef_tanhf16_u10avx512f(x));
+  }
+}
+#pragma GCC pop_options
+
+/* AVX2 path: plain memcpy moves instead of intrinsics, which GCC 12 refuses
+ * to inline into a function with a target attribute here. */
+#define QKV_AVX2 __attribute__((target("avx,avx2,fma")))
+#define QKV_DEFINE_AVX2(NAME, SLEEF_FN)                                                            \
+  QKV_AVX2 static void NAME(float *dst, const float *src, gsize n)                                 \
+  {                                                                                                \
+    gsize i = 0;                                                                                   \
+    __m256 v;                                                                                      \
+    for (; i + 8 <= n; i += 8) {                                                                   \
+      memcpy(&v, src + i, sizeof v);                                                               \
+      v = SLEEF_FN(v);                                                                             \
+      memcpy(dst + i, &v, sizeof v);                                                               \
+    }                                                                                              \
+    if (i < n) {                                                                                   \
+      float buf[8] = {0};                                                                          \
+      memcpy(buf, src + i, (n - i) * sizeof(float));                                               \
+      memcpy(&v, buf, sizeof v);                                                                   \
+      v = SLEEF_FN(v);                                                                             \
+      memcpy(dst + i, &v, (n - i) * sizeof(float));                                                \
+    }                                                                                              \
+  }
+QKV_DEFINE_AVX2(exp_avx2, Sleef_expf8_u10avx2)
+QKV_DEFINE_AVX2(tanh_avx2, Sleef_tanhf8_u10avx2)
+
+static void
+exp_scalar(float *dst, const float *src, gsize n)
+{
+  for (gsize i = 0; i < n; i++)
+    dst[i] = Sleef_expf_u10(src[i]);
+}
+
+static void
+tanh_scalar(float *dst, const float *src, gsize n)
+{
+  for (gsize i = 0; i < n; i++)
+    dst[i] = Sleef_tanhf_u10(src[i]);
+}
+
+static VecFunc vec_exp, vec_tanh;
+static const gchar *vec_isa;
+
+static void
+pick_isa(void)
+{
+  static gsize done = 0;
+  if (g_once_init_enter(&done)) {
+    const gchar *force = g_getenv("QKV_VEC_ISA"); /* "scalar", "avx2": to test the fallbacks */
+    __builtin_cpu_init();
+    gboolean avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    gboolean avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (force != NULL && g_str_equal(force, "scalar"))
+      avx512 = avx2 = FALSE;
+    else if (force != NULL && g_str_equal(force, "avx2"))
+      avx512 = FALSE;
+    if (avx512) {
+      vec_exp = exp_avx512, vec_tanh = tanh_avx512, vec_isa = "avx512f";
+    } else if (avx2) {
+      vec_exp = exp_avx2, vec_tanh = tanh_avx2, vec_isa = "avx2";
+    } else {
+      vec_exp = exp_scalar, vec_tanh = tanh_scalar, vec_isa = "scalar";
+    }
+    g_once_init_leave(&done, 1);
+  }
+}
+
+void
+qkv_vec_exp(float *dst, const float *src, gsize n)
+{
+  if (G_UNLIKELY(vec_exp == NULL))
+    pick_isa();
+  vec_exp(dst, src, n);
+}
+
+void
+qkv_vec_tanh(float *dst, const float *src, gsize n)
+{
+  if (G_UNLIKELY(vec_tanh == NULL))
+    pick_isa();
+  vec_tanh(dst, src, n);
+}
+
+const gchar *
+qkv_vec_isa(void)
+{
+  pick_isa();
+  return vec_isa;
+}
+
+/* splitmix64's finaliser: a bijective 64-bit mix. */
+static inline guint64
+mix64(guint64 z)
+{
+  z = (z ^ (z >> 30)) * G_GUINT64_CONSTANT(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * G_GUINT64_CONSTANT(0x94d049bb133111eb);
+  return z ^ (z >> 31);
+}
+
+guint64
+qkv_random_key(guint64 seed, guint64 step, guint32 node_id)
+{
+  guint64 k = mix64(seed + G_GUINT64_CONSTANT(0x9e3779b97f4a7c15));
+  k = mix64(k ^ (step * G_GUINT64_CONSTANT(0xd1b54a32d192ed03) + 1));
+  return mix64(k ^ ((guint64)node_id * G_GUINT64_CONSTANT(0x8cb92ba72f3d8dd7) + 2));
+}
+
+float
+qkv_random_uniform(guint64 key, guint64 counter)
+{
+  guint64 z = mix64(key + (counter + 1) * G_GUINT64_CONSTANT(0x9e3779b97f4a7c15));
+  return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+void
+qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body, gpointer user_data)
+{
+  gint nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
+  if (nt > n)
+    nt = (gint)MAX(n, 1);
+  if (nt == 1) {
+    body(0, n, 0, user_data);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    gint t = omp_get_thread_num(), count = omp_get_num_threads();
+    gint64 begin = n * t / count, end = n * (t + 1) / count;
+    if (begin < end)
+      body(begin, end, t, user_data);
+  }
+}

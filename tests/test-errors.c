@@ -1,0 +1,191 @@
+/* test-errors.c: bad input gives a GError naming the op, never a crash, and
+ * leaves the graph unchanged and usable. */
+#include "test-util.h"
+
+#include <string.h>
+
+typedef struct {
+  QkvGraph *graph;
+  QkvValue *a;   /* f32 (2, 3) */
+  QkvValue *b;   /* f32 (4, 5) */
+  QkvValue *ids; /* i32 (2, 3) */
+} Fixture;
+
+static void
+fixture_setup(Fixture *f, gconstpointer data)
+{
+  f->graph = qkv_graph_new();
+  QkvShape s23 = QKV_SHAPE(2, 3), s45 = QKV_SHAPE(4, 5);
+  f->a = qkv_graph_input(f->graph, "a", QKV_F32, &s23, NULL);
+  f->b = qkv_graph_input(f->graph, "b", QKV_F32, &s45, NULL);
+  f->ids = qkv_graph_input(f->graph, "ids", QKV_I32, &s23, NULL);
+}
+
+static void
+fixture_teardown(Fixture *f, gconstpointer data)
+{
+  qkv_graph_free(f->graph);
+}
+
+/* After a failure: same node count, and a plan still compiles and runs. */
+static void
+assert_graph_usable(Fixture *f, guint nodes_before)
+{
+  g_assert_cmpuint(qkv_graph_n_nodes(f->graph), ==, nodes_before);
+  g_autoptr(GError) error = NULL;
+  QkvValue *y = qkv_exp(f->a, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(f->graph, &y, 1, NULL, &error);
+  g_assert_no_error(error);
+  QkvShape s = QKV_SHAPE(2, 3);
+  g_autoptr(QkvTensor) t = qkv_tensor_new(QKV_F32, &s);
+  g_assert_true(qkv_plan_bind(plan, "a", t, &error));
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_cmpfloat(qkv_tensor_get(qkv_plan_output(plan, 0), 0), ==, 1.0);
+}
+
+static void
+assert_error_names(GError *error, gint code, const gchar *needle)
+{
+  g_assert_nonnull(error);
+  g_test_message("%s", error->message);
+  g_assert_true(error->domain == QKV_ERROR);
+  g_assert_cmpint(error->code, ==, code);
+  if (strstr(error->message, needle) == NULL)
+    g_error("message '%s' does not mention '%s'", error->message, needle);
+}
+
+static void
+test_unknown_op(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  g_assert_null(qkv_graph_op(f->graph, "frobnicate", &f->a, 1, NULL, &error));
+  assert_error_names(error, QKV_ERROR_UNKNOWN_OP, "frobnicate");
+  assert_graph_usable(f, n);
+}
+
+static void
+test_wrong_arity(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  QkvValue *three[] = {f->a, f->a, f->a};
+  g_assert_null(qkv_graph_op(f->graph, "add", three, 3, NULL, &error));
+  assert_error_names(error, QKV_ERROR_ARITY, "add");
+  g_assert_nonnull(strstr(error->message, "got 3"));
+  assert_graph_usable(f, n);
+}
+
+static void
+test_wrong_dtype(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  g_assert_null(qkv_exp(f->ids, &error));
+  assert_error_names(error, QKV_ERROR_DTYPE, "exp");
+  g_assert_nonnull(strstr(error->message, "i32(2, 3)"));
+  assert_graph_usable(f, n);
+}
+
+static void
+test_bad_shapes(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  g_assert_null(qkv_add(f->a, f->b, &error));
+  assert_error_names(error, QKV_ERROR_SHAPE, "add");
+  g_assert_nonnull(strstr(error->message, "(2, 3)"));
+  g_assert_nonnull(strstr(error->message, "(4, 5)"));
+  g_clear_error(&error);
+  g_assert_null(qkv_matmul(f->a, f->b, FALSE, FALSE, &error));
+  assert_error_names(error, QKV_ERROR_SHAPE, "matmul");
+  assert_graph_usable(f, n);
+}
+
+static void
+test_attributes(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  /* missing required attribute */
+  g_assert_null(qkv_graph_op(f->graph, "reshape", &f->a, 1, NULL, &error));
+  assert_error_names(error, QKV_ERROR_ATTRIBUTE, "reshape");
+  g_assert_nonnull(strstr(error->message, "shape"));
+  g_clear_error(&error);
+  /* mistyped attribute */
+  GVariant *bad = g_variant_new_parsed("{'factor': <'two'>}");
+  g_assert_null(qkv_graph_op(f->graph, "scale", &f->a, 1, bad, &error));
+  assert_error_names(error, QKV_ERROR_ATTRIBUTE, "scale");
+  g_assert_nonnull(strstr(error->message, "factor"));
+  g_clear_error(&error);
+  /* unknown attribute */
+  GVariant *unknown = g_variant_new_parsed("{'colour': <'red'>}");
+  g_assert_null(qkv_graph_op(f->graph, "exp", &f->a, 1, unknown, &error));
+  assert_error_names(error, QKV_ERROR_ATTRIBUTE, "colour");
+  g_clear_error(&error);
+  /* attributes that are not a dictionary */
+  g_assert_null(qkv_graph_op(f->graph, "exp", &f->a, 1, g_variant_new_int32(3), &error));
+  assert_error_names(error, QKV_ERROR_ATTRIBUTE, "exp");
+  assert_graph_usable(f, n);
+}
+
+static void
+test_value_from_another_graph(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(QkvGraph) other = qkv_graph_new();
+  QkvShape s = QKV_SHAPE(2, 3);
+  QkvValue *foreign = qkv_graph_input(other, "z", QKV_F32, &s, NULL);
+  g_autoptr(GError) error = NULL;
+  g_assert_null(qkv_add(f->a, foreign, &error));
+  assert_error_names(error, QKV_ERROR_GRAPH_MISMATCH, "add");
+  g_clear_error(&error);
+  g_assert_null(qkv_graph_compile(f->graph, &foreign, 1, NULL, &error));
+  assert_error_names(error, QKV_ERROR_GRAPH_MISMATCH, "another graph");
+  assert_graph_usable(f, n);
+}
+
+static void
+test_null_input(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  QkvValue *ins[] = {f->a, NULL};
+  g_assert_null(qkv_graph_op(f->graph, "add", ins, 2, NULL, &error));
+  assert_error_names(error, QKV_ERROR_INVALID_ARGUMENT, "add");
+  assert_graph_usable(f, n);
+}
+
+static void
+test_bad_registration(void)
+{
+  g_autoptr(GError) error = NULL;
+  QkvOpDef def = *qkv_op_lookup("exp");
+  def.name = "test.wrong_major";
+  def.abi_major = QKV_OP_ABI_MAJOR + 1;
+  g_assert_false(qkv_op_register(&def, &error));
+  assert_error_names(error, QKV_ERROR_INVALID_ARGUMENT, "ABI");
+  g_clear_error(&error);
+  def.abi_major = QKV_OP_ABI_MAJOR;
+  def.forward = NULL;
+  g_assert_false(qkv_op_register(&def, &error));
+  assert_error_names(error, QKV_ERROR_INVALID_ARGUMENT, "test.wrong_major");
+  g_assert_null(qkv_op_lookup("test.wrong_major"));
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+#define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
+  ADD("/errors/unknown-op", test_unknown_op);
+  ADD("/errors/wrong-arity", test_wrong_arity);
+  ADD("/errors/wrong-dtype", test_wrong_dtype);
+  ADD("/errors/bad-shapes", test_bad_shapes);
+  ADD("/errors/attributes", test_attributes);
+  ADD("/errors/value-from-another-graph", test_value_from_another_graph);
+  ADD("/errors/null-input", test_null_input);
+  g_test_add_func("/errors/bad-registration", test_bad_registration);
+  return g_test_run();
+}

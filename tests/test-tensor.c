@@ -1,0 +1,103 @@
+/* test-tensor.c: tensors and shapes. */
+#include "test-util.h"
+
+#include <string.h>
+
+static void
+test_create_and_query(void)
+{
+  for (gint rank = 0; rank <= QKV_MAX_RANK; rank++) {
+    gint64 dims[QKV_MAX_RANK];
+    gint64 numel = 1;
+    for (gint i = 0; i < rank; i++) {
+      dims[i] = i + 2;
+      numel *= dims[i];
+    }
+    QkvShape s = qkv_shape_from_array(rank, dims);
+    g_autoptr(QkvTensor) t = qkv_tensor_new(QKV_F32, &s);
+    g_assert_cmpint(qkv_tensor_rank(t), ==, rank);
+    g_assert_cmpint(qkv_tensor_numel(t), ==, numel);
+    g_assert_cmpuint(qkv_tensor_nbytes(t), ==, (gsize)numel * 4);
+    g_assert_true(qkv_tensor_owns_data(t));
+    g_assert_cmpuint((guintptr)qkv_tensor_data(t) % 64, ==, 0);
+    for (gint64 i = 0; i < numel; i++)
+      g_assert_cmpfloat(qkv_tensor_get(t, i), ==, 0.0);
+    if (rank > 0)
+      g_assert_cmpint(qkv_tensor_dim(t, -1), ==, dims[rank - 1]);
+  }
+}
+
+static void
+test_fill_copy(void)
+{
+  QkvShape s = QKV_SHAPE(2, 3);
+  g_autoptr(QkvTensor) a = qkv_tensor_new(QKV_F32, &s);
+  qkv_tensor_fill(a, 2.5);
+  g_autoptr(QkvTensor) b = qkv_tensor_copy(a);
+  g_assert_true(qkv_tensor_data(a) != qkv_tensor_data(b));
+  for (gint i = 0; i < 6; i++)
+    g_assert_cmpfloat(qkv_tensor_get(b, i), ==, 2.5);
+  qkv_tensor_f32(a)[4] = -1.0f;
+  g_assert_cmpfloat(qkv_tensor_get(b, 4), ==, 2.5);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_tensor_copy_from(b, a, &error));
+  g_assert_cmpfloat(qkv_tensor_get(b, 4), ==, -1.0);
+
+  QkvShape s2 = QKV_SHAPE(3, 2);
+  g_autoptr(QkvTensor) c = qkv_tensor_new(QKV_F32, &s2);
+  g_assert_false(qkv_tensor_copy_from(c, a, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+
+  gint32 ids[] = {1, 2, 3, 4};
+  QkvShape s4 = QKV_SHAPE(4);
+  g_autoptr(QkvTensor) i = qkv_tensor_new_i32(&s4, ids);
+  g_assert_cmpint(qkv_tensor_dtype(i), ==, QKV_I32);
+  g_assert_cmpint(qkv_tensor_i32(i)[3], ==, 4);
+  qkv_tensor_fill(i, 7);
+  g_assert_cmpint(qkv_tensor_i32(i)[0], ==, 7);
+}
+
+static void
+test_borrowed(void)
+{
+  float data[6] = {1, 2, 3, 4, 5, 6};
+  QkvShape s = QKV_SHAPE(3, 2);
+  QkvTensor *t = qkv_tensor_new_borrowed(QKV_F32, &s, data);
+  g_assert_false(qkv_tensor_owns_data(t));
+  g_assert_true(qkv_tensor_data(t) == data);
+  qkv_tensor_f32(t)[0] = 10;
+  g_assert_cmpfloat(data[0], ==, 10);
+  qkv_tensor_free(t);
+  g_assert_cmpfloat(data[5], ==, 6); /* still ours */
+}
+
+static void
+test_shapes(void)
+{
+  QkvShape a = QKV_SHAPE(2, 1, 3), b = QKV_SHAPE(4, 1), out;
+  g_assert_true(qkv_shape_broadcast(&a, &b, &out));
+  QkvShape want = QKV_SHAPE(2, 4, 3);
+  g_assert_true(qkv_shape_equal(&out, &want));
+  QkvShape c = QKV_SHAPE(2, 3), d = QKV_SHAPE(3, 2);
+  g_assert_false(qkv_shape_broadcast(&c, &d, &out));
+  QkvShape sc = qkv_shape_scalar();
+  g_assert_true(qkv_shape_broadcast(&sc, &c, &out));
+  g_assert_true(qkv_shape_equal(&out, &c));
+  g_autofree gchar *str = qkv_shape_to_string(&a);
+  g_assert_cmpstr(str, ==, "(2, 1, 3)");
+  g_autofree gchar *str0 = qkv_shape_to_string(&sc);
+  g_assert_cmpstr(str0, ==, "()");
+  g_assert_cmpint(qkv_shape_numel(&sc), ==, 1);
+  g_assert_cmpstr(qkv_dtype_name(QKV_I32), ==, "i32");
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/tensor/create-and-query", test_create_and_query);
+  g_test_add_func("/tensor/fill-copy", test_fill_copy);
+  g_test_add_func("/tensor/borrowed", test_borrowed);
+  g_test_add_func("/tensor/shapes", test_shapes);
+  return g_test_run();
+}

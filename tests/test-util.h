@@ -1,0 +1,29 @@
+/* test-util.h: small helpers shared by the test suites. */
+#pragma once
+
+#include <qkv/qkv.h>
+
+/* A tensor of uniform values in [lo, hi) from a fixed seed. */
+QkvTensor *qkv_test_uniform(const QkvShape *shape, guint32 seed, float lo, float hi);
+/* An i32 tensor of uniform integers in [lo, hi). */
+QkvTensor *qkv_test_randint(const QkvShape *shape, guint32 seed, gint32 lo, gint32 hi);
+/* Assert every element of actual is within tol (relative, with abs floor 1e-6... see .c). */
+#define qkv_assert_tensor_close(actual, expected, tol)                                              \
+  qkv_test_assert_close(__FILE__, __LINE__, (actual), (expected), (tol))
+void qkv_test_assert_close(const char *file, int line, const QkvTensor *actual,
+                           const QkvTensor *expected, double tol);
+/* Assert the data of actual equals n floats within tol (absolute). */
+void qkv_test_assert_values(const char *file, int line, const QkvTensor *actual,
+                            const float *expected, gsize n, double tol);
+#define qkv_assert_values(actual, expected, n, tol)                                                 \
+  qkv_test_assert_values(__FILE__, __LINE__, (actual), (expected), (n), (tol))
+/* Run qkv_check_gradients with default options and assert it passes. */
+void qkv_test_gradcheck(const char *label, guint n_inputs, QkvTensor *const *inputs,
+                        const gboolean *check, QkvCheckBuildFunc build, gpointer user_data);
+/* Same, with options. */
+void qkv_test_gradcheck_full(const char *label, guint n_inputs, QkvTensor *const *inputs,
+                             const gboolean *check, QkvCheckBuildFunc build, gpointer user_data,
+                             const QkvCheckOptions *options);
+/* Evaluate build on inputs (eval mode) and return the output; asserts success. */
+QkvTensor *qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
+                         gpointer user_data);
