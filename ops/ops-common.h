@@ -19,6 +19,14 @@ void qkv_register_ops_shape(void);
 void qkv_register_ops_softmax(void);
 void qkv_register_ops_embedding(void);
 void qkv_register_ops_loss(void);
+void qkv_register_ops_masked_softmax(void);
+void qkv_register_ops_dot_attention(void);
+void qkv_register_ops_mha(void);
+void qkv_register_ops_dropout(void);
+void qkv_register_ops_layer_norm(void);
+void qkv_register_ops_ffn(void);
+void qkv_register_ops_positional(void);
+void qkv_register_ops_additive_attention(void);
 
 /* Add a node with inputs[0]'s graph and return its output 0. */
 static inline QkvValue *

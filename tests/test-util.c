@@ -2,6 +2,7 @@
 #include "test-util.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 QkvTensor *
 qkv_test_uniform(const QkvShape *shape, guint32 seed, float lo, float hi)
@@ -90,4 +91,68 @@ qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
   g_assert_no_error(error);
   g_assert_nonnull(out);
   return out;
+}
+
+gchar *
+qkv_test_data_path(const gchar *file_name)
+{
+  const gchar *srcdir = g_getenv("G_TEST_SRCDIR");
+  return g_build_filename(srcdir ? srcdir : "tests", "data", file_name, NULL);
+}
+
+GHashTable *
+qkv_test_load_reference(const gchar *file_name)
+{
+  g_autofree gchar *path = qkv_test_data_path(file_name);
+  g_autofree gchar *text = NULL;
+  g_autoptr(GError) error = NULL;
+  if (!g_file_get_contents(path, &text, NULL, &error))
+    g_error("reading reference data: %s", error->message);
+  GHashTable *table =
+      g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)qkv_tensor_free);
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++) {
+    if (lines[i][0] == '#' || lines[i][0] == '\0')
+      continue;
+    g_auto(GStrv) head = g_strsplit_set(lines[i], " \t", -1);
+    if (g_strv_length(head) < 4 || !g_str_equal(head[0], "tensor"))
+      g_error("%s:%u: expected 'tensor NAME DTYPE RANK DIMS...'", path, i + 1);
+    QkvDType dtype = g_str_equal(head[2], "i32") ? QKV_I32 : QKV_F32;
+    gint rank = atoi(head[3]);
+    if (rank < 0 || rank > QKV_MAX_RANK || (gint)g_strv_length(head) < 4 + rank)
+      g_error("%s:%u: bad rank", path, i + 1);
+    gint64 dims[QKV_MAX_RANK];
+    for (gint d = 0; d < rank; d++)
+      dims[d] = g_ascii_strtoll(head[4 + d], NULL, 10);
+    QkvShape shape = qkv_shape_from_array(rank, dims);
+    QkvTensor *t = qkv_tensor_new(dtype, &shape);
+    gint64 n = qkv_tensor_numel(t);
+    const gchar *p = lines[i + 1];
+    if (p == NULL)
+      g_error("%s:%u: values missing", path, i + 1);
+    for (gint64 k = 0; k < n; k++) {
+      gchar *end = NULL;
+      double v = g_ascii_strtod(p, &end);
+      if (end == p)
+        g_error("%s:%u: %" G_GINT64_FORMAT " values expected, found %" G_GINT64_FORMAT, path,
+                i + 2, n, k);
+      if (dtype == QKV_F32)
+        qkv_tensor_f32(t)[k] = (float)v;
+      else
+        qkv_tensor_i32(t)[k] = (gint32)v;
+      p = end;
+    }
+    g_hash_table_insert(table, g_strdup(head[1]), t);
+    i++;
+  }
+  return table;
+}
+
+QkvTensor *
+qkv_test_ref(GHashTable *ref, const gchar *name)
+{
+  QkvTensor *t = g_hash_table_lookup(ref, name);
+  if (t == NULL)
+    g_error("reference tensor '%s' is missing", name);
+  return t;
 }

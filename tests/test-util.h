@@ -27,3 +27,14 @@ void qkv_test_gradcheck_full(const char *label, guint n_inputs, QkvTensor *const
 /* Evaluate build on inputs (eval mode) and return the output; asserts success. */
 QkvTensor *qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
                          gpointer user_data);
+
+/* Reference data written by the scripts in tests/reference/ (text format):
+ *   tensor NAME f32|i32 RANK D0 D1 ...
+ *   v0 v1 v2 ...            (one line, all elements, row-major)
+ * Lines starting with '#' are comments. Returns name -> QkvTensor*; aborts the
+ * test with a message on a malformed file. */
+GHashTable *qkv_test_load_reference(const gchar *file_name);
+/* The path of a file under tests/data/ (G_TEST_SRCDIR). */
+gchar *qkv_test_data_path(const gchar *file_name);
+/* Look a tensor up in a reference table; fails the test if it is missing. */
+QkvTensor *qkv_test_ref(GHashTable *ref, const gchar *name);

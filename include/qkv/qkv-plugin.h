@@ -19,7 +19,7 @@ G_BEGIN_DECLS
 #define QKV_OP_ABI_MINOR 0
 
 /* The most outputs one node may have. */
-#define QKV_MAX_OUTPUTS 8
+#define QKV_MAX_OUTPUTS 16
 
 typedef enum {
   QKV_ATTR_INT,    /* GVariant "i" or "x" */

@@ -10,6 +10,7 @@
 #include "qkv-params.h"
 #include "qkv-graph.h"
 #include "qkv-ops.h"
+#include "qkv-nn.h"
 #include "qkv-plan.h"
 #include "qkv-plugin.h"
 #include "qkv-check.h"

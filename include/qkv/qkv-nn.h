@@ -1,0 +1,76 @@
+/* qkv-nn.h: typed functions for the attention family of fused ops.
+ *
+ * Each is one registered op with a forward kernel and a fused backward op;
+ * semantics follow Dive into Deep Learning (PyTorch edition), so models built
+ * with them reproduce the book and load its weights. Weight matrices use
+ * PyTorch's nn.Linear layout: (out_features, in_features).
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-graph.h"
+
+G_BEGIN_DECLS
+
+/* "masked_softmax" {causal: b}: softmax over the last axis of x (…, n_q, n_k).
+ * valid_lens (may be NULL) is i32 of shape (B) — one length per leading batch
+ * element, shared by all its queries — or (B, n_q) — one per query, where B
+ * is x's first axis. Keys at positions ≥ the valid length get -1e6 before the
+ * softmax, as the book does (a row of valid length 0 comes out uniform).
+ * causal masks keys after the query's position the same way. */
+QkvValue *qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal,
+                             GError **error);
+
+/* "dot_product_attention" {causal: b, dropout: d}: softmax(Q Kᵀ / √d) V with
+ * the masks of masked_softmax and dropout on the weights.
+ * q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) → (B, n_q, d_v).
+ * *weights (may be NULL) receives the attention weights (B, n_q, n_k), before
+ * dropout. */
+QkvValue *qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
+                                    gboolean causal, double dropout, QkvValue **weights,
+                                    GError **error);
+
+/* "additive_attention" {dropout: d}: score(q, k) = w_vᵀ tanh(W_q q + W_k k),
+ * masked softmax over keys, weighted sum of v.
+ * q (B, n_q, q_size), k (B, n_k, k_size), v (B, n_k, v_size),
+ * w_q (h, q_size), w_k (h, k_size), w_v (1, h) → (B, n_q, v_size).
+ * *weights (may be NULL) receives (B, n_q, n_k). */
+QkvValue *qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *w_q,
+                                 QkvValue *w_k, QkvValue *w_v, QkvValue *valid_lens,
+                                 double dropout, QkvValue **weights, GError **error);
+
+/* "multi_head_attention" {num_heads: i, causal: b, dropout: d}: the book's
+ * MultiHeadAttention as one op. queries (B, n_q, d_q), keys (B, n_k, d_k),
+ * values (B, n_k, d_v); w_q (H, d_q), w_k (H, d_k), w_v (H, d_v), w_o (H, H);
+ * biases: NULL (the book's default, bias=False) or an array of four (H)
+ * vectors b_q, b_k, b_v, b_o. H must be a multiple of num_heads. valid_lens as
+ * for masked_softmax, repeated for every head. → (B, n_q, H).
+ * *weights (may be NULL) receives the per-head weights (B, num_heads, n_q, n_k). */
+QkvValue *qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values,
+                                   QkvValue *w_q, QkvValue *w_k, QkvValue *w_v, QkvValue *w_o,
+                                   QkvValue *const *biases, gint num_heads,
+                                   QkvValue *valid_lens, gboolean causal, double dropout,
+                                   QkvValue **weights, GError **error);
+
+/* "layer_norm" {eps: d}: normalise over the last axis, then · gamma + beta
+ * (both of the last axis' size). */
+QkvValue *qkv_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, double eps,
+                         GError **error);
+
+/* "position_wise_ffn": dense (w1 (F, D), b1 (F)), ReLU, dense (w2 (D, F),
+ * b2 (D)) over the last axis of x (…, D). */
+QkvValue *qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2,
+                                QkvValue *b2, GError **error);
+
+/* "positional_encoding" {dropout: d}: x (B, T, d) + P[:T], with
+ * P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(pos / 10000^(2i/d)),
+ * for any T and d, then dropout. The attribute offset (default 0) shifts the
+ * positions, for decoding one step at a time. */
+QkvValue *qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error);
+
+/* "dropout" {p: d}: in plans compiled for training, zero each element with
+ * probability p and scale the rest by 1/(1-p); the identity in evaluation.
+ * Masks come from a counter-based generator keyed by (seed, step, node). */
+QkvValue *qkv_dropout(QkvValue *x, double p, GError **error);
+
+G_END_DECLS
