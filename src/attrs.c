@@ -57,7 +57,8 @@ parse_value(QkvAttrEntry *e, GVariant *v)
     if (g_variant_type_equal(t, G_VARIANT_TYPE("ax"))) {
       const gint64 *d = g_variant_get_fixed_array(v, &n, sizeof(gint64));
       e->ints = g_new0(gint64, MAX(n, 1));
-      memcpy(e->ints, d, n * sizeof(gint64));
+      if (n > 0)
+        memcpy(e->ints, d, n * sizeof(gint64));
     } else if (g_variant_type_equal(t, G_VARIANT_TYPE("ai"))) {
       const gint32 *d = g_variant_get_fixed_array(v, &n, sizeof(gint32));
       e->ints = g_new0(gint64, MAX(n, 1));

@@ -14,6 +14,7 @@
 #include "qkv-plan.h"
 #include "qkv-plugin.h"
 #include "qkv-check.h"
+#include "qkv-builders.h"
 
 G_BEGIN_DECLS
 
