@@ -11,15 +11,15 @@ attr_type_name(QkvAttrType type)
 {
   switch (type) {
   case QKV_ATTR_INT:
-    return "int";
+    return "an int";
   case QKV_ATTR_FLOAT:
-    return "float";
+    return "a float";
   case QKV_ATTR_BOOL:
-    return "bool";
+    return "a bool";
   case QKV_ATTR_INTS:
-    return "int array";
+    return "an int array";
   case QKV_ATTR_STRING:
-    return "string";
+    return "a string";
   }
   return "?";
 }
@@ -116,7 +116,7 @@ qkv_attrs_parse(const QkvOpDef *def, const gchar *node_name, GVariant *variant, 
                     "op '%s' (node %s): unknown attribute '%s'", def->name, node_name, key);
       } else if (!parse_value(e, value)) {
         g_set_error(error, QKV_ERROR, QKV_ERROR_ATTRIBUTE,
-                    "op '%s' (node %s): attribute '%s' must be a %s, got GVariant type '%s'",
+                    "op '%s' (node %s): attribute '%s' must be %s, got GVariant type '%s'",
                     def->name, node_name, key, attr_type_name(e->type),
                     g_variant_get_type_string(value));
       } else {

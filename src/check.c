@@ -147,16 +147,19 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
     g_free(grad_slot);
     goto out;
   }
+  /* copy every analytic gradient before any input is nudged: later runs
+   * overwrite the plan's outputs */
+  QkvTensor **analytic = g_new0(QkvTensor *, MAX(n_inputs, 1));
+  for (guint i = 0; i < n_inputs; i++) {
+    if (!requires[i])
+      continue;
+    analytic[i] = grad_slot[i] >= 0 ? qkv_tensor_copy(qkv_plan_output(plan, (guint)grad_slot[i]))
+                                    : qkv_tensor_new(QKV_F32, qkv_tensor_shape(inputs[i]));
+  }
   ok = TRUE;
   for (guint i = 0; ok && i < n_inputs; i++) {
     if (!requires[i])
       continue;
-    g_autoptr(QkvTensor) analytic = NULL;
-    if (grad_slot[i] >= 0) {
-      analytic = qkv_tensor_copy(qkv_plan_output(plan, (guint)grad_slot[i]));
-    } else {
-      analytic = qkv_tensor_new(QKV_F32, qkv_tensor_shape(inputs[i]));
-    }
     float *x = qkv_tensor_f32(work[i]);
     for (gint64 e = 0; ok && e < qkv_tensor_numel(work[i]); e++) {
       float orig = x[e];
@@ -174,7 +177,7 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
       if (!ok)
         break;
       double numeric = (lp - lm) / (xp - xm);
-      double a = qkv_tensor_get(analytic, e);
+      double a = qkv_tensor_get(analytic[i], e);
       double err = fabs(a - numeric) / fmax(fabs(numeric), opt.abs_floor);
       if (!(err <= worst))
         worst = isnan(err) ? INFINITY : err;
@@ -188,6 +191,9 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
       }
     }
   }
+  for (guint i = 0; i < n_inputs; i++)
+    qkv_tensor_free(analytic[i]);
+  g_free(analytic);
   g_free(grad_slot);
 
 out:

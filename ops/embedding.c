@@ -1,0 +1,198 @@
+/* embedding.c: "embedding" (a table lookup) and "embedding_backward" (the
+ * scatter-add of its gradient into the table).
+ *
+ * An id outside [0, V) selects a zero row and receives no gradient, so bad
+ * data (a padding id past the vocabulary, say) cannot read or write out of
+ * bounds.
+ */
+#include "ops-common.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static const gchar *const embedding_input_names[] = {"ids", "weight", NULL};
+static const gchar *const embedding_output_names[] = {"y", NULL};
+static const gchar *const backward_input_names[] = {"dy", "ids", NULL};
+static const gchar *const backward_output_names[] = {"dweight", NULL};
+
+static const QkvAttrSpec backward_attrs[] = {
+    {.name = "num_embeddings",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "V, the number of rows of the table"},
+};
+
+static gboolean embedding_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *ids = &ctx->in_shapes[0], *weight = &ctx->in_shapes[1];
+  if (ctx->in_dtypes[0] != QKV_I32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "ids must be i32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  if (ctx->in_dtypes[1] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "weight must be f32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[1]));
+  if (weight->rank != 2)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "weight must be (V, D), got rank %d",
+                           weight->rank);
+  if (ids->rank + 1 > QKV_MAX_RANK)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "ids of rank %d would give an output of rank more than %d", ids->rank,
+                           QKV_MAX_RANK);
+  QkvShape *out = &ctx->out_shapes[0];
+  *out = *ids;
+  out->dims[out->rank++] = weight->dims[1];
+  return TRUE;
+}
+
+static void embedding_forward(const QkvKernelCtx *ctx)
+{
+  const gint32 *ids = ctx->in[0].data;
+  const float *weight = ctx->in[1].data;
+  float *y = ctx->out[0].data;
+  gint64 n = qkv_shape_numel(&ctx->in[0].shape);
+  gint64 v = ctx->in[1].shape.dims[0], d = ctx->in[1].shape.dims[1];
+  if (d == 0)
+    return;
+#pragma omp parallel for num_threads(ctx->n_threads) if (n * d > 32768) schedule(static)
+  for (gint64 i = 0; i < n; i++) {
+    gint64 id = ids[i];
+    if (id >= 0 && id < v)
+      memcpy(y + i * d, weight + id * d, (gsize)d * sizeof(float));
+    else
+      memset(y + i * d, 0, (gsize)d * sizeof(float));
+  }
+}
+
+static gboolean embedding_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->out_grads[0] == NULL || !g->needs_grad[1])
+    return TRUE;
+  gint64 v = qkv_value_shape(g->inputs[1])->dims[0];
+  g->in_grads[1] = qkv_embedding_backward(g->out_grads[0], g->inputs[0], v, error);
+  return g->in_grads[1] != NULL;
+}
+
+static gboolean embedding_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *dy = &ctx->in_shapes[0], *ids = &ctx->in_shapes[1];
+  gint64 v = qkv_attrs_get_int(ctx->attrs, "num_embeddings");
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "dy must be f32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  if (ctx->in_dtypes[1] != QKV_I32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "ids must be i32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[1]));
+  if (v < 0)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "num_embeddings must not be negative, got %" G_GINT64_FORMAT, v);
+  gboolean fits = dy->rank == ids->rank + 1;
+  for (gint i = 0; fits && i < ids->rank; i++)
+    fits = dy->dims[i] == ids->dims[i];
+  if (!fits)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "dy must have the shape of ids plus a last axis D");
+  ctx->out_shapes[0] = QKV_SHAPE(v, dy->dims[dy->rank - 1]);
+  return TRUE;
+}
+
+/* dweight[ids[i]] += dy[i]. Several tokens may share an id, so threads split
+ * the D columns between them: each thread owns whole columns and no two
+ * threads ever write the same element, and the sum over tokens keeps one
+ * order whatever the thread count (deterministic results). */
+static void embedding_backward_forward(const QkvKernelCtx *ctx)
+{
+  const float *dy = ctx->in[0].data;
+  const gint32 *ids = ctx->in[1].data;
+  float *dw = ctx->out[0].data;
+  gint64 n = qkv_shape_numel(&ctx->in[1].shape);
+  gint64 v = ctx->out[0].shape.dims[0], d = ctx->out[0].shape.dims[1];
+  /* Each thread's columns should at least fill a cache line. */
+  gint n_threads = (gint)MAX(1, MIN((gint64)ctx->n_threads, d / 16));
+
+#pragma omp parallel num_threads(n_threads) if ((n + v) * d > 32768)
+  {
+    gint t = 0, nt = 1;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+    nt = omp_get_num_threads();
+#endif
+    gint64 c0 = d * t / nt, c1 = d * (t + 1) / nt;
+    for (gint64 r = 0; r < v; r++)
+      memset(dw + r * d + c0, 0, (gsize)(c1 - c0) * sizeof(float));
+    for (gint64 i = 0; i < n; i++) {
+      gint64 id = ids[i];
+      if (id < 0 || id >= v)
+        continue;
+      const float *src = dy + i * d;
+      float *dst = dw + id * d;
+      for (gint64 c = c0; c < c1; c++)
+        dst[c] += src[c];
+    }
+  }
+}
+
+/* The op is linear in dy: its gradient is the lookup of the incoming
+ * gradient's rows. */
+static gboolean embedding_backward_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  g->in_grads[0] = qkv_embedding(g->inputs[1], g->out_grads[0], error);
+  return g->in_grads[0] != NULL;
+}
+
+static const QkvOpDef embedding_def = {
+    QKV_OP_DEF_INIT,
+    .name = "embedding",
+    .doc = "rows of weight (V, D) picked by i32 ids of any shape → (…, D); an id outside [0, V) "
+           "gives a zero row",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .input_names = embedding_input_names,
+    .output_names = embedding_output_names,
+    .no_grad_inputs = 1 << 0,
+    .shape = embedding_shape,
+    .forward = embedding_forward,
+    .gradient = embedding_grad,
+};
+
+static const QkvOpDef embedding_backward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "embedding_backward",
+    .doc = "scatter-add the rows of dy (…, D) into a (num_embeddings, D) gradient at ids; ids "
+           "outside [0, num_embeddings) are skipped",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .input_names = backward_input_names,
+    .output_names = backward_output_names,
+    .attrs = backward_attrs,
+    .n_attrs = G_N_ELEMENTS(backward_attrs),
+    .no_grad_inputs = 1 << 1,
+    .shape = embedding_backward_shape,
+    .forward = embedding_backward_forward,
+    .gradient = embedding_backward_grad,
+};
+
+void qkv_register_ops_embedding(void)
+{
+  qkv_register_builtin(&embedding_def);
+  qkv_register_builtin(&embedding_backward_def);
+}
+
+QkvValue *qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
+{
+  g_return_val_if_fail(ids != NULL && weight != NULL, NULL);
+  QkvValue *inputs[] = {ids, weight};
+  return qkv_op_call("embedding", inputs, 2, NULL, error);
+}
+
+QkvValue *qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddings, GError **error)
+{
+  g_return_val_if_fail(dy != NULL && ids != NULL, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "num_embeddings", g_variant_new_int64(num_embeddings));
+  QkvValue *inputs[] = {dy, ids};
+  return qkv_op_call("embedding_backward", inputs, 2, g_variant_builder_end(&attrs), error);
+}

@@ -1,0 +1,575 @@
+/* reduce.c: sums over axes ("sum", "mean"), summing down to a broadcast
+ * source shape ("sum_to") and its adjoint, repeating up to a shape
+ * ("broadcast_to").
+ *
+ * All three reductions share one kernel. It first merges adjacent axes that
+ * are reduced (or kept) alike and drops axes of size 1; nearly every real case
+ * then reads as [outer, reduced, inner] (a total, row sums, column sums, a
+ * middle axis), each with a loop that runs over contiguous memory.
+ */
+#include "ops-common.h"
+
+#include <math.h>
+
+/* Below this many input elements a kernel runs on the calling thread. */
+#define REDUCE_PARALLEL_MIN 32768
+
+/* Columns summed per task on the [outer, reduced, inner] path: a stack
+ * accumulator this wide stays in L1 and the inner loop vectorises. */
+#define REDUCE_COL_BLOCK 256
+
+static const gchar *const x_input[] = {"x", NULL};
+static const gchar *const y_output[] = {"y", NULL};
+
+static gint reduce_n_threads(const QkvKernelCtx *ctx, gint64 work)
+{
+  return (work > REDUCE_PARALLEL_MIN && ctx->n_threads > 1) ? ctx->n_threads : 1;
+}
+
+/* ---------------------------------------------------------------------------
+ * The shared reduction kernel
+ * ------------------------------------------------------------------------- */
+
+typedef struct {
+  /* [outer, reduced, inner] when general is FALSE. */
+  gboolean general;
+  gint64 outer, reduced, inner;
+  /* The merged axes for the general path: sizes and output strides (0 on
+   * reduced axes). */
+  gint rank;
+  gint64 dims[QKV_MAX_RANK];
+  gint64 out_strides[QKV_MAX_RANK];
+} ReduceLayout;
+
+static void reduce_layout(const QkvShape *in, const gboolean *reduced_axis, ReduceLayout *l)
+{
+  gint64 sizes[QKV_MAX_RANK];
+  gboolean red[QKV_MAX_RANK];
+  gint n = 0;
+  /* Merge runs of axes that are all reduced or all kept; an axis of size 1
+   * changes nothing in the layout, whichever it is. */
+  for (gint d = 0; d < in->rank; d++) {
+    if (in->dims[d] == 1)
+      continue;
+    if (n > 0 && red[n - 1] == reduced_axis[d]) {
+      sizes[n - 1] *= in->dims[d];
+    } else {
+      sizes[n] = in->dims[d];
+      red[n] = reduced_axis[d];
+      n++;
+    }
+  }
+
+  gint i = 0;
+  l->outer = l->reduced = l->inner = 1;
+  if (i < n && !red[i])
+    l->outer = sizes[i++];
+  if (i < n && red[i])
+    l->reduced = sizes[i++];
+  if (i < n && !red[i])
+    l->inner = sizes[i++];
+  l->general = i < n;
+
+  if (l->general) {
+    l->rank = n;
+    gint64 stride = 1;
+    for (gint d = n - 1; d >= 0; d--) {
+      l->dims[d] = sizes[d];
+      l->out_strides[d] = red[d] ? 0 : stride;
+      if (!red[d])
+        stride *= sizes[d];
+    }
+  }
+}
+
+/* Σ x[0..n) in double: a float sum of many terms drifts, and the vectorised
+ * double sum costs little more. */
+static double sum_contiguous(const float *x, gint64 n)
+{
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (gint64 i = 0; i < n; i++)
+    acc += x[i];
+  return acc;
+}
+
+/* out = x summed over the axes flagged in reduced_axis; out has the kept axes'
+ * elements in order. Allocates nothing. */
+static void reduce_sum(const QkvKernelCtx *ctx, const float *x, const QkvShape *in_shape,
+                       const gboolean *reduced_axis, float *out)
+{
+  ReduceLayout l;
+  reduce_layout(in_shape, reduced_axis, &l);
+  const gint64 n_in = qkv_shape_numel(in_shape);
+  const gint n_threads = reduce_n_threads(ctx, n_in);
+
+  if (l.general) {
+    /* Rare (reduced axes on both sides of a kept one): one pass over x with an
+     * odometer that tracks the output offset. */
+    gint64 n_out = 1;
+    for (gint d = 0; d < l.rank; d++)
+      if (l.out_strides[d] != 0)
+        n_out *= l.dims[d];
+    memset(out, 0, (gsize)n_out * sizeof(float));
+    gint64 coord[QKV_MAX_RANK] = {0};
+    gint64 off = 0;
+    for (gint64 i = 0; i < n_in; i++) {
+      out[off] += x[i];
+      for (gint d = l.rank - 1; d >= 0; d--) {
+        off += l.out_strides[d];
+        if (++coord[d] < l.dims[d])
+          break;
+        off -= l.out_strides[d] * l.dims[d];
+        coord[d] = 0;
+      }
+    }
+    return;
+  }
+
+  const gint64 outer = l.outer, red = l.reduced, inner = l.inner;
+  if (inner == 1 && outer == 1) {
+    /* A total: one contiguous part per thread. */
+    const gint64 per = (red + n_threads - 1) / n_threads;
+    double acc = 0.0;
+#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) reduction(+ : acc)             \
+    schedule(static)
+    for (gint t = 0; t < n_threads; t++) {
+      gint64 begin = MIN(t * per, red), end = MIN(begin + per, red);
+      acc += sum_contiguous(x + begin, end - begin);
+    }
+    out[0] = (float)acc;
+  } else if (inner == 1) {
+    /* Row sums. */
+#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) schedule(static)
+    for (gint64 o = 0; o < outer; o++)
+      out[o] = (float)sum_contiguous(x + o * red, red);
+  } else {
+    /* Column sums of each [reduced, inner] slab, a block of columns per task. */
+    const gint64 n_blocks = (inner + REDUCE_COL_BLOCK - 1) / REDUCE_COL_BLOCK;
+#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) schedule(static)
+    for (gint64 t = 0; t < outer * n_blocks; t++) {
+      const gint64 o = t / n_blocks;
+      const gint64 j0 = (t % n_blocks) * REDUCE_COL_BLOCK;
+      const gint64 width = MIN(REDUCE_COL_BLOCK, inner - j0);
+      const float *slab = x + o * red * inner + j0;
+      float acc[REDUCE_COL_BLOCK];
+      for (gint64 j = 0; j < width; j++)
+        acc[j] = 0.0f;
+      for (gint64 r = 0; r < red; r++) {
+        const float *row = slab + r * inner;
+#pragma omp simd
+        for (gint64 j = 0; j < width; j++)
+          acc[j] += row[j];
+      }
+      memcpy(out + o * inner + j0, acc, (gsize)width * sizeof(float));
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------
+ * "sum" and "mean"
+ * ------------------------------------------------------------------------- */
+
+static const QkvAttrSpec reduce_attrs[] = {
+    {.name = "axes",
+     .type = QKV_ATTR_INTS,
+     .required = FALSE,
+     .doc = "axes to reduce, negative ones counted from the end; empty: all axes"},
+    {.name = "keepdims",
+     .type = QKV_ATTR_BOOL,
+     .required = FALSE,
+     .default_int = FALSE,
+     .doc = "keep reduced axes as size 1"},
+};
+
+/* Flag the axes named by the "axes" attribute (all when it is empty). Returns
+ * the index into the attribute of a bad (out of range or repeated) axis, or -1. */
+static gint axes_mask(const QkvAttrs *attrs, gint rank, gboolean *mask)
+{
+  guint n_axes = 0;
+  const gint64 *axes = qkv_attrs_get_ints(attrs, "axes", &n_axes);
+  for (gint d = 0; d < rank; d++)
+    mask[d] = n_axes == 0;
+  for (guint i = 0; i < n_axes; i++) {
+    gint64 a = axes[i];
+    if (a < -rank || a >= rank)
+      return (gint)i;
+    gint axis = qkv_normalize_axis((gint)a, rank);
+    if (mask[axis])
+      return (gint)i;
+    mask[axis] = TRUE;
+  }
+  return -1;
+}
+
+static gboolean reduce_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x is %s, expected f32",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  const QkvShape *in = &ctx->in_shapes[0];
+  gboolean mask[QKV_MAX_RANK];
+  gint bad = axes_mask(ctx->attrs, in->rank, mask);
+  if (bad >= 0) {
+    guint n_axes = 0;
+    const gint64 *axes = qkv_attrs_get_ints(ctx->attrs, "axes", &n_axes);
+    gint64 a = axes[bad];
+    if (a < -in->rank || a >= in->rank)
+      return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                             "axis %" G_GINT64_FORMAT " is out of range for rank %d", a, in->rank);
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "axis %" G_GINT64_FORMAT " (axis %d of rank %d) is given twice", a,
+                           qkv_normalize_axis((gint)a, in->rank), in->rank);
+  }
+  gboolean keepdims = qkv_attrs_get_bool(ctx->attrs, "keepdims");
+  QkvShape *out = &ctx->out_shapes[0];
+  out->rank = 0;
+  for (gint d = 0; d < in->rank; d++) {
+    if (!mask[d])
+      out->dims[out->rank++] = in->dims[d];
+    else if (keepdims)
+      out->dims[out->rank++] = 1;
+  }
+  return TRUE;
+}
+
+static void sum_forward(const QkvKernelCtx *ctx)
+{
+  gboolean mask[QKV_MAX_RANK];
+  axes_mask(ctx->attrs, ctx->in[0].shape.rank, mask);
+  reduce_sum(ctx, ctx->in[0].data, &ctx->in[0].shape, mask, ctx->out[0].data);
+}
+
+static void mean_forward(const QkvKernelCtx *ctx)
+{
+  sum_forward(ctx);
+  gint64 n_in = qkv_shape_numel(&ctx->in[0].shape);
+  gint64 n_out = qkv_shape_numel(&ctx->out[0].shape);
+  if (n_out == 0)
+    return;
+  /* An empty reduction gives NaN, as 0/0 does in NumPy. */
+  float inv = n_in > 0 ? (float)((double)n_out / (double)n_in) : NAN;
+  float *y = ctx->out[0].data;
+  for (gint64 i = 0; i < n_out; i++)
+    y[i] *= inv;
+}
+
+/* Gradient of a reduction over axes: dy put back on the kept axes and repeated
+ * along the reduced ones, times factor (1 for sum, 1/count for mean). */
+static gboolean reduce_grad(QkvGradCtx *g, gboolean mean, GError **error)
+{
+  QkvValue *x = g->inputs[0], *dy = g->out_grads[0];
+  const QkvShape *in = qkv_value_shape(x);
+  gboolean mask[QKV_MAX_RANK];
+  axes_mask(g->attrs, in->rank, mask);
+  QkvShape kept = *in;
+  gint64 count = 1;
+  for (gint d = 0; d < in->rank; d++) {
+    if (mask[d]) {
+      count *= in->dims[d];
+      kept.dims[d] = 1;
+    }
+  }
+  QkvValue *grad = dy;
+  /* Scale first: dy is the smallest tensor on the way. */
+  if (mean && count != 1) {
+    grad = qkv_scale(grad, count > 0 ? 1.0 / (double)count : 0.0, error);
+    if (grad == NULL)
+      return FALSE;
+  }
+  if (!qkv_shape_equal(qkv_value_shape(grad), &kept)) {
+    grad = qkv_reshape(grad, &kept, error);
+    if (grad == NULL)
+      return FALSE;
+  }
+  if (!qkv_shape_equal(&kept, in)) {
+    grad = qkv_broadcast_to(grad, in, error);
+    if (grad == NULL)
+      return FALSE;
+  }
+  g->in_grads[0] = grad;
+  return TRUE;
+}
+
+static gboolean sum_grad(QkvGradCtx *g, GError **error)
+{
+  return reduce_grad(g, FALSE, error);
+}
+
+static gboolean mean_grad(QkvGradCtx *g, GError **error)
+{
+  return reduce_grad(g, TRUE, error);
+}
+
+/* ---------------------------------------------------------------------------
+ * "sum_to" and "broadcast_to"
+ * ------------------------------------------------------------------------- */
+
+static const QkvAttrSpec shape_attrs[] = {
+    {.name = "shape", .type = QKV_ATTR_INTS, .required = TRUE, .doc = "the target shape"},
+};
+
+/* The "shape" attribute as a QkvShape, or an error. */
+static gboolean target_shape(QkvShapeCtx *ctx, QkvShape *shape, GError **error)
+{
+  guint n = 0;
+  const gint64 *dims = qkv_attrs_get_ints(ctx->attrs, "shape", &n);
+  if (n > QKV_MAX_RANK)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "shape has %u dims, more than the highest rank %d", n, QKV_MAX_RANK);
+  for (guint i = 0; i < n; i++)
+    if (dims[i] < 0)
+      return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                             "shape has a negative dim %" G_GINT64_FORMAT, dims[i]);
+  *shape = n > 0 ? qkv_shape_from_array((gint)n, dims) : qkv_shape_scalar();
+  return TRUE;
+}
+
+/* TRUE if small broadcasts to big under NumPy rules and the result is big. */
+static gboolean broadcasts_to(const QkvShape *small, const QkvShape *big)
+{
+  if (small->rank > big->rank)
+    return FALSE;
+  for (gint i = 1; i <= small->rank; i++) {
+    gint64 s = small->dims[small->rank - i], b = big->dims[big->rank - i];
+    if (s != b && s != 1)
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean sum_to_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x is %s, expected f32",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  QkvShape target;
+  if (!target_shape(ctx, &target, error))
+    return FALSE;
+  if (!broadcasts_to(&target, &ctx->in_shapes[0])) {
+    g_autofree gchar *s = qkv_shape_to_string(&target);
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "x cannot be summed to %s, which does not broadcast to x's shape", s);
+  }
+  ctx->out_shapes[0] = target;
+  return TRUE;
+}
+
+static void sum_to_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *in = &ctx->in[0].shape, *out = &ctx->out[0].shape;
+  gboolean mask[QKV_MAX_RANK];
+  gint lead = in->rank - out->rank;
+  /* Leading axes that the target lacks are summed away; so are its 1s. */
+  for (gint d = 0; d < in->rank; d++)
+    mask[d] = d < lead || out->dims[d - lead] == 1;
+  reduce_sum(ctx, ctx->in[0].data, in, mask, ctx->out[0].data);
+}
+
+static gboolean sum_to_grad(QkvGradCtx *g, GError **error)
+{
+  g->in_grads[0] = qkv_broadcast_to(g->out_grads[0], qkv_value_shape(g->inputs[0]), error);
+  return g->in_grads[0] != NULL;
+}
+
+static gboolean broadcast_to_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x is %s, expected f32",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  QkvShape target;
+  if (!target_shape(ctx, &target, error))
+    return FALSE;
+  if (!broadcasts_to(&ctx->in_shapes[0], &target)) {
+    g_autofree gchar *s = qkv_shape_to_string(&target);
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "x does not broadcast to %s", s);
+  }
+  ctx->out_shapes[0] = target;
+  return TRUE;
+}
+
+static void broadcast_to_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *in = &ctx->in[0].shape, *out = &ctx->out[0].shape;
+  const float *x = ctx->in[0].data;
+  float *y = ctx->out[0].data;
+  const gint64 n_in = qkv_shape_numel(in), n_out = qkv_shape_numel(out);
+  const gint n_threads = reduce_n_threads(ctx, n_out);
+  if (n_out == 0)
+    return;
+
+  if (n_in == 1) {
+    const float v = x[0];
+#pragma omp parallel for simd num_threads(n_threads) if (n_threads > 1) schedule(static)
+    for (gint64 i = 0; i < n_out; i++)
+      y[i] = v;
+    return;
+  }
+
+  if (n_in == n_out) {
+    /* Only leading 1s differ: the same elements in the same order. */
+    if (y != x)
+      memcpy(y, x, (gsize)n_out * sizeof(float));
+    return;
+  }
+
+  /* x's strides in the output's rank, 0 along the axes x is repeated on. */
+  gint64 x_strides[QKV_MAX_RANK];
+  gint64 own[QKV_MAX_RANK];
+  qkv_shape_strides(in, own);
+  const gint lead = out->rank - in->rank;
+  for (gint d = 0; d < out->rank; d++) {
+    gint xd = d - lead;
+    x_strides[d] = (xd < 0 || in->dims[xd] == 1) ? 0 : own[xd];
+  }
+
+  /* The output rows along the last axis: each is either a copy of a row of x
+   * (last axis kept) or one element of x repeated (last axis broadcast). */
+  const gint last = out->rank - 1;
+  const gint64 row_len = out->dims[last];
+  const gint64 n_rows = n_out / row_len;
+  const gboolean repeat_elem = x_strides[last] == 0;
+#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) schedule(static)
+  for (gint64 r = 0; r < n_rows; r++) {
+    /* Offset of this row's first element in x, from its coordinates. */
+    gint64 rest = r, off = 0;
+    for (gint d = last - 1; d >= 0; d--) {
+      off += (rest % out->dims[d]) * x_strides[d];
+      rest /= out->dims[d];
+    }
+    float *dst = y + r * row_len;
+    if (repeat_elem) {
+      const float v = x[off];
+#pragma omp simd
+      for (gint64 k = 0; k < row_len; k++)
+        dst[k] = v;
+    } else {
+      memcpy(dst, x + off, (gsize)row_len * sizeof(float));
+    }
+  }
+}
+
+static gboolean broadcast_to_grad(QkvGradCtx *g, GError **error)
+{
+  g->in_grads[0] = qkv_sum_to(g->out_grads[0], qkv_value_shape(g->inputs[0]), error);
+  return g->in_grads[0] != NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Registration
+ * ------------------------------------------------------------------------- */
+
+static const QkvOpDef reduce_ops[] = {
+    {
+        QKV_OP_DEF_INIT,
+        .name = "sum",
+        .doc = "sum of x over axes (all axes when none are given)",
+        .min_inputs = 1,
+        .max_inputs = 1,
+        .input_names = x_input,
+        .output_names = y_output,
+        .attrs = reduce_attrs,
+        .n_attrs = G_N_ELEMENTS(reduce_attrs),
+        .shape = reduce_shape,
+        .forward = sum_forward,
+        .gradient = sum_grad,
+    },
+    {
+        QKV_OP_DEF_INIT,
+        .name = "mean",
+        .doc = "mean of x over axes (all axes when none are given)",
+        .min_inputs = 1,
+        .max_inputs = 1,
+        .input_names = x_input,
+        .output_names = y_output,
+        .attrs = reduce_attrs,
+        .n_attrs = G_N_ELEMENTS(reduce_attrs),
+        .shape = reduce_shape,
+        .forward = mean_forward,
+        .gradient = mean_grad,
+    },
+    {
+        QKV_OP_DEF_INIT,
+        .name = "sum_to",
+        .doc = "sum x down to a shape that broadcasts to x's (the adjoint of broadcast_to)",
+        .min_inputs = 1,
+        .max_inputs = 1,
+        .input_names = x_input,
+        .output_names = y_output,
+        .attrs = shape_attrs,
+        .n_attrs = G_N_ELEMENTS(shape_attrs),
+        .shape = sum_to_shape,
+        .forward = sum_to_forward,
+        .gradient = sum_to_grad,
+    },
+    {
+        QKV_OP_DEF_INIT,
+        .name = "broadcast_to",
+        .doc = "repeat x up to a shape it broadcasts to (NumPy rules)",
+        .min_inputs = 1,
+        .max_inputs = 1,
+        .input_names = x_input,
+        .output_names = y_output,
+        .attrs = shape_attrs,
+        .n_attrs = G_N_ELEMENTS(shape_attrs),
+        .shape = broadcast_to_shape,
+        .forward = broadcast_to_forward,
+        .gradient = broadcast_to_grad,
+    },
+};
+
+void qkv_register_ops_reduce(void)
+{
+  for (gsize i = 0; i < G_N_ELEMENTS(reduce_ops); i++)
+    qkv_register_builtin(&reduce_ops[i]);
+}
+
+/* ---------------------------------------------------------------------------
+ * Typed functions
+ * ------------------------------------------------------------------------- */
+
+static QkvValue *reduce_call(const gchar *op_name, QkvValue *x, const gint *axes, guint n_axes,
+                             gboolean keepdims, GError **error)
+{
+  g_return_val_if_fail(x != NULL, NULL);
+  g_return_val_if_fail(n_axes == 0 || axes != NULL, NULL);
+  GVariantBuilder axes_builder, attrs;
+  g_variant_builder_init(&axes_builder, G_VARIANT_TYPE("ax"));
+  for (guint i = 0; i < n_axes; i++)
+    g_variant_builder_add(&axes_builder, "x", (gint64)axes[i]);
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axes", g_variant_builder_end(&axes_builder));
+  g_variant_builder_add(&attrs, "{sv}", "keepdims", g_variant_new_boolean(keepdims));
+  return qkv_op_call(op_name, &x, 1, g_variant_builder_end(&attrs), error);
+}
+
+static QkvValue *shape_call(const gchar *op_name, QkvValue *x, const QkvShape *shape,
+                            GError **error)
+{
+  g_return_val_if_fail(x != NULL && shape != NULL, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "shape",
+                        qkv_variant_ints(shape->dims, (gsize)MAX(shape->rank, 0)));
+  return qkv_op_call(op_name, &x, 1, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *qkv_sum(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
+{
+  return reduce_call("sum", x, axes, n_axes, keepdims, error);
+}
+
+QkvValue *qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
+{
+  return reduce_call("mean", x, axes, n_axes, keepdims, error);
+}
+
+QkvValue *qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error)
+{
+  return shape_call("sum_to", x, shape, error);
+}
+
+QkvValue *qkv_broadcast_to(QkvValue *x, const QkvShape *shape, GError **error)
+{
+  return shape_call("broadcast_to", x, shape, error);
+}

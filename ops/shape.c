@@ -1,0 +1,669 @@
+/* shape.c: ops that move elements without computing on them: "reshape",
+ * "permute", "slice", "concat" and "slice_backward".
+ *
+ * All of them work on f32 and i32 alike (both are 4-byte elements) and keep
+ * their input's dtype.
+ */
+#include "ops-common.h"
+
+static const gchar *const x_input_names[] = {"x", NULL};
+static const gchar *const y_output_names[] = {"y", NULL};
+
+/* Element counts around an axis: dims before it, the axis, dims after it. */
+static void split_at_axis(const QkvShape *shape, gint axis, gint64 *outer, gint64 *len,
+                          gint64 *inner)
+{
+  *outer = 1;
+  *inner = 1;
+  for (gint i = 0; i < axis; i++)
+    *outer *= shape->dims[i];
+  for (gint i = axis + 1; i < shape->rank; i++)
+    *inner *= shape->dims[i];
+  *len = shape->dims[axis];
+}
+
+/* ---- reshape ------------------------------------------------------------ */
+
+static const QkvAttrSpec reshape_attrs[] = {
+    {.name = "shape",
+     .type = QKV_ATTR_INTS,
+     .required = TRUE,
+     .doc = "the new shape; one dimension may be -1 (inferred)"},
+};
+
+static gboolean reshape_shape(QkvShapeCtx *ctx, GError **error)
+{
+  guint n;
+  const gint64 *dims = qkv_attrs_get_ints(ctx->attrs, "shape", &n);
+  gint64 numel = qkv_shape_numel(&ctx->in_shapes[0]);
+  QkvShape *out = &ctx->out_shapes[0];
+
+  if (n > QKV_MAX_RANK)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE, "shape has rank %u, more than %d", n,
+                           QKV_MAX_RANK);
+
+  gint inferred = -1;
+  gint64 known = 1;
+  out->rank = (gint)n;
+  for (guint i = 0; i < n; i++) {
+    out->dims[i] = dims[i];
+    if (dims[i] == -1) {
+      if (inferred >= 0)
+        return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                               "shape has more than one -1 (axes %d and %u)", inferred, i);
+      inferred = (gint)i;
+    } else if (dims[i] < 0) {
+      return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                             "shape has a negative dimension %" G_GINT64_FORMAT " at axis %u",
+                             dims[i], i);
+    } else {
+      known *= dims[i];
+    }
+  }
+
+  if (inferred >= 0) {
+    if (known == 0 || numel % known != 0) {
+      g_autofree gchar *s = qkv_shape_to_string(out);
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "%" G_GINT64_FORMAT " elements cannot take the shape %s", numel, s);
+    }
+    out->dims[inferred] = numel / known;
+  } else if (known != numel) {
+    g_autofree gchar *s = qkv_shape_to_string(out);
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "%" G_GINT64_FORMAT " elements cannot take the shape %s", numel, s);
+  }
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  return TRUE;
+}
+
+static void reshape_forward(const QkvKernelCtx *ctx)
+{
+  /* Run in place, the data is already where it belongs. */
+  if (ctx->out[0].data != ctx->in[0].data)
+    memcpy(ctx->out[0].data, ctx->in[0].data,
+           (gsize)qkv_shape_numel(&ctx->in[0].shape) * qkv_dtype_size(ctx->in[0].dtype));
+}
+
+static gboolean reshape_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  g->in_grads[0] = qkv_reshape(g->out_grads[0], qkv_value_shape(g->inputs[0]), error);
+  return g->in_grads[0] != NULL;
+}
+
+/* ---- permute ------------------------------------------------------------ */
+
+static const QkvAttrSpec permute_attrs[] = {
+    {.name = "perm",
+     .type = QKV_ATTR_INTS,
+     .required = TRUE,
+     .doc = "output axis i is input axis perm[i] (negative counts from the end)"},
+};
+
+/* Validate perm against rank and normalise it into out; FALSE if it is not a
+ * permutation of the axes. */
+static gboolean permute_normalize(const gint64 *perm, guint n, gint rank, gint *out)
+{
+  gboolean seen[QKV_MAX_RANK] = {FALSE};
+  if ((gint)n != rank)
+    return FALSE;
+  for (guint i = 0; i < n; i++) {
+    gint64 p = perm[i] < 0 ? perm[i] + rank : perm[i];
+    if (p < 0 || p >= rank || seen[p])
+      return FALSE;
+    seen[p] = TRUE;
+    out[i] = (gint)p;
+  }
+  return TRUE;
+}
+
+static gboolean permute_shape(QkvShapeCtx *ctx, GError **error)
+{
+  guint n;
+  const gint64 *perm = qkv_attrs_get_ints(ctx->attrs, "perm", &n);
+  const QkvShape *in = &ctx->in_shapes[0];
+  gint p[QKV_MAX_RANK];
+
+  if (!permute_normalize(perm, n, in->rank, p)) {
+    g_autoptr(GString) s = g_string_new("(");
+    for (guint i = 0; i < n; i++)
+      g_string_append_printf(s, "%s%" G_GINT64_FORMAT, i ? ", " : "", perm[i]);
+    g_string_append_c(s, ')');
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "perm %s is not a permutation of the %d axes of x", s->str, in->rank);
+  }
+  QkvShape *out = &ctx->out_shapes[0];
+  out->rank = in->rank;
+  for (gint i = 0; i < in->rank; i++)
+    out->dims[i] = in->dims[p[i]];
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  return TRUE;
+}
+
+static void permute_forward(const QkvKernelCtx *ctx)
+{
+  const QkvView *x = &ctx->in[0];
+  QkvView *y = &ctx->out[0];
+  gint rank = x->shape.rank;
+  guint n;
+  const gint64 *perm_attr = qkv_attrs_get_ints(ctx->attrs, "perm", &n);
+  gint perm[QKV_MAX_RANK];
+  gint64 in_strides[QKV_MAX_RANK];
+  gint64 numel = qkv_shape_numel(&x->shape);
+
+  if (numel == 0)
+    return;
+  permute_normalize(perm_attr, n, rank, perm);
+  qkv_shape_strides(&x->shape, in_strides);
+
+  /* Trailing axes that stay in place form contiguous blocks (the D of
+   * (B, T, H, D) → (B, H, T, D)), copied whole. */
+  gint keep = rank;
+  gint64 block = 1;
+  while (keep > 0 && perm[keep - 1] == keep - 1) {
+    keep--;
+    block *= x->shape.dims[keep];
+  }
+  if (keep == 0) {
+    memcpy(y->data, x->data, (gsize)numel * sizeof(guint32));
+    return;
+  }
+
+  const guint32 *src = x->data;
+  guint32 *dst = y->data;
+  if (block > 1) {
+    gint64 n_blocks = numel / block;
+#pragma omp parallel for num_threads(ctx->n_threads) if (numel > 32768) schedule(static)
+    for (gint64 b = 0; b < n_blocks; b++) {
+      gint64 rem = b, offset = 0;
+      for (gint i = keep - 1; i >= 0; i--) {
+        gint64 d = y->shape.dims[i];
+        offset += (rem % d) * in_strides[perm[i]];
+        rem /= d;
+      }
+      memcpy(dst + b * block, src + offset, (gsize)block * sizeof(guint32));
+    }
+  } else {
+    /* The last axis moves: gather each output row with a constant stride. */
+    gint64 row = y->shape.dims[rank - 1];
+    gint64 stride = in_strides[perm[rank - 1]];
+    gint64 n_rows = numel / row;
+#pragma omp parallel for num_threads(ctx->n_threads) if (numel > 32768) schedule(static)
+    for (gint64 r = 0; r < n_rows; r++) {
+      gint64 rem = r, offset = 0;
+      for (gint i = rank - 2; i >= 0; i--) {
+        gint64 d = y->shape.dims[i];
+        offset += (rem % d) * in_strides[perm[i]];
+        rem /= d;
+      }
+      guint32 *out_row = dst + r * row;
+      for (gint64 j = 0; j < row; j++)
+        out_row[j] = src[offset + j * stride];
+    }
+  }
+}
+
+static gboolean permute_grad(QkvGradCtx *g, GError **error)
+{
+  guint n;
+  const gint64 *perm_attr = qkv_attrs_get_ints(g->attrs, "perm", &n);
+  gint rank = qkv_value_shape(g->inputs[0])->rank;
+  gint perm[QKV_MAX_RANK], inverse[QKV_MAX_RANK];
+
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  permute_normalize(perm_attr, n, rank, perm);
+  for (gint i = 0; i < rank; i++)
+    inverse[perm[i]] = i;
+  g->in_grads[0] = qkv_permute(g->out_grads[0], inverse, (guint)rank, error);
+  return g->in_grads[0] != NULL;
+}
+
+/* ---- slice -------------------------------------------------------------- */
+
+static const QkvAttrSpec slice_attrs[] = {
+    {.name = "axis",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "the axis to slice (negative counts from the end)"},
+    {.name = "start",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "first index kept (negative counts from the end)"},
+    {.name = "end",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "one past the last index kept (negative counts from the end)"},
+};
+
+/* The slice's axis and [start, end) after normalisation; FALSE with an
+ * error if they are out of range (no clamping: a wrong index is a bug in the
+ * caller, better reported than hidden). */
+static gboolean slice_resolve(const QkvShapeCtx *ctx, const QkvShape *in, const QkvAttrs *attrs,
+                              gint *axis, gint64 *start, gint64 *end, GError **error)
+{
+  gint64 axis_attr = qkv_attrs_get_int(attrs, "axis");
+  *axis = (axis_attr < -in->rank || axis_attr >= in->rank)
+              ? -1
+              : qkv_normalize_axis((gint)axis_attr, in->rank);
+  if (*axis < 0)
+    return ctx == NULL || qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                                          "axis %" G_GINT64_FORMAT " is out of range for rank %d",
+                                          axis_attr, in->rank);
+  gint64 dim = in->dims[*axis];
+  gint64 start_attr = qkv_attrs_get_int(attrs, "start");
+  gint64 end_attr = qkv_attrs_get_int(attrs, "end");
+  *start = start_attr < 0 ? start_attr + dim : start_attr;
+  *end = end_attr < 0 ? end_attr + dim : end_attr;
+  if (*start < 0 || *end > dim || *start > *end)
+    return ctx == NULL || qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                                          "range [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+                                          ") is out of range for axis %d of size %" G_GINT64_FORMAT,
+                                          start_attr, end_attr, *axis, dim);
+  return TRUE;
+}
+
+static gboolean slice_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *in = &ctx->in_shapes[0];
+  gint axis;
+  gint64 start, end;
+  if (!slice_resolve(ctx, in, ctx->attrs, &axis, &start, &end, error))
+    return FALSE;
+  ctx->out_shapes[0] = *in;
+  ctx->out_shapes[0].dims[axis] = end - start;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  return TRUE;
+}
+
+static void slice_forward(const QkvKernelCtx *ctx)
+{
+  const QkvView *x = &ctx->in[0];
+  gint axis;
+  gint64 start, end, outer, len, inner;
+  slice_resolve(NULL, &x->shape, ctx->attrs, &axis, &start, &end, NULL);
+  split_at_axis(&x->shape, axis, &outer, &len, &inner);
+
+  const guint32 *src = x->data;
+  guint32 *dst = ctx->out[0].data;
+  gint64 chunk = (end - start) * inner;
+  if (chunk == 0)
+    return;
+#pragma omp parallel for num_threads(ctx->n_threads) if (outer * chunk > 32768) schedule(static)
+  for (gint64 o = 0; o < outer; o++)
+    memcpy(dst + o * chunk, src + (o * len + start) * inner, (gsize)chunk * sizeof(guint32));
+}
+
+static gboolean slice_grad(QkvGradCtx *g, GError **error)
+{
+  const QkvShape *in = qkv_value_shape(g->inputs[0]);
+  gint axis;
+  gint64 start, end;
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  slice_resolve(NULL, in, g->attrs, &axis, &start, &end, NULL);
+  g->in_grads[0] = qkv_slice_backward(g->out_grads[0], in, axis, start, error);
+  return g->in_grads[0] != NULL;
+}
+
+/* ---- slice_backward ----------------------------------------------------- */
+
+static const gchar *const slice_backward_input_names[] = {"dy", NULL};
+static const gchar *const slice_backward_output_names[] = {"dx", NULL};
+
+static const QkvAttrSpec slice_backward_attrs[] = {
+    {.name = "shape", .type = QKV_ATTR_INTS, .required = TRUE, .doc = "the sliced input's shape"},
+    {.name = "axis",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "the sliced axis (negative counts from the end)"},
+    {.name = "start",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "where dy starts along axis (negative counts from the end)"},
+};
+
+/* The output shape, axis and start of a slice_backward; FALSE with an error
+ * when dy does not fit in the shape at start. */
+static gboolean slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *dy,
+                                       const QkvAttrs *attrs, QkvShape *out, gint *axis,
+                                       gint64 *start, GError **error)
+{
+  guint n;
+  const gint64 *dims = qkv_attrs_get_ints(attrs, "shape", &n);
+  gint64 axis_attr = qkv_attrs_get_int(attrs, "axis");
+  gint64 start_attr = qkv_attrs_get_int(attrs, "start");
+
+  if ((gint)n != dy->rank)
+    return ctx == NULL || qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                                          "shape has rank %u but dy has rank %d", n, dy->rank);
+  out->rank = dy->rank;
+  for (guint i = 0; i < n; i++)
+    out->dims[i] = dims[i];
+  *axis = (axis_attr < -dy->rank || axis_attr >= dy->rank)
+              ? -1
+              : qkv_normalize_axis((gint)axis_attr, dy->rank);
+  if (*axis < 0)
+    return ctx == NULL || qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                                          "axis %" G_GINT64_FORMAT " is out of range for rank %d",
+                                          axis_attr, dy->rank);
+  *start = start_attr < 0 ? start_attr + out->dims[*axis] : start_attr;
+  gboolean fits = *start >= 0 && *start + dy->dims[*axis] <= out->dims[*axis];
+  for (gint i = 0; fits && i < dy->rank; i++)
+    fits = i == *axis || dy->dims[i] == out->dims[i];
+  if (!fits) {
+    g_autofree gchar *s = qkv_shape_to_string(out);
+    return ctx == NULL ||
+           qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "dy does not fit in shape %s at start %" G_GINT64_FORMAT " of axis %d",
+                           s, start_attr, *axis);
+  }
+  return TRUE;
+}
+
+static gboolean slice_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  gint axis;
+  gint64 start;
+  if (!slice_backward_resolve(ctx, &ctx->in_shapes[0], ctx->attrs, &ctx->out_shapes[0], &axis,
+                              &start, error))
+    return FALSE;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  return TRUE;
+}
+
+static void slice_backward_forward(const QkvKernelCtx *ctx)
+{
+  const QkvView *dy = &ctx->in[0];
+  QkvShape shape;
+  gint axis;
+  gint64 start, outer, len, inner;
+  slice_backward_resolve(NULL, &dy->shape, ctx->attrs, &shape, &axis, &start, NULL);
+  split_at_axis(&shape, axis, &outer, &len, &inner);
+
+  const guint32 *src = dy->data;
+  guint32 *dst = ctx->out[0].data;
+  gint64 row = len * inner, chunk = dy->shape.dims[axis] * inner;
+  if (row == 0)
+    return;
+#pragma omp parallel for num_threads(ctx->n_threads) if (outer * row > 32768) schedule(static)
+  for (gint64 o = 0; o < outer; o++) {
+    guint32 *out_row = dst + o * row;
+    /* Zero only around the copied chunk: each element is written once. */
+    memset(out_row, 0, (gsize)(start * inner) * sizeof(guint32));
+    memcpy(out_row + start * inner, src + o * chunk, (gsize)chunk * sizeof(guint32));
+    memset(out_row + start * inner + chunk, 0,
+           (gsize)(row - start * inner - chunk) * sizeof(guint32));
+  }
+}
+
+static gboolean slice_backward_grad(QkvGradCtx *g, GError **error)
+{
+  const QkvShape *dy = qkv_value_shape(g->inputs[0]);
+  QkvShape shape;
+  gint axis;
+  gint64 start;
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  slice_backward_resolve(NULL, dy, g->attrs, &shape, &axis, &start, NULL);
+  g->in_grads[0] = qkv_slice(g->out_grads[0], axis, start, start + dy->dims[axis], error);
+  return g->in_grads[0] != NULL;
+}
+
+/* ---- concat ------------------------------------------------------------- */
+
+static const gchar *const concat_input_names[] = {"xs", NULL};
+
+static const QkvAttrSpec concat_attrs[] = {
+    {.name = "axis",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "the axis to join along (negative counts from the end)"},
+};
+
+static gint concat_axis(const QkvAttrs *attrs, gint rank)
+{
+  gint64 axis = qkv_attrs_get_int(attrs, "axis");
+  return (axis < -rank || axis >= rank) ? -1 : qkv_normalize_axis((gint)axis, rank);
+}
+
+static gboolean concat_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *first = &ctx->in_shapes[0];
+  gint axis = concat_axis(ctx->attrs, first->rank);
+  if (axis < 0)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "axis %" G_GINT64_FORMAT " is out of range for rank %d",
+                           qkv_attrs_get_int(ctx->attrs, "axis"), first->rank);
+
+  QkvShape *out = &ctx->out_shapes[0];
+  *out = *first;
+  for (guint i = 1; i < ctx->n_inputs; i++) {
+    const QkvShape *s = &ctx->in_shapes[i];
+    if (ctx->in_dtypes[i] != ctx->in_dtypes[0])
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE,
+                             "input %u is %s but input 0 is %s (they must agree)", i,
+                             qkv_dtype_name(ctx->in_dtypes[i]), qkv_dtype_name(ctx->in_dtypes[0]));
+    if (s->rank != first->rank)
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "input %u has rank %d but input 0 has rank %d", i, s->rank,
+                             first->rank);
+    for (gint d = 0; d < s->rank; d++)
+      if (d != axis && s->dims[d] != first->dims[d])
+        return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                               "input %u differs from input 0 on axis %d (%" G_GINT64_FORMAT
+                               " vs %" G_GINT64_FORMAT "), which is not the concat axis %d",
+                               i, d, s->dims[d], first->dims[d], axis);
+    out->dims[axis] += s->dims[axis];
+  }
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  return TRUE;
+}
+
+static void concat_forward(const QkvKernelCtx *ctx)
+{
+  QkvView *y = &ctx->out[0];
+  gint axis = concat_axis(ctx->attrs, y->shape.rank);
+  gint64 outer, len, inner;
+  split_at_axis(&y->shape, axis, &outer, &len, &inner);
+
+  guint32 *dst = y->data;
+  gint64 row = len * inner;
+  if (row == 0)
+    return;
+#pragma omp parallel for num_threads(ctx->n_threads) if (outer * row > 32768) schedule(static)
+  for (gint64 o = 0; o < outer; o++) {
+    guint32 *out_row = dst + o * row;
+    for (guint i = 0; i < ctx->n_inputs; i++) {
+      gint64 chunk = ctx->in[i].shape.dims[axis] * inner;
+      const guint32 *src = ctx->in[i].data;
+      memcpy(out_row, src + o * chunk, (gsize)chunk * sizeof(guint32));
+      out_row += chunk;
+    }
+  }
+}
+
+static gboolean concat_grad(QkvGradCtx *g, GError **error)
+{
+  QkvValue *dy = g->out_grads[0];
+  gint axis = concat_axis(g->attrs, qkv_value_shape(g->outputs[0])->rank);
+  gint64 offset = 0;
+  if (dy == NULL)
+    return TRUE;
+  for (guint i = 0; i < g->n_inputs; i++) {
+    gint64 len = qkv_value_shape(g->inputs[i])->dims[axis];
+    if (g->needs_grad[i]) {
+      g->in_grads[i] = qkv_slice(dy, axis, offset, offset + len, error);
+      if (g->in_grads[i] == NULL)
+        return FALSE;
+    }
+    offset += len;
+  }
+  return TRUE;
+}
+
+/* ---- registration ------------------------------------------------------- */
+
+static const QkvOpDef reshape_def = {
+    QKV_OP_DEF_INIT,
+    .name = "reshape",
+    .doc = "the same elements in a new shape; one dimension may be -1",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .input_names = x_input_names,
+    .output_names = y_output_names,
+    .attrs = reshape_attrs,
+    .n_attrs = G_N_ELEMENTS(reshape_attrs),
+    .flags = QKV_OP_INPLACE,
+    .shape = reshape_shape,
+    .forward = reshape_forward,
+    .gradient = reshape_grad,
+};
+
+static const QkvOpDef permute_def = {
+    QKV_OP_DEF_INIT,
+    .name = "permute",
+    .doc = "reorder the axes: output axis i is input axis perm[i]",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .input_names = x_input_names,
+    .output_names = y_output_names,
+    .attrs = permute_attrs,
+    .n_attrs = G_N_ELEMENTS(permute_attrs),
+    .shape = permute_shape,
+    .forward = permute_forward,
+    .gradient = permute_grad,
+};
+
+static const QkvOpDef slice_def = {
+    QKV_OP_DEF_INIT,
+    .name = "slice",
+    .doc = "the elements start ≤ i < end along axis; negative indices count from the end, and "
+           "indices out of range are an error",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .input_names = x_input_names,
+    .output_names = y_output_names,
+    .attrs = slice_attrs,
+    .n_attrs = G_N_ELEMENTS(slice_attrs),
+    .shape = slice_shape,
+    .forward = slice_forward,
+    .gradient = slice_grad,
+};
+
+static const QkvOpDef slice_backward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "slice_backward",
+    .doc = "zeros of the sliced input's shape with dy placed at start along axis",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .input_names = slice_backward_input_names,
+    .output_names = slice_backward_output_names,
+    .attrs = slice_backward_attrs,
+    .n_attrs = G_N_ELEMENTS(slice_backward_attrs),
+    .shape = slice_backward_shape,
+    .forward = slice_backward_forward,
+    .gradient = slice_backward_grad,
+};
+
+static const QkvOpDef concat_def = {
+    QKV_OP_DEF_INIT,
+    .name = "concat",
+    .doc = "join the inputs along axis; the other axes must agree",
+    .min_inputs = 1,
+    .max_inputs = -1,
+    .input_names = concat_input_names,
+    .output_names = y_output_names,
+    .attrs = concat_attrs,
+    .n_attrs = G_N_ELEMENTS(concat_attrs),
+    .shape = concat_shape,
+    .forward = concat_forward,
+    .gradient = concat_grad,
+};
+
+void qkv_register_ops_shape(void)
+{
+  qkv_register_builtin(&reshape_def);
+  qkv_register_builtin(&permute_def);
+  qkv_register_builtin(&slice_def);
+  qkv_register_builtin(&slice_backward_def);
+  qkv_register_builtin(&concat_def);
+}
+
+/* ---- typed functions ---------------------------------------------------- */
+
+QkvValue *qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
+{
+  g_return_val_if_fail(x != NULL && shape != NULL, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "shape",
+                        qkv_variant_ints(shape->dims, (gsize)MAX(shape->rank, 0)));
+  return qkv_op_call("reshape", &x, 1, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
+{
+  g_return_val_if_fail(x != NULL && (perm != NULL || n == 0), NULL);
+  g_autofree gint64 *values = g_new(gint64, MAX(n, 1));
+  for (guint i = 0; i < n; i++)
+    values[i] = perm[i];
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "perm", qkv_variant_ints(values, n));
+  return qkv_op_call("permute", &x, 1, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
+{
+  g_return_val_if_fail(x != NULL, NULL);
+  gint rank = qkv_value_shape(x)->rank;
+  gint a0 = qkv_normalize_axis(axis0, rank), a1 = qkv_normalize_axis(axis1, rank);
+  if (a0 < 0 || a1 < 0) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "op 'permute' (transpose): axes (%d, %d) are out of range for %s of rank %d", axis0,
+                axis1, qkv_value_name(x), rank);
+    return NULL;
+  }
+  gint perm[QKV_MAX_RANK];
+  for (gint i = 0; i < rank; i++)
+    perm[i] = i;
+  perm[a0] = a1;
+  perm[a1] = a0;
+  return qkv_permute(x, perm, (guint)rank, error);
+}
+
+QkvValue *qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **error)
+{
+  g_return_val_if_fail(x != NULL, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(axis));
+  g_variant_builder_add(&attrs, "{sv}", "start", g_variant_new_int64(start));
+  g_variant_builder_add(&attrs, "{sv}", "end", g_variant_new_int64(end));
+  return qkv_op_call("slice", &x, 1, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error)
+{
+  g_return_val_if_fail(xs != NULL && n > 0, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(axis));
+  return qkv_op_call("concat", xs, n, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
+                             GError **error)
+{
+  g_return_val_if_fail(dy != NULL && input_shape != NULL, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "shape",
+                        qkv_variant_ints(input_shape->dims, (gsize)MAX(input_shape->rank, 0)));
+  g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(axis));
+  g_variant_builder_add(&attrs, "{sv}", "start", g_variant_new_int64(start));
+  return qkv_op_call("slice_backward", &dy, 1, g_variant_builder_end(&attrs), error);
+}

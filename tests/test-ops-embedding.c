@@ -1,0 +1,181 @@
+/* test-ops-embedding.c: "embedding" and "embedding_backward". */
+#include "test-util.h"
+
+#include <string.h>
+
+static QkvValue *build_embedding(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
+                                 GError **error)
+{
+  return qkv_embedding(in[0], in[1], error);
+}
+
+static QkvValue *build_embedding_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
+                                          GError **error)
+{
+  return qkv_embedding_backward(in[0], in[1], GPOINTER_TO_INT(user_data), error);
+}
+
+static void test_forward(void)
+{
+  /* weight rows [1 2], [3 4], [5 6]; ids -1 and 3 are out of range. */
+  QkvShape sw = QKV_SHAPE(3, 2), si = QKV_SHAPE(2, 2);
+  float w[] = {1, 2, 3, 4, 5, 6};
+  gint32 ids[] = {2, 0, -1, 3};
+  g_autoptr(QkvTensor) tw = qkv_tensor_new_f32(&sw, w);
+  g_autoptr(QkvTensor) ti = qkv_tensor_new_i32(&si, ids);
+  QkvTensor *in[] = {ti, tw};
+  g_autoptr(QkvTensor) y = qkv_test_eval(2, in, build_embedding, NULL);
+  QkvShape want_shape = QKV_SHAPE(2, 2, 2);
+  g_assert_true(qkv_shape_equal(qkv_tensor_shape(y), &want_shape));
+  float want[] = {5, 6, 1, 2, 0, 0, 0, 0};
+  qkv_assert_values(y, want, 8, 0);
+
+  /* A scalar id gives one row. */
+  QkvShape s0 = qkv_shape_scalar();
+  gint32 one = 1;
+  g_autoptr(QkvTensor) t0 = qkv_tensor_new_i32(&s0, &one);
+  QkvTensor *in0[] = {t0, tw};
+  g_autoptr(QkvTensor) y0 = qkv_test_eval(2, in0, build_embedding, NULL);
+  g_assert_cmpint(qkv_tensor_rank(y0), ==, 1);
+  float want0[] = {3, 4};
+  qkv_assert_values(y0, want0, 2, 0);
+}
+
+static void test_backward_forward(void)
+{
+  /* ids 2, 0, 2, 7 (out of range): row 0 = dy1, row 1 = 0, row 2 = dy0 + dy2. */
+  QkvShape sd = QKV_SHAPE(4, 2), si = QKV_SHAPE(4);
+  float dy[] = {1, 2, 10, 20, 100, 200, 1000, 2000};
+  gint32 ids[] = {2, 0, 2, 7};
+  g_autoptr(QkvTensor) td = qkv_tensor_new_f32(&sd, dy);
+  g_autoptr(QkvTensor) ti = qkv_tensor_new_i32(&si, ids);
+  QkvTensor *in[] = {td, ti};
+  g_autoptr(QkvTensor) dw = qkv_test_eval(2, in, build_embedding_backward, GINT_TO_POINTER(3));
+  QkvShape want_shape = QKV_SHAPE(3, 2);
+  g_assert_true(qkv_shape_equal(qkv_tensor_shape(dw), &want_shape));
+  float want[] = {10, 20, 0, 0, 101, 202};
+  qkv_assert_values(dw, want, 6, 0);
+}
+
+/* Big enough for the threaded scatter-add (threads own column ranges), with
+ * many repeated ids: compare with a serial sum. */
+static void test_backward_large(void)
+{
+  const gint64 n = 300, v = 40, d = 257;
+  QkvShape sd = QKV_SHAPE(3, n / 3, d), si = QKV_SHAPE(3, n / 3);
+  g_autoptr(QkvTensor) dy = qkv_test_uniform(&sd, 1, -1, 1);
+  g_autoptr(QkvTensor) ids = qkv_test_randint(&si, 2, -2, (gint32)v + 2);
+  QkvTensor *in[] = {dy, ids};
+  g_autoptr(QkvTensor) got =
+      qkv_test_eval(2, in, build_embedding_backward, GINT_TO_POINTER((gint)v));
+
+  QkvShape sw = QKV_SHAPE(v, d);
+  g_autoptr(QkvTensor) want = qkv_tensor_new(QKV_F32, &sw);
+  for (gint64 i = 0; i < n; i++) {
+    gint32 id = qkv_tensor_i32(ids)[i];
+    if (id < 0 || id >= v)
+      continue;
+    for (gint64 c = 0; c < d; c++)
+      qkv_tensor_f32(want)[id * d + c] += qkv_tensor_f32(dy)[i * d + c];
+  }
+  qkv_assert_tensor_close(got, want, 1e-5);
+
+  /* And the lookup of the same ids from the large table. */
+  g_autoptr(QkvTensor) w = qkv_test_uniform(&sw, 3, -1, 1);
+  QkvTensor *fin[] = {ids, w};
+  g_autoptr(QkvTensor) y = qkv_test_eval(2, fin, build_embedding, NULL);
+  for (gint64 i = 0; i < n; i++) {
+    gint32 id = qkv_tensor_i32(ids)[i];
+    for (gint64 c = 0; c < d; c += 17)
+      g_assert_cmpfloat(qkv_tensor_get(y, i * d + c), ==,
+                        id < 0 || id >= v ? 0.0 : qkv_tensor_get(w, id * d + c));
+  }
+}
+
+static void test_grad(void)
+{
+  /* Repeated ids (gradient rows add up) and one id out of range. */
+  QkvShape si = QKV_SHAPE(2, 3), sw = QKV_SHAPE(5, 4);
+  gint32 ids[] = {1, 4, 1, 0, 9, 4};
+  g_autoptr(QkvTensor) ti = qkv_tensor_new_i32(&si, ids);
+  g_autoptr(QkvTensor) tw = qkv_test_uniform(&sw, 4, -1, 1);
+  QkvTensor *in[] = {ti, tw};
+  qkv_test_gradcheck("embedding", 2, in, NULL, build_embedding, NULL);
+
+  QkvShape si1 = QKV_SHAPE(7), sw1 = QKV_SHAPE(3, 5);
+  g_autoptr(QkvTensor) ti1 = qkv_test_randint(&si1, 5, 0, 3);
+  g_autoptr(QkvTensor) tw1 = qkv_test_uniform(&sw1, 6, -1, 1);
+  QkvTensor *in1[] = {ti1, tw1};
+  qkv_test_gradcheck("embedding rank 1", 2, in1, NULL, build_embedding, NULL);
+
+  /* embedding_backward is linear in dy; its gradient is a lookup. */
+  QkvShape sd = QKV_SHAPE(2, 3, 4);
+  g_autoptr(QkvTensor) td = qkv_test_uniform(&sd, 7, -1, 1);
+  QkvTensor *bin[] = {td, ti};
+  qkv_test_gradcheck("embedding_backward", 2, bin, NULL, build_embedding_backward,
+                     GINT_TO_POINTER(5));
+}
+
+/* ---- bad input -------------------------------------------------------- */
+
+static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+{
+  g_autoptr(GError) error = NULL;
+  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
+  g_assert_no_error(error);
+  return v;
+}
+
+#define assert_op_fails(graph, op, code, call)                                                     \
+  G_STMT_START                                                                                     \
+  {                                                                                                \
+    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
+    GError *error_ = NULL;                                                                         \
+    QkvValue *v_ = (call);                                                                         \
+    g_assert_null(v_);                                                                             \
+    g_assert_error(error_, QKV_ERROR, code);                                                       \
+    if (strstr(error_->message, op) == NULL)                                                       \
+      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
+    g_test_message("%s", error_->message);                                                         \
+    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
+    g_clear_error(&error_);                                                                        \
+  }                                                                                                \
+  G_STMT_END
+
+static void test_bad_input(void)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *ids = input(g, "ids", QKV_I32, QKV_SHAPE(2, 3));
+  QkvValue *fids = input(g, "fids", QKV_F32, QKV_SHAPE(2, 3));
+  QkvValue *w = input(g, "w", QKV_F32, QKV_SHAPE(5, 4));
+  QkvValue *w1 = input(g, "w1", QKV_F32, QKV_SHAPE(20));
+  QkvValue *wi = input(g, "wi", QKV_I32, QKV_SHAPE(5, 4));
+  QkvValue *dy = input(g, "dy", QKV_F32, QKV_SHAPE(2, 3, 4));
+  QkvValue *dy_bad = input(g, "dy_bad", QKV_F32, QKV_SHAPE(3, 2, 4));
+  QkvValue *ids5 = input(g, "ids5", QKV_I32, QKV_SHAPE(1, 1, 1, 1, 1, 1));
+
+  assert_op_fails(g, "'embedding'", QKV_ERROR_DTYPE, qkv_embedding(fids, w, &error_));
+  assert_op_fails(g, "'embedding'", QKV_ERROR_DTYPE, qkv_embedding(ids, wi, &error_));
+  assert_op_fails(g, "'embedding'", QKV_ERROR_SHAPE, qkv_embedding(ids, w1, &error_));
+  assert_op_fails(g, "'embedding'", QKV_ERROR_SHAPE, qkv_embedding(ids5, w, &error_));
+  assert_op_fails(g, "embedding_backward", QKV_ERROR_SHAPE,
+                  qkv_embedding_backward(dy_bad, ids, 5, &error_));
+  assert_op_fails(g, "embedding_backward", QKV_ERROR_DTYPE,
+                  qkv_embedding_backward(dy, fids, 5, &error_));
+  assert_op_fails(g, "embedding_backward", QKV_ERROR_ATTRIBUTE,
+                  qkv_embedding_backward(dy, ids, -1, &error_));
+  QkvValue *pair[] = {dy, ids};
+  assert_op_fails(g, "embedding_backward", QKV_ERROR_ATTRIBUTE,
+                  qkv_graph_op(g, "embedding_backward", pair, 2, NULL, &error_));
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/embedding/forward", test_forward);
+  g_test_add_func("/embedding/backward-op", test_backward_forward);
+  g_test_add_func("/embedding/backward-large", test_backward_large);
+  g_test_add_func("/embedding/grad", test_grad);
+  g_test_add_func("/embedding/bad-input", test_bad_input);
+  return g_test_run();
+}

@@ -1,0 +1,320 @@
+/* test-ops-loss.c: "cross_entropy", "cross_entropy_backward" and "mse". */
+#include "test-util.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+  QkvReduction reduction;
+  gboolean weighted; /* inputs[2] is the weight */
+} LossSpec;
+
+static QkvValue *build_ce(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  const LossSpec *s = user_data;
+  return qkv_cross_entropy(in[0], in[1], s->weighted ? in[2] : NULL, s->reduction, error);
+}
+
+/* inputs: dloss, logits, targets, [weight] */
+static QkvValue *build_ce_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
+                                   GError **error)
+{
+  const LossSpec *s = user_data;
+  return qkv_cross_entropy_backward(in[0], in[1], in[2], s->weighted ? in[3] : NULL, s->reduction,
+                                    error);
+}
+
+static QkvValue *build_mse(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  const LossSpec *s = user_data;
+  return qkv_mse(in[0], in[1], s->reduction, error);
+}
+
+static const QkvReduction reductions[] = {QKV_REDUCTION_NONE, QKV_REDUCTION_SUM,
+                                          QKV_REDUCTION_MEAN};
+
+/* ---- cross_entropy forward --------------------------------------------- */
+
+/* logits rows [1 2 3] and [1 1 1], targets 2 and 0:
+ * loss0 = −log softmax([1 2 3])[2] = 0.40760596, loss1 = log 3 = 1.09861229. */
+static void test_ce_forward(void)
+{
+  QkvShape sl = QKV_SHAPE(2, 3), st = QKV_SHAPE(2);
+  float logits[] = {1, 2, 3, 1, 1, 1}, weight[] = {1, 0.5f};
+  gint32 targets[] = {2, 0};
+  g_autoptr(QkvTensor) tl = qkv_tensor_new_f32(&sl, logits);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&st, targets);
+  g_autoptr(QkvTensor) tw = qkv_tensor_new_f32(&st, weight);
+  QkvTensor *in[] = {tl, tt, tw};
+
+  const struct {
+    LossSpec spec;
+    gint rank;
+    float want[2];
+    gsize n;
+  } cases[] = {
+      {{QKV_REDUCTION_NONE, FALSE}, 1, {0.40760596f, 1.09861229f}, 2},
+      {{QKV_REDUCTION_SUM, FALSE}, 0, {1.50621825f}, 1},
+      {{QKV_REDUCTION_MEAN, FALSE}, 0, {0.75310913f}, 1},
+      {{QKV_REDUCTION_NONE, TRUE}, 1, {0.40760596f, 0.54930614f}, 2},
+      {{QKV_REDUCTION_SUM, TRUE}, 0, {0.95691210f}, 1},
+      /* weighted mean divides by the number of tokens (2), not Σ weight */
+      {{QKV_REDUCTION_MEAN, TRUE}, 0, {0.47845605f}, 1},
+  };
+  for (guint c = 0; c < G_N_ELEMENTS(cases); c++) {
+    g_autoptr(QkvTensor) y =
+        qkv_test_eval(cases[c].spec.weighted ? 3 : 2, in, build_ce, (gpointer)&cases[c].spec);
+    g_assert_cmpint(qkv_tensor_rank(y), ==, cases[c].rank);
+    qkv_assert_values(y, cases[c].want, cases[c].n, 1e-6);
+  }
+}
+
+/* Large logits do not overflow, and a target out of range adds nothing. */
+static void test_ce_edge(void)
+{
+  QkvShape sl = QKV_SHAPE(3, 3), st = QKV_SHAPE(3);
+  float logits[] = {1001, 1002, 1003, 5, 6, 7, 1, 1, 1};
+  gint32 targets[] = {2, 3, -1};
+  g_autoptr(QkvTensor) tl = qkv_tensor_new_f32(&sl, logits);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&st, targets);
+  QkvTensor *in[] = {tl, tt};
+  LossSpec none = {QKV_REDUCTION_NONE, FALSE}, mean = {QKV_REDUCTION_MEAN, FALSE};
+  g_autoptr(QkvTensor) y = qkv_test_eval(2, in, build_ce, &none);
+  float want[] = {0.40760596f, 0, 0};
+  qkv_assert_values(y, want, 3, 1e-5);
+  g_autoptr(QkvTensor) ym = qkv_test_eval(2, in, build_ce, &mean);
+  float want_mean = 0.40760596f / 3;
+  qkv_assert_values(ym, &want_mean, 1, 1e-6);
+
+  /* A single token: logits rank 1, targets rank 0. */
+  QkvShape s3 = QKV_SHAPE(3), s0 = qkv_shape_scalar();
+  gint32 t1 = 1;
+  g_autoptr(QkvTensor) tl1 = qkv_tensor_new_f32(&s3, logits + 6);
+  g_autoptr(QkvTensor) tt1 = qkv_tensor_new_i32(&s0, &t1);
+  QkvTensor *in1[] = {tl1, tt1};
+  g_autoptr(QkvTensor) y1 = qkv_test_eval(2, in1, build_ce, &none);
+  g_assert_cmpint(qkv_tensor_rank(y1), ==, 0);
+  float want1 = 1.09861229f;
+  qkv_assert_values(y1, &want1, 1, 1e-6);
+}
+
+/* Many tokens (the parallel path with per-thread scratch rows) against a
+ * reference in double. */
+static void test_ce_large(void)
+{
+  const gint64 n = 200, c = 301;
+  QkvShape sl = QKV_SHAPE(4, n / 4, c), st = QKV_SHAPE(4, n / 4);
+  g_autoptr(QkvTensor) logits = qkv_test_uniform(&sl, 1, -8, 8);
+  g_autoptr(QkvTensor) targets = qkv_test_randint(&st, 2, -3, (gint32)c + 3);
+  g_autoptr(QkvTensor) weight = qkv_test_uniform(&st, 3, 0, 2);
+  QkvTensor *in[] = {logits, targets, weight};
+
+  g_autoptr(QkvTensor) want_none = qkv_tensor_new(QKV_F32, &st);
+  double total = 0;
+  for (gint64 i = 0; i < n; i++) {
+    const float *x = qkv_tensor_f32(logits) + i * c;
+    gint32 t = qkv_tensor_i32(targets)[i];
+    double loss = 0;
+    if (t >= 0 && t < c) {
+      double m = -INFINITY, s = 0;
+      for (gint64 j = 0; j < c; j++)
+        m = fmax(m, x[j]);
+      for (gint64 j = 0; j < c; j++)
+        s += exp(x[j] - m);
+      loss = (log(s) + m - x[t]) * qkv_tensor_f32(weight)[i];
+    }
+    qkv_tensor_f32(want_none)[i] = (float)loss;
+    total += loss;
+  }
+  LossSpec none = {QKV_REDUCTION_NONE, TRUE}, sum = {QKV_REDUCTION_SUM, TRUE},
+           mean = {QKV_REDUCTION_MEAN, TRUE};
+  g_autoptr(QkvTensor) y = qkv_test_eval(3, in, build_ce, &none);
+  qkv_assert_tensor_close(y, want_none, 1e-4);
+  g_autoptr(QkvTensor) ys = qkv_test_eval(3, in, build_ce, &sum);
+  g_assert_cmpfloat(fabs(qkv_tensor_get(ys, 0) - total), <=, 1e-4 * fabs(total));
+  g_autoptr(QkvTensor) ym = qkv_test_eval(3, in, build_ce, &mean);
+  g_assert_cmpfloat(fabs(qkv_tensor_get(ym, 0) - total / n), <=, 1e-4 * fabs(total / n));
+}
+
+/* ---- cross_entropy_backward ------------------------------------------- */
+
+static void test_ce_backward_forward(void)
+{
+  QkvShape sl = QKV_SHAPE(2, 3), st = QKV_SHAPE(2), s0 = qkv_shape_scalar();
+  float logits[] = {1, 2, 3, 1, 1, 1}, one = 1, weight[] = {1, 0.5f}, dl[] = {2, -1};
+  gint32 targets[] = {2, 0};
+  g_autoptr(QkvTensor) tl = qkv_tensor_new_f32(&sl, logits);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&st, targets);
+  g_autoptr(QkvTensor) tw = qkv_tensor_new_f32(&st, weight);
+  g_autoptr(QkvTensor) td = qkv_tensor_new_f32(&s0, &one);
+  g_autoptr(QkvTensor) tdn = qkv_tensor_new_f32(&st, dl);
+
+  /* mean: (softmax − onehot) / 2 */
+  QkvTensor *in[] = {td, tl, tt, tw};
+  LossSpec mean = {QKV_REDUCTION_MEAN, FALSE};
+  g_autoptr(QkvTensor) dx = qkv_test_eval(3, in, build_ce_backward, &mean);
+  float want[] = {0.04501529f, 0.12236424f, -0.16737952f, -0.33333333f, 0.16666667f, 0.16666667f};
+  qkv_assert_values(dx, want, 6, 1e-6);
+
+  /* none, weighted: row i scaled by dloss[i] · weight[i] = 2 and −0.5 */
+  QkvTensor *inn[] = {tdn, tl, tt, tw};
+  LossSpec none_w = {QKV_REDUCTION_NONE, TRUE};
+  g_autoptr(QkvTensor) dxn = qkv_test_eval(4, inn, build_ce_backward, &none_w);
+  float want_n[] = {0.18006114f, 0.48945694f,  -0.66951808f,
+                    0.33333333f, -0.16666667f, -0.16666667f};
+  qkv_assert_values(dxn, want_n, 6, 1e-6);
+}
+
+/* ---- gradients ---------------------------------------------------------- */
+
+static void test_ce_grad(void)
+{
+  const struct {
+    QkvShape logits, targets;
+  } shapes[] = {
+      {QKV_SHAPE(4, 5), QKV_SHAPE(4)},
+      {QKV_SHAPE(2, 3, 7), QKV_SHAPE(2, 3)},
+      {QKV_SHAPE(6), qkv_shape_scalar()},
+  };
+  for (guint s = 0; s < G_N_ELEMENTS(shapes); s++) {
+    gint64 c = shapes[s].logits.dims[shapes[s].logits.rank - 1];
+    g_autoptr(QkvTensor) logits = qkv_test_uniform(&shapes[s].logits, 10 + s, -2, 2);
+    /* one target in ten out of range, on average */
+    g_autoptr(QkvTensor) targets = qkv_test_randint(&shapes[s].targets, 20 + s, 0, (gint32)c + 1);
+    g_autoptr(QkvTensor) weight = qkv_test_uniform(&shapes[s].targets, 30 + s, 0, 2);
+    QkvTensor *in[] = {logits, targets, weight};
+    /* The weight takes no gradient (no_grad_inputs): check the logits only. */
+    gboolean logits_only[] = {TRUE, FALSE, FALSE};
+    for (guint r = 0; r < G_N_ELEMENTS(reductions); r++) {
+      for (gint weighted = 0; weighted < 2; weighted++) {
+        LossSpec spec = {reductions[r], weighted};
+        g_autofree gchar *label =
+            g_strdup_printf("cross_entropy shape %u reduction %d weighted %d", s, r, weighted);
+        qkv_test_gradcheck(label, weighted ? 3 : 2, in, logits_only, build_ce, &spec);
+      }
+    }
+  }
+}
+
+static void test_mse(void)
+{
+  QkvShape s = QKV_SHAPE(3);
+  float pred[] = {1, 2, 3}, target[] = {0, 2, 5};
+  g_autoptr(QkvTensor) tp = qkv_tensor_new_f32(&s, pred);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_f32(&s, target);
+  QkvTensor *in[] = {tp, tt};
+  LossSpec none = {QKV_REDUCTION_NONE, FALSE}, sum = {QKV_REDUCTION_SUM, FALSE},
+           mean = {QKV_REDUCTION_MEAN, FALSE};
+  g_autoptr(QkvTensor) yn = qkv_test_eval(2, in, build_mse, &none);
+  float want_n[] = {1, 0, 4};
+  qkv_assert_values(yn, want_n, 3, 1e-6);
+  g_autoptr(QkvTensor) ys = qkv_test_eval(2, in, build_mse, &sum);
+  float want_s = 5;
+  g_assert_cmpint(qkv_tensor_rank(ys), ==, 0);
+  qkv_assert_values(ys, &want_s, 1, 1e-6);
+  g_autoptr(QkvTensor) ym = qkv_test_eval(2, in, build_mse, &mean);
+  float want_m = 5.0f / 3;
+  qkv_assert_values(ym, &want_m, 1, 1e-6);
+
+  QkvShape shapes[] = {QKV_SHAPE(7), QKV_SHAPE(3, 5), QKV_SHAPE(2, 3, 4)};
+  for (guint i = 0; i < G_N_ELEMENTS(shapes); i++) {
+    g_autoptr(QkvTensor) p = qkv_test_uniform(&shapes[i], 40 + i, -2, 2);
+    g_autoptr(QkvTensor) t = qkv_test_uniform(&shapes[i], 50 + i, -2, 2);
+    QkvTensor *gin[] = {p, t};
+    for (guint r = 0; r < G_N_ELEMENTS(reductions); r++) {
+      LossSpec spec = {reductions[r], FALSE};
+      g_autofree gchar *label = g_strdup_printf("mse shape %u reduction %d", i, r);
+      qkv_test_gradcheck(label, 2, gin, NULL, build_mse, &spec);
+    }
+    gboolean only_target[] = {FALSE, TRUE};
+    qkv_test_gradcheck("mse target only", 2, gin, only_target, build_mse, &none);
+  }
+}
+
+/* ---- bad input -------------------------------------------------------- */
+
+static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+{
+  g_autoptr(GError) error = NULL;
+  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
+  g_assert_no_error(error);
+  return v;
+}
+
+#define assert_op_fails(graph, op, code, call)                                                     \
+  G_STMT_START                                                                                     \
+  {                                                                                                \
+    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
+    GError *error_ = NULL;                                                                         \
+    QkvValue *v_ = (call);                                                                         \
+    g_assert_null(v_);                                                                             \
+    g_assert_error(error_, QKV_ERROR, code);                                                       \
+    if (strstr(error_->message, op) == NULL)                                                       \
+      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
+    g_test_message("%s", error_->message);                                                         \
+    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
+    g_clear_error(&error_);                                                                        \
+  }                                                                                                \
+  G_STMT_END
+
+static void test_bad_input(void)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *logits = input(g, "logits", QKV_F32, QKV_SHAPE(4, 5));
+  QkvValue *ilogits = input(g, "ilogits", QKV_I32, QKV_SHAPE(4, 5));
+  QkvValue *targets = input(g, "targets", QKV_I32, QKV_SHAPE(4));
+  QkvValue *ftargets = input(g, "ftargets", QKV_F32, QKV_SHAPE(4));
+  QkvValue *targets3 = input(g, "targets3", QKV_I32, QKV_SHAPE(3));
+  QkvValue *weight3 = input(g, "weight3", QKV_F32, QKV_SHAPE(3));
+  QkvValue *iweight = input(g, "iweight", QKV_I32, QKV_SHAPE(4));
+  QkvValue *dl4 = input(g, "dl4", QKV_F32, QKV_SHAPE(4));
+  QkvValue *pred = input(g, "pred", QKV_F32, QKV_SHAPE(2, 3));
+  QkvValue *pred_t = input(g, "pred_t", QKV_F32, QKV_SHAPE(3, 2));
+
+  const QkvReduction mean = QKV_REDUCTION_MEAN;
+  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
+                  qkv_cross_entropy(ilogits, targets, NULL, mean, &error_));
+  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
+                  qkv_cross_entropy(logits, ftargets, NULL, mean, &error_));
+  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_SHAPE,
+                  qkv_cross_entropy(logits, targets3, NULL, mean, &error_));
+  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_SHAPE,
+                  qkv_cross_entropy(logits, targets, weight3, mean, &error_));
+  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
+                  qkv_cross_entropy(logits, targets, iweight, mean, &error_));
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "reduction", g_variant_new_string("avg"));
+  QkvValue *lt[] = {logits, targets};
+  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_ATTRIBUTE,
+                  qkv_graph_op(g, "cross_entropy", lt, 2, g_variant_builder_end(&attrs), &error_));
+
+  /* backward: dloss of the wrong shape for the reduction */
+  assert_op_fails(g, "cross_entropy_backward", QKV_ERROR_SHAPE,
+                  qkv_cross_entropy_backward(dl4, logits, targets, NULL, mean, &error_));
+  assert_op_fails(
+      g, "cross_entropy_backward", QKV_ERROR_SHAPE,
+      qkv_cross_entropy_backward(weight3, logits, targets, NULL, QKV_REDUCTION_NONE, &error_));
+
+  assert_op_fails(g, "'mse'", QKV_ERROR_SHAPE, qkv_mse(pred, pred_t, mean, &error_));
+  assert_op_fails(g, "'mse'", QKV_ERROR_DTYPE, qkv_mse(ftargets, targets, mean, &error_));
+
+  /* Without reduction the default is "mean": a scalar. */
+  g_autoptr(GError) error = NULL;
+  QkvValue *loss = qkv_graph_op(g, "cross_entropy", lt, 2, NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(qkv_value_shape(loss)->rank, ==, 0);
+}
+
+int main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/loss/cross_entropy/forward", test_ce_forward);
+  g_test_add_func("/loss/cross_entropy/edge", test_ce_edge);
+  g_test_add_func("/loss/cross_entropy/large", test_ce_large);
+  g_test_add_func("/loss/cross_entropy/backward-op", test_ce_backward_forward);
+  g_test_add_func("/loss/cross_entropy/grad", test_ce_grad);
+  g_test_add_func("/loss/mse", test_mse);
+  g_test_add_func("/loss/bad-input", test_bad_input);
+  return g_test_run();
+}
