@@ -92,6 +92,18 @@ qkv_params_numel(QkvParams *params)
   return n;
 }
 
+gint64
+qkv_params_numel_trainable(QkvParams *params)
+{
+  gint64 n = 0;
+  for (guint i = 0; i < params->list->len; i++) {
+    QkvParam *p = g_ptr_array_index(params->list, i);
+    if (!p->frozen)
+      n += qkv_tensor_numel(p->value);
+  }
+  return n;
+}
+
 void
 qkv_params_zero_grad(QkvParams *params)
 {
@@ -154,6 +166,37 @@ qkv_param_state(QkvParam *param, const gchar *name)
   g_ptr_array_add(param->state_names, g_strdup(name));
   g_ptr_array_add(param->states, t);
   return t;
+}
+
+QkvTensor *
+qkv_param_state_full(QkvParam *param, const gchar *name, QkvDType dtype, const QkvShape *shape)
+{
+  g_return_val_if_fail(param != NULL && name != NULL && shape != NULL, NULL);
+  QkvTensor *t = qkv_param_lookup_state(param, name);
+  if (t != NULL) {
+    g_return_val_if_fail(
+        qkv_tensor_dtype(t) == dtype && qkv_shape_equal(qkv_tensor_shape(t), shape), NULL);
+    return t;
+  }
+  t = qkv_tensor_new(dtype, shape);
+  g_return_val_if_fail(t != NULL, NULL);
+  g_ptr_array_add(param->state_names, g_strdup(name));
+  g_ptr_array_add(param->states, t);
+  return t;
+}
+
+gboolean
+qkv_param_remove_state(QkvParam *param, const gchar *name)
+{
+  g_return_val_if_fail(param != NULL && name != NULL, FALSE);
+  for (guint i = 0; i < param->state_names->len; i++) {
+    if (g_str_equal(g_ptr_array_index(param->state_names, i), name)) {
+      g_ptr_array_remove_index(param->state_names, i);
+      g_ptr_array_remove_index(param->states, i);
+      return TRUE;
+    }
+  }
+  return FALSE;
 }
 
 guint

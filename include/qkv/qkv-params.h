@@ -28,6 +28,8 @@ guint qkv_params_size(QkvParams *params);
 QkvParam *qkv_params_nth(QkvParams *params, guint index);
 /* Total number of scalar elements over all parameters. */
 gint64 qkv_params_numel(QkvParams *params);
+/* Scalar elements over the parameters that are not frozen. */
+gint64 qkv_params_numel_trainable(QkvParams *params);
 /* Set every gradient buffer to zero. */
 void qkv_params_zero_grad(QkvParams *params);
 
@@ -42,6 +44,13 @@ gboolean qkv_param_get_frozen(const QkvParam *param);
 /* Named optimizer state ("exp_avg", "momentum_buffer", ...): created zeroed
  * with the parameter's shape on first use. */
 QkvTensor *qkv_param_state(QkvParam *param, const gchar *name);
+/* Named state of a given dtype and shape (e.g. a scalar step count), created
+ * zeroed on first use; NULL (with a critical warning) if a state of that name
+ * exists with another dtype or shape. */
+QkvTensor *qkv_param_state_full(QkvParam *param, const gchar *name, QkvDType dtype,
+                                const QkvShape *shape);
+/* Drop the named state tensor; FALSE if there was none. */
+gboolean qkv_param_remove_state(QkvParam *param, const gchar *name);
 /* The state tensor if it exists, else NULL. */
 QkvTensor *qkv_param_lookup_state(QkvParam *param, const gchar *name);
 /* The state tensors in creation order: count, and the i-th name (owned by

@@ -1,0 +1,95 @@
+/* qkv-checkpoint.h: checkpoints in the safetensors format.
+ *
+ * File layout (https://github.com/huggingface/safetensors):
+ *
+ *   bytes 0..7     N, the header length, u64 little-endian
+ *   bytes 8..8+N   a JSON object, padded with spaces so the data starts at a
+ *                  multiple of 8:
+ *                    { "__metadata__": { "key": "value", ... },
+ *                      "NAME": { "dtype": "F32", "shape": [d0, d1, ...],
+ *                                "data_offsets": [begin, end] }, ... }
+ *   bytes 8+N..    the tensors' raw little-endian data, back to back;
+ *                  offsets are relative to the start of this section
+ *
+ * What qkv writes:
+ *
+ *   - every parameter under its own name, F32, in store order: the file is a
+ *     state_dict that safetensors.torch.load_file() reads as is;
+ *   - with an optimizer, every state tensor of every parameter as
+ *     "__optim__.<param>.<state>" (e.g. "__optim__.fc.weight.exp_avg", F32,
+ *     the param's shape; "__optim__.fc.weight.step", I32, shape []), so state
+ *     names may not contain '.';
+ *   - metadata (all values strings, as the format requires):
+ *       "format": "pt", "qkv.version",
+ *       with an optimizer: "qkv.optimizer.kind" (sgd|adam|adamw),
+ *         "qkv.optimizer.step", and its hyper-parameters "qkv.optimizer.lr",
+ *         ".weight_decay", ".momentum", ".dampening", ".nesterov", ".beta1",
+ *         ".beta2", ".eps" (doubles written to round-trip exactly);
+ *       with a schedule: "qkv.schedule.kind", "qkv.schedule.position";
+ *       plus any user metadata (keys starting with "qkv." are reserved).
+ *   Gradients and frozen flags are not saved.
+ *
+ * Loading the values, optimizer state, step count, hyper-parameters and
+ * schedule position of a checkpoint into a store, optimizer and schedule of
+ * the same kind makes training continue bit for bit as if it had never
+ * stopped. (A plan with dropout also needs its step: qkv_plan_set_step().)
+ *
+ * Saving is atomic: qkv writes a temporary file in the same directory, fsyncs
+ * it, renames it over path and fsyncs the directory. On any failure (an
+ * unwritable directory, a full disk) path keeps its previous content and the
+ * call returns a QKV_ERROR_IO.
+ *
+ * Loading checks the whole file before it touches anything: the header
+ * length within the file, the JSON, known dtypes, shapes, offsets within the
+ * data, no overlaps, sizes equal to dtype × shape, and every name and shape
+ * against the store. Any problem is a GError (QKV_ERROR_CORRUPT for a
+ * malformed file, naming the tensor and the byte offset; QKV_ERROR_SHAPE,
+ * QKV_ERROR_DTYPE, QKV_ERROR_NOT_FOUND for a file that does not fit the
+ * model) and leaves store, optimizer and schedule unchanged. Values are
+ * copied into the existing tensors, whose data pointers plans hold. The
+ * loader reads the whole file into memory first. As in the reference reader,
+ * of two equal names in a header the last one counts.
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-params.h"
+#include "qkv-optim.h"
+
+G_BEGIN_DECLS
+
+typedef enum {
+  QKV_CHECKPOINT_STRICT = 0,
+  /* params of the store that the file lacks keep their values */
+  QKV_CHECKPOINT_ALLOW_MISSING = 1 << 0,
+  /* tensors of the file that the store lacks are ignored */
+  QKV_CHECKPOINT_ALLOW_UNEXPECTED = 1 << 1,
+} QkvCheckpointFlags;
+
+/* Write params (and, if not NULL, optimizer state and schedule position, and
+ * string→string metadata) to path, atomically. */
+gboolean qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
+                             QkvSchedule *schedule, GHashTable *metadata, GError **error);
+
+/* Read path into params, and if not NULL optimizer (its state tensors in the
+ * store, step count and hyper-parameters; the file must hold state of an
+ * optimizer of the same kind) and schedule (its position; same kind).
+ * Without an optimizer, "__optim__." tensors are ignored. With one, the state
+ * of every loaded param becomes exactly the file's (states the file lacks are
+ * dropped). On success, if missing/unexpected are not NULL, they receive the
+ * names of the store's params the file lacks and of the file's tensors the
+ * store lacks (new arrays of strings; empty in strict mode). */
+gboolean qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
+                             QkvSchedule *schedule, QkvCheckpointFlags flags, GPtrArray **missing,
+                             GPtrArray **unexpected, GError **error);
+
+/* The "__metadata__" map of a checkpoint (string → string; empty if none),
+ * after checking the whole file as load does. */
+GHashTable *qkv_checkpoint_read_metadata(const gchar *path, GError **error);
+
+/* Read any safetensors file: name → new QkvTensor* (F32 as f32; I32, and I64
+ * whose values fit, as i32; other dtypes are a QKV_ERROR_DTYPE), and its
+ * metadata if metadata is not NULL. */
+GHashTable *qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error);
+
+G_END_DECLS

@@ -1,0 +1,168 @@
+/* qkv-optim.h: optimizers, gradient clipping and learning-rate schedules.
+ *
+ * An optimizer updates parameter values in place from their gradient buffers,
+ * outside any graph, so its hyper-parameters (lr, weight decay, ...) may change
+ * between steps without recompiling a plan. The update rules are PyTorch's
+ * (torch.optim.SGD, Adam, AdamW, non-foreach, maximize=False, amsgrad=False),
+ * computed in f32 per element like PyTorch's CPU kernels.
+ *
+ * Optimizer state lives in the store, as named state tensors of each param
+ * (qkv_param_state()): "momentum_buffer" (SGD), "exp_avg", "exp_avg_sq" and a
+ * scalar i32 "step" (Adam, AdamW: PyTorch's per-param state['step']). As in
+ * PyTorch, a state that does not exist yet is created on a param's first
+ * update, so an optimizer made over a store that already holds state (say,
+ * one a checkpoint restored) continues from it. The optimizer itself holds
+ * only its hyper-parameters, its selection of params and a step count.
+ *
+ * Frozen params (qkv_param_set_frozen()) are skipped by every function here.
+ *
+ * A training loop:
+ *
+ *   qkv_schedule_step(schedule, opt);              sets the lr for this update
+ *   qkv_plan_run(plan, &error);                    forward + backward
+ *   qkv_optimizer_clip_grad_norm(opt, 1.0);
+ *   qkv_optimizer_step(opt, &error);
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-params.h"
+
+G_BEGIN_DECLS
+
+typedef struct _QkvOptimizer QkvOptimizer;
+typedef struct _QkvSchedule QkvSchedule;
+
+typedef enum {
+  QKV_OPTIMIZER_SGD,
+  QKV_OPTIMIZER_ADAM,
+  QKV_OPTIMIZER_ADAMW,
+} QkvOptimizerKind;
+
+/* Hyper-parameters, PyTorch's names and meanings. Fields an optimizer does
+ * not use are ignored. Start from qkv_optim_config_sgd/adam/adamw(). */
+typedef struct {
+  double lr;
+  /* SGD and Adam: L2 term wd·p added to the gradient; AdamW: decoupled
+   * p -= lr·wd·p before the Adam update. */
+  double weight_decay;
+  /* SGD */
+  double momentum;
+  double dampening;
+  gboolean nesterov; /* needs momentum > 0 and dampening = 0 */
+  /* Adam, AdamW */
+  double beta1;
+  double beta2;
+  double eps;
+  gpointer reserved[4];
+} QkvOptimConfig;
+
+/* PyTorch's defaults: SGD momentum 0, dampening 0, weight decay 0;
+ * Adam betas (0.9, 0.999), eps 1e-8, weight decay 0; AdamW the same with
+ * weight decay 1e-2. */
+QkvOptimConfig qkv_optim_config_sgd(double lr);
+QkvOptimConfig qkv_optim_config_adam(double lr);
+QkvOptimConfig qkv_optim_config_adamw(double lr);
+
+/* Selects params: TRUE to include param. */
+typedef gboolean (*QkvParamFilter)(QkvParam *param, gpointer user_data);
+
+/* An optimizer over every param in the store (those added later included);
+ * narrow it with qkv_optimizer_select_*(). NULL and QKV_ERROR_INVALID_ARGUMENT
+ * for an invalid config (negative lr, beta outside [0, 1), ...). The store
+ * must outlive the optimizer. */
+QkvOptimizer *qkv_optimizer_new_sgd(QkvParams *params, const QkvOptimConfig *config,
+                                    GError **error);
+QkvOptimizer *qkv_optimizer_new_adam(QkvParams *params, const QkvOptimConfig *config,
+                                     GError **error);
+QkvOptimizer *qkv_optimizer_new_adamw(QkvParams *params, const QkvOptimConfig *config,
+                                      GError **error);
+QkvOptimizer *qkv_optimizer_new(QkvOptimizerKind kind, QkvParams *params,
+                                const QkvOptimConfig *config, GError **error);
+void qkv_optimizer_free(QkvOptimizer *opt);
+
+/* Update only these params (a NULL-terminated list of names, fixed now);
+ * QKV_ERROR_NOT_FOUND naming the first unknown name, and no change. */
+gboolean qkv_optimizer_select_names(QkvOptimizer *opt, const gchar *const *names, GError **error);
+/* Update only the params filter accepts, asked at every step. */
+void qkv_optimizer_select_filter(QkvOptimizer *opt, QkvParamFilter filter, gpointer user_data);
+/* Back to every param in the store. */
+void qkv_optimizer_select_all(QkvOptimizer *opt);
+/* Whether opt updates param (ignoring frozen). */
+gboolean qkv_optimizer_includes(QkvOptimizer *opt, QkvParam *param);
+
+/* One update of every selected, non-frozen param from its gradient buffer;
+ * the step count goes up by one. */
+gboolean qkv_optimizer_step(QkvOptimizer *opt, GError **error);
+/* Zero the gradients of the selected params. */
+void qkv_optimizer_zero_grad(QkvOptimizer *opt);
+/* qkv_clip_grad_norm() over the selected params. */
+double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm);
+
+void qkv_optimizer_set_lr(QkvOptimizer *opt, double lr);
+double qkv_optimizer_get_lr(const QkvOptimizer *opt);
+/* The live hyper-parameters; change them with set_config or set_lr. */
+const QkvOptimConfig *qkv_optimizer_get_config(const QkvOptimizer *opt);
+/* Replace the hyper-parameters (validated as by new). */
+gboolean qkv_optimizer_set_config(QkvOptimizer *opt, const QkvOptimConfig *config, GError **error);
+/* Updates made so far (restored by qkv_checkpoint_load()). */
+gint64 qkv_optimizer_get_step(const QkvOptimizer *opt);
+void qkv_optimizer_set_step(QkvOptimizer *opt, gint64 step);
+QkvOptimizerKind qkv_optimizer_get_kind(const QkvOptimizer *opt);
+QkvParams *qkv_optimizer_get_params(const QkvOptimizer *opt);
+/* "sgd", "adam", "adamw"; and back (FALSE if unknown). */
+const gchar *qkv_optimizer_kind_name(QkvOptimizerKind kind);
+gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind);
+
+/* Like torch.nn.utils.clip_grad_norm_: the L2 norm of all the gradients of
+ * the non-frozen params filter accepts (filter NULL: all) taken together, as
+ * if concatenated; if max_norm / (norm + 1e-6) < 1, every one of those
+ * gradients is scaled by that coefficient. Returns the norm before clipping
+ * (inf or nan if a gradient is not finite, and then the gradients are
+ * scaled by 0 or nan as PyTorch would). */
+double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
+                          double max_norm);
+
+/* Learning-rate schedules.
+ *
+ * qkv_schedule_lr_at(s, step) is the lr for the step-th update, counted from
+ * 1. A schedule also keeps a position, the number of updates it has scheduled
+ * (0 when new): qkv_schedule_step() advances it and returns, and optionally
+ * sets on an optimizer, the lr for the update about to be made. Call it once
+ * before every qkv_optimizer_step(). Checkpoints save and restore the
+ * position. */
+typedef enum {
+  QKV_SCHEDULE_CONSTANT,
+  QKV_SCHEDULE_STEP,
+  QKV_SCHEDULE_COSINE,
+  QKV_SCHEDULE_WARMUP,
+} QkvScheduleKind;
+
+/* lr at every step. */
+QkvSchedule *qkv_schedule_new_constant(double lr);
+/* torch.optim.lr_scheduler.StepLR: lr·gamma^⌊(step-1)/step_size⌋. */
+QkvSchedule *qkv_schedule_new_step(double lr, gint64 step_size, double gamma);
+/* CosineAnnealingLR's closed form with t = step-1, held at min_lr after
+ * t_max: min_lr + (lr - min_lr)·(1 + cos(π·t/t_max))/2. */
+QkvSchedule *qkv_schedule_new_cosine(double lr, gint64 t_max, double min_lr);
+/* "Attention is all you need" warm-up:
+ * factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), peaking at
+ * step = warmup. */
+QkvSchedule *qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup);
+void qkv_schedule_free(QkvSchedule *schedule);
+
+/* The lr for update number step (steps below 1 count as 1). */
+double qkv_schedule_lr_at(const QkvSchedule *schedule, gint64 step);
+/* Advance the position by one and return lr_at(position); if opt is not
+ * NULL, also qkv_optimizer_set_lr(opt, that lr). */
+double qkv_schedule_step(QkvSchedule *schedule, QkvOptimizer *opt);
+gint64 qkv_schedule_get_position(const QkvSchedule *schedule);
+void qkv_schedule_set_position(QkvSchedule *schedule, gint64 position);
+QkvScheduleKind qkv_schedule_get_kind(const QkvSchedule *schedule);
+/* "constant", "step", "cosine", "warmup". */
+const gchar *qkv_schedule_kind_name(QkvScheduleKind kind);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvOptimizer, qkv_optimizer_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvSchedule, qkv_schedule_free)
+
+G_END_DECLS

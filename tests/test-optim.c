@@ -1,0 +1,443 @@
+/* test-optim.c: SGD, Adam and AdamW against torch.optim (tests/data/optim_ref.txt),
+ * frozen params and subsets, gradient clipping, learning-rate schedules. */
+#include "test-util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The same formulas as tests/reference/optim_ref.py. */
+static double
+initial_value(const gchar *name, gint i)
+{
+  if (g_str_equal(name, "w"))
+    return 0.1 * ((i * 5) % 13) - 0.6;
+  return 0.25 * ((i * 3) % 7) - 0.7;
+}
+
+static double
+offset_value(const gchar *name, gint i)
+{
+  if (g_str_equal(name, "w"))
+    return 0.05 * ((i * 7) % 11) - 0.25;
+  return 0.3 - 0.2 * ((i * 2) % 5);
+}
+
+static QkvParams *
+make_store(void)
+{
+  QkvParams *params = qkv_params_new();
+  QkvShape ws = QKV_SHAPE(3, 4), bs = QKV_SHAPE(4);
+  const gchar *names[] = {"w", "b"};
+  const QkvShape *shapes[] = {&ws, &bs};
+  for (guint k = 0; k < 2; k++) {
+    QkvParam *p = qkv_params_add(params, names[k], shapes[k], NULL);
+    float *v = qkv_tensor_f32(qkv_param_value(p));
+    for (gint i = 0; i < qkv_shape_numel(shapes[k]); i++)
+      v[i] = (float)initial_value(names[k], i);
+  }
+  return params;
+}
+
+/* grad = 2·p + c, in f32 as PyTorch forms it */
+static void
+set_grads(QkvParams *params)
+{
+  for (guint k = 0; k < qkv_params_size(params); k++) {
+    QkvParam *p = qkv_params_nth(params, k);
+    const gchar *name = qkv_param_name(p);
+    const float *v = qkv_tensor_f32(qkv_param_value(p));
+    float *g = qkv_tensor_f32(qkv_param_grad(p));
+    for (gint i = 0; i < qkv_tensor_numel(qkv_param_value(p)); i++)
+      g[i] = 2.0f * v[i] + (float)offset_value(name, i);
+  }
+}
+
+static double worst_rel = 0;
+
+/* Largest |a - b| / max(|b|, 1e-6) must stay within 1e-6. */
+static void
+assert_matches(const QkvTensor *actual, const QkvTensor *expected, const gchar *what)
+{
+  g_assert_cmpint(qkv_tensor_numel(actual), ==, qkv_tensor_numel(expected));
+  double worst = 0;
+  for (gint64 i = 0; i < qkv_tensor_numel(actual); i++) {
+    double a = qkv_tensor_get(actual, i), b = qkv_tensor_get(expected, i);
+    double rel = fabs(a - b) / fmax(fabs(b), 1e-6);
+    worst = fmax(worst, rel);
+  }
+  worst_rel = fmax(worst_rel, worst);
+  if (worst > 1e-6)
+    g_error("%s: relative difference %g > 1e-6 against PyTorch", what, worst);
+}
+
+static void
+run_against_torch(const gchar *label, QkvOptimizerKind kind, const QkvOptimConfig *config,
+                  const gchar *const *state_names)
+{
+  g_autoptr(GHashTable) ref = qkv_test_load_reference("optim_ref.txt");
+  g_autoptr(QkvParams) params = make_store();
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new(kind, params, config, &error);
+  g_assert_no_error(error);
+  for (gint step = 1; step <= 3; step++) {
+    set_grads(params);
+    g_assert_true(qkv_optimizer_step(opt, &error));
+    g_assert_no_error(error);
+    g_assert_cmpint(qkv_optimizer_get_step(opt), ==, step);
+    for (guint k = 0; k < qkv_params_size(params); k++) {
+      QkvParam *p = qkv_params_nth(params, k);
+      g_autofree gchar *name = g_strdup_printf("%s.%s.step%d", label, qkv_param_name(p), step);
+      assert_matches(qkv_param_value(p), qkv_test_ref(ref, name), name);
+    }
+  }
+  for (guint k = 0; k < qkv_params_size(params); k++) {
+    QkvParam *p = qkv_params_nth(params, k);
+    for (guint s = 0; state_names[s] != NULL; s++) {
+      g_autofree gchar *name =
+          g_strdup_printf("%s.%s.%s", label, qkv_param_name(p), state_names[s]);
+      QkvTensor *state = qkv_param_lookup_state(p, state_names[s]);
+      g_assert_nonnull(state);
+      assert_matches(state, qkv_test_ref(ref, name), name);
+    }
+  }
+  g_test_message("%s: worst relative difference so far %.3g", label, worst_rel);
+}
+
+static void
+test_sgd_momentum(void)
+{
+  QkvOptimConfig c = qkv_optim_config_sgd(0.1);
+  c.momentum = 0.9;
+  c.weight_decay = 0.01;
+  const gchar *states[] = {"momentum_buffer", NULL};
+  run_against_torch("sgd", QKV_OPTIMIZER_SGD, &c, states);
+}
+
+static void
+test_sgd_nesterov(void)
+{
+  QkvOptimConfig c = qkv_optim_config_sgd(0.05);
+  c.momentum = 0.8;
+  c.weight_decay = 0.02;
+  c.nesterov = TRUE;
+  const gchar *states[] = {"momentum_buffer", NULL};
+  run_against_torch("nesterov", QKV_OPTIMIZER_SGD, &c, states);
+}
+
+static void
+test_adam(void)
+{
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  c.weight_decay = 0.1;
+  const gchar *states[] = {"exp_avg", "exp_avg_sq", NULL};
+  run_against_torch("adam", QKV_OPTIMIZER_ADAM, &c, states);
+}
+
+static void
+test_adamw(void)
+{
+  QkvOptimConfig c = qkv_optim_config_adamw(0.01);
+  c.beta1 = 0.8;
+  c.beta2 = 0.99;
+  c.eps = 1e-6;
+  c.weight_decay = 0.1;
+  const gchar *states[] = {"exp_avg", "exp_avg_sq", NULL};
+  run_against_torch("adamw", QKV_OPTIMIZER_ADAMW, &c, states);
+  QkvShape scalar = qkv_shape_scalar();
+  QkvParams *params = make_store();
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adamw(params, &c, NULL);
+  set_grads(params);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  /* the per-param step count is a scalar i32 state, as state['step'] in PyTorch */
+  QkvTensor *step = qkv_param_lookup_state(qkv_params_lookup(params, "w"), "step");
+  g_assert_nonnull(step);
+  g_assert_cmpint(qkv_tensor_dtype(step), ==, QKV_I32);
+  g_assert_true(qkv_shape_equal(qkv_tensor_shape(step), &scalar));
+  g_assert_cmpint(qkv_tensor_i32(step)[0], ==, 1);
+  qkv_optimizer_free(g_steal_pointer(&opt));
+  qkv_params_free(params);
+}
+
+static void
+test_defaults(void)
+{
+  QkvOptimConfig sgd = qkv_optim_config_sgd(0.5), adam = qkv_optim_config_adam(1e-3),
+                 adamw = qkv_optim_config_adamw(1e-3);
+  g_assert_cmpfloat(sgd.lr, ==, 0.5);
+  g_assert_cmpfloat(sgd.momentum, ==, 0);
+  g_assert_cmpfloat(sgd.dampening, ==, 0);
+  g_assert_cmpfloat(sgd.weight_decay, ==, 0);
+  g_assert_cmpfloat(adam.beta1, ==, 0.9);
+  g_assert_cmpfloat(adam.beta2, ==, 0.999);
+  g_assert_cmpfloat(adam.eps, ==, 1e-8);
+  g_assert_cmpfloat(adam.weight_decay, ==, 0);
+  g_assert_cmpfloat(adamw.weight_decay, ==, 1e-2);
+}
+
+static void
+test_invalid_config(void)
+{
+  g_autoptr(QkvParams) params = make_store();
+  g_autoptr(GError) error = NULL;
+  QkvOptimConfig c = qkv_optim_config_sgd(-1);
+  g_assert_null(qkv_optimizer_new_sgd(params, &c, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "learning rate"));
+  g_clear_error(&error);
+  c = qkv_optim_config_sgd(0.1);
+  c.nesterov = TRUE;
+  g_assert_null(qkv_optimizer_new_sgd(params, &c, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_clear_error(&error);
+  c = qkv_optim_config_adam(0.1);
+  c.beta1 = 1.0;
+  g_assert_null(qkv_optimizer_new_adam(params, &c, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "beta1"));
+  g_clear_error(&error);
+  c = qkv_optim_config_adamw(0.1);
+  c.eps = NAN;
+  g_assert_null(qkv_optimizer_new_adamw(params, &c, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_clear_error(&error);
+  /* set_config validates too and keeps the old one on failure */
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &(QkvOptimConfig){0}, &error);
+  g_assert_nonnull(opt);
+  QkvOptimConfig good = qkv_optim_config_adam(0.01);
+  g_assert_true(qkv_optimizer_set_config(opt, &good, NULL));
+  c = good;
+  c.beta2 = -0.5;
+  g_assert_false(qkv_optimizer_set_config(opt, &c, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpfloat(qkv_optimizer_get_config(opt)->beta2, ==, 0.999);
+}
+
+static gboolean
+only_bias(QkvParam *param, gpointer user_data)
+{
+  return g_str_has_suffix(qkv_param_name(param), "b");
+}
+
+static void
+test_frozen_and_subsets(void)
+{
+  g_autoptr(QkvParams) params = make_store();
+  QkvParam *w = qkv_params_lookup(params, "w"), *b = qkv_params_lookup(params, "b");
+  g_autoptr(QkvTensor) w0 = qkv_tensor_copy(qkv_param_value(w));
+  g_autoptr(QkvTensor) b0 = qkv_tensor_copy(qkv_param_value(b));
+  QkvOptimConfig c = qkv_optim_config_sgd(0.1);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, NULL);
+  g_assert_cmpint(qkv_params_numel(params), ==, 16);
+  g_assert_cmpint(qkv_params_numel_trainable(params), ==, 16);
+
+  /* frozen: skipped */
+  qkv_param_set_frozen(w, TRUE);
+  g_assert_cmpint(qkv_params_numel_trainable(params), ==, 4);
+  set_grads(params);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  qkv_assert_tensor_close(qkv_param_value(w), w0, 0);
+  g_assert_cmpfloat(qkv_tensor_max_rel_diff(qkv_param_value(b), b0, 1e-6), >, 1e-3);
+  qkv_param_set_frozen(w, FALSE);
+
+  /* a list of names */
+  g_autoptr(GError) error = NULL;
+  const gchar *bad[] = {"w", "nope", NULL};
+  g_assert_false(qkv_optimizer_select_names(opt, bad, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
+  g_assert_nonnull(strstr(error->message, "'nope'"));
+  g_clear_error(&error);
+  g_assert_true(qkv_optimizer_includes(opt, w)); /* unchanged after the failure */
+  const gchar *only_w[] = {"w", NULL};
+  g_assert_true(qkv_optimizer_select_names(opt, only_w, &error));
+  g_assert_true(qkv_optimizer_includes(opt, w));
+  g_assert_false(qkv_optimizer_includes(opt, b));
+  g_autoptr(QkvTensor) b1 = qkv_tensor_copy(qkv_param_value(b));
+  set_grads(params);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  qkv_assert_tensor_close(qkv_param_value(b), b1, 0);
+  g_assert_cmpfloat(qkv_tensor_max_rel_diff(qkv_param_value(w), w0, 1e-6), >, 1e-3);
+
+  /* a predicate; zero_grad and clipping follow the selection */
+  qkv_optimizer_select_filter(opt, only_bias, NULL);
+  g_assert_false(qkv_optimizer_includes(opt, w));
+  g_assert_true(qkv_optimizer_includes(opt, b));
+  set_grads(params);
+  qkv_optimizer_zero_grad(opt);
+  g_assert_cmpfloat(qkv_tensor_get(qkv_param_grad(b), 0), ==, 0);
+  g_assert_cmpfloat(qkv_tensor_get(qkv_param_grad(w), 1), !=, 0);
+  qkv_optimizer_select_all(opt);
+  g_assert_true(qkv_optimizer_includes(opt, b) && qkv_optimizer_includes(opt, w));
+}
+
+static void
+test_lr_changes_between_steps(void)
+{
+  g_autoptr(QkvParams) params = make_store();
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  QkvParam *w = qkv_params_lookup(params, "w");
+  g_autoptr(QkvTensor) w0 = qkv_tensor_copy(qkv_param_value(w));
+  qkv_optimizer_set_lr(opt, 0.0);
+  g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, 0.0);
+  set_grads(params);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  /* lr 0: values stay, the moments move */
+  qkv_assert_tensor_close(qkv_param_value(w), w0, 0);
+  g_assert_cmpfloat(fabs(qkv_tensor_get(qkv_param_lookup_state(w, "exp_avg"), 0)), >, 0);
+  qkv_optimizer_set_lr(opt, 0.1);
+  set_grads(params);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  g_assert_cmpfloat(qkv_tensor_max_rel_diff(qkv_param_value(w), w0, 1e-6), >, 1e-3);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 2);
+}
+
+static void
+test_state_of_wrong_shape(void)
+{
+  g_autoptr(QkvParams) params = make_store();
+  QkvShape odd = QKV_SHAPE(2);
+  QkvParam *b = qkv_params_lookup(params, "b");
+  g_assert_nonnull(qkv_param_state_full(b, "exp_avg", QKV_F32, &odd));
+  QkvParam *w = qkv_params_lookup(params, "w");
+  g_autoptr(QkvTensor) w0 = qkv_tensor_copy(qkv_param_value(w));
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  set_grads(params);
+  g_autoptr(GError) error = NULL;
+  g_assert_false(qkv_optimizer_step(opt, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_assert_nonnull(strstr(error->message, "'exp_avg'"));
+  /* nothing was updated, not even the params checked before */
+  qkv_assert_tensor_close(qkv_param_value(w), w0, 0);
+  g_assert_null(qkv_param_lookup_state(w, "exp_avg"));
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 0);
+  g_assert_true(qkv_param_remove_state(b, "exp_avg"));
+  g_assert_false(qkv_param_remove_state(b, "exp_avg"));
+  g_assert_true(qkv_optimizer_step(opt, &error));
+}
+
+static void
+test_clip_grad_norm(void)
+{
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s2 = QKV_SHAPE(2), s1 = QKV_SHAPE(1), s3 = QKV_SHAPE(3);
+  QkvParam *a = qkv_params_add(params, "a", &s2, NULL);
+  QkvParam *b = qkv_params_add(params, "b", &s1, NULL);
+  QkvParam *frozen = qkv_params_add(params, "frozen", &s3, NULL);
+  qkv_param_set_frozen(frozen, TRUE);
+  float ga[] = {3, 4}, gb[] = {12}, gf[] = {100, 100, 100};
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_grad(b)), gb, sizeof gb);
+  memcpy(qkv_tensor_f32(qkv_param_grad(frozen)), gf, sizeof gf);
+
+  /* a large max_norm: the norm (sqrt(9 + 16 + 144) = 13), nothing scaled */
+  g_assert_cmpfloat_with_epsilon(qkv_clip_grad_norm(params, NULL, NULL, 100.0), 13.0, 1e-12);
+  qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+  qkv_assert_values(qkv_param_grad(b), gb, 1, 0);
+
+  /* max_norm 6.5: coefficient 6.5 / (13 + 1e-6) */
+  double norm = qkv_clip_grad_norm(params, NULL, NULL, 6.5);
+  g_assert_cmpfloat_with_epsilon(norm, 13.0, 1e-12);
+  float coef = (float)(6.5 / (13.0 + 1e-6));
+  float want_a[] = {3 * coef, 4 * coef}, want_b[] = {12 * coef};
+  qkv_assert_values(qkv_param_grad(a), want_a, 2, 1e-7);
+  qkv_assert_values(qkv_param_grad(b), want_b, 1, 1e-7);
+  qkv_assert_values(qkv_param_grad(frozen), gf, 3, 0);
+  /* the clipped norm is max_norm (up to the 1e-6) */
+  g_assert_cmpfloat_with_epsilon(qkv_clip_grad_norm(params, NULL, NULL, 1e9), 6.5, 1e-5);
+
+  /* the optimizer's selection */
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_grad(b)), gb, sizeof gb);
+  QkvOptimConfig c = qkv_optim_config_sgd(0.1);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, NULL);
+  const gchar *names[] = {"a", NULL};
+  g_assert_true(qkv_optimizer_select_names(opt, names, NULL));
+  g_assert_cmpfloat_with_epsilon(qkv_optimizer_clip_grad_norm(opt, 1.0), 5.0, 1e-12);
+  float c5 = (float)(1.0 / (5.0 + 1e-6));
+  float want_a5[] = {3 * c5, 4 * c5};
+  qkv_assert_values(qkv_param_grad(a), want_a5, 2, 1e-7);
+  qkv_assert_values(qkv_param_grad(b), gb, 1, 0);
+}
+
+static void
+test_schedule_warmup(void)
+{
+  const double factor = 2.0, d_model = 512, warmup = 4000;
+  g_autoptr(QkvSchedule) s = qkv_schedule_new_warmup(factor, 512, 4000);
+  double scale = factor / sqrt(d_model);
+  /* step 1: the linear branch, 1 · warmup^-1.5 */
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(s, 1), scale * pow(warmup, -1.5), 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(s, 1), 2.0 / sqrt(512.0) / 252982.21281347,
+                                 1e-12);
+  /* step warmup: both branches meet at warmup^-0.5 */
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(s, 4000), scale / sqrt(warmup), 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(s, 4000), 1.3975424859373685e-03, 1e-15);
+  /* step 10·warmup: the inverse square root branch */
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(s, 40000), scale / sqrt(40000.0), 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(s, 40000), 4.419417382415922e-04, 1e-15);
+  g_assert_cmpfloat(qkv_schedule_lr_at(s, 3999), <, qkv_schedule_lr_at(s, 4000));
+  g_assert_cmpfloat(qkv_schedule_lr_at(s, 4001), <, qkv_schedule_lr_at(s, 4000));
+  g_assert_cmpfloat(qkv_schedule_lr_at(s, 0), ==, qkv_schedule_lr_at(s, 1));
+
+  /* stepping advances the position and sets the optimizer's lr */
+  g_autoptr(QkvParams) params = make_store();
+  QkvOptimConfig c = qkv_optim_config_adam(1.0);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, 0);
+  g_assert_cmpfloat(qkv_schedule_step(s, opt), ==, qkv_schedule_lr_at(s, 1));
+  g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, qkv_schedule_lr_at(s, 1));
+  g_assert_cmpfloat(qkv_schedule_step(s, NULL), ==, qkv_schedule_lr_at(s, 2));
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, 2);
+  qkv_schedule_set_position(s, 3999);
+  g_assert_cmpfloat(qkv_schedule_step(s, opt), ==, qkv_schedule_lr_at(s, 4000));
+  g_assert_cmpint(qkv_schedule_get_kind(s), ==, QKV_SCHEDULE_WARMUP);
+  g_assert_cmpstr(qkv_schedule_kind_name(QKV_SCHEDULE_WARMUP), ==, "warmup");
+}
+
+static void
+test_schedule_cosine_step_constant(void)
+{
+  g_autoptr(QkvSchedule) cosine = qkv_schedule_new_cosine(0.1, 100, 0.001);
+  /* t = step - 1: full lr first, the midpoint at t = 50, min_lr from t = 100 on */
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(cosine, 1), 0.1, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(cosine, 51), 0.0505, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(cosine, 26),
+                                 0.001 + 0.099 * (1 + cos(G_PI / 4)) / 2, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(cosine, 26), 0.0855017856687341, 1e-12);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(cosine, 101), 0.001, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(cosine, 500), 0.001, 1e-15);
+
+  g_autoptr(QkvSchedule) step = qkv_schedule_new_step(0.1, 30, 0.1);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(step, 1), 0.1, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(step, 30), 0.1, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(step, 31), 0.01, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(step, 60), 0.01, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(step, 61), 0.001, 1e-15);
+  g_assert_cmpfloat_with_epsilon(qkv_schedule_lr_at(step, 95), 0.0001, 1e-15);
+
+  g_autoptr(QkvSchedule) constant = qkv_schedule_new_constant(0.25);
+  g_assert_cmpfloat(qkv_schedule_lr_at(constant, 1), ==, 0.25);
+  g_assert_cmpfloat(qkv_schedule_lr_at(constant, 123456), ==, 0.25);
+  g_assert_cmpfloat(qkv_schedule_step(constant, NULL), ==, 0.25);
+  g_assert_cmpint(qkv_schedule_get_position(constant), ==, 1);
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/optim/sgd-momentum-weight-decay-matches-torch", test_sgd_momentum);
+  g_test_add_func("/optim/sgd-nesterov-matches-torch", test_sgd_nesterov);
+  g_test_add_func("/optim/adam-matches-torch", test_adam);
+  g_test_add_func("/optim/adamw-matches-torch", test_adamw);
+  g_test_add_func("/optim/defaults", test_defaults);
+  g_test_add_func("/optim/invalid-config", test_invalid_config);
+  g_test_add_func("/optim/frozen-and-subsets", test_frozen_and_subsets);
+  g_test_add_func("/optim/lr-changes-between-steps", test_lr_changes_between_steps);
+  g_test_add_func("/optim/state-of-wrong-shape", test_state_of_wrong_shape);
+  g_test_add_func("/optim/clip-grad-norm", test_clip_grad_norm);
+  g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
+  g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
+  return g_test_run();
+}
