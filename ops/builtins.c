@@ -3,8 +3,7 @@
 
 void qkv_register_builtin_ops(void);
 
-void
-qkv_register_builtin_ops(void)
+void qkv_register_builtin_ops(void)
 {
   qkv_register_ops_matmul();
   qkv_register_ops_elementwise();
@@ -13,4 +12,12 @@ qkv_register_builtin_ops(void)
   qkv_register_ops_softmax();
   qkv_register_ops_embedding();
   qkv_register_ops_loss();
+  qkv_register_ops_masked_softmax();
+  qkv_register_ops_dot_attention();
+  qkv_register_ops_mha();
+  qkv_register_ops_dropout();
+  qkv_register_ops_layer_norm();
+  qkv_register_ops_ffn();
+  qkv_register_ops_positional();
+  qkv_register_ops_additive_attention();
 }

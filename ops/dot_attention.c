@@ -1,0 +1,347 @@
+/* dot_attention.c: "dot_product_attention", the book's DotProductAttention
+ * as one op, and its fused backward op.
+ *
+ * Per batch element: scores = q kᵀ / √d (cblas_sgemm), masked softmax over the
+ * keys (attention-common.h), dropout on the weights in training, weights · v.
+ * Batches of small products run in parallel, one product per thread.
+ */
+#include "attention-common.h"
+
+static const gchar *const forward_input_names[] = {"q", "k", "v", "valid_lens", NULL};
+static const gchar *const forward_output_names[] = {"out", "weights", "dropout_mask", NULL};
+static const gchar *const backward_input_names[] = {
+    "q", "k", "v", "weights", "dropout_mask", "dout", "dweights", "valid_lens", NULL};
+static const gchar *const backward_output_names[] = {"dq", "dk", "dv", NULL};
+
+static const QkvAttrSpec forward_attrs[] = {
+    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "mask key j > query i"},
+    {.name = "dropout",
+     .type = QKV_ATTR_FLOAT,
+     .default_float = 0.0,
+     .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
+};
+
+static const QkvAttrSpec backward_attrs[] = {
+    {.name = "causal",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "the forward op's causal"},
+    {.name = "dropout",
+     .type = QKV_ATTR_FLOAT,
+     .default_float = 0.0,
+     .doc = "the forward op's dropout; > 0: the dropout mask is an input"},
+    {.name = "grad_out",
+     .type = QKV_ATTR_BOOL,
+     .default_int = TRUE,
+     .doc = "dout (the gradient of out) is an input"},
+    {.name = "grad_weights",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "dweights (a gradient reaching the weights output) is an input"},
+};
+
+/* q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), all f32. */
+static gboolean
+check_qkv(QkvShapeCtx *ctx, GError **error)
+{
+  for (guint i = 0; i < 3; i++) {
+    if (ctx->in_dtypes[i] != QKV_F32)
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s must be f32, got %s",
+                             forward_input_names[i], qkv_dtype_name(ctx->in_dtypes[i]));
+    if (ctx->in_shapes[i].rank != 3)
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "%s must have rank 3 (batch, positions, features), got rank %d",
+                             forward_input_names[i], ctx->in_shapes[i].rank);
+  }
+  const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0])
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "q, k and v must have the same batch size");
+  if (k->dims[2] != q->dims[2])
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "q and k must have the same feature size d");
+  if (v->dims[1] != k->dims[1])
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "k and v must have the same number of keys");
+  return TRUE;
+}
+
+static gboolean
+forward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (!check_qkv(ctx, error) || !qkv_attn_check_dropout(ctx, "dropout", error))
+    return FALSE;
+  const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  gboolean per_query;
+  if (ctx->n_inputs > 3 &&
+      !qkv_attn_check_valid_lens(ctx, 3, q->dims[0], q->dims[1], &per_query, error))
+    return FALSE;
+  ctx->out_shapes[0] = QKV_SHAPE(q->dims[0], q->dims[1], v->dims[2]);
+  ctx->out_shapes[1] = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
+  ctx->n_outputs = 2;
+  if (qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0) {
+    ctx->out_shapes[2] = ctx->out_shapes[1];
+    ctx->n_outputs = 3;
+  }
+  return TRUE;
+}
+
+static QkvAttnProblem
+problem_of(const QkvShape *q, const QkvShape *k, const QkvShape *v, const QkvView *valid_lens,
+           const QkvAttrs *attrs)
+{
+  QkvAttnProblem pb = {0};
+  pb.n_q = q->dims[1];
+  pb.n_k = k->dims[1];
+  pb.d = q->dims[2];
+  pb.d_v = v->dims[2];
+  pb.ldq = pb.ldk = pb.d;
+  pb.ldv = pb.ldo = pb.d_v;
+  pb.scale = pb.d > 0 ? (float)(1.0 / sqrt((double)pb.d)) : 1.0f;
+  pb.dropout = qkv_attrs_get_float(attrs, "dropout");
+  pb.mask =
+      qkv_attn_mask_from_view(valid_lens, pb.n_q, pb.n_q, qkv_attrs_get_bool(attrs, "causal"));
+  return pb;
+}
+
+static gsize
+forward_scratch_per_thread(const QkvShape *q, const QkvShape *k, const QkvAttrs *attrs)
+{
+  if (qkv_attrs_get_float(attrs, "dropout") <= 0.0)
+    return 0;
+  return (gsize)(q->dims[1] * k->dims[1]) * sizeof(float);
+}
+
+static gsize
+forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  return (gsize)MAX(n_threads, 1) *
+         forward_scratch_per_thread(&ctx->in_shapes[0], &ctx->in_shapes[1], ctx->attrs);
+}
+
+static void
+forward_kernel(const QkvKernelCtx *ctx)
+{
+  const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
+  QkvAttnProblem pb = problem_of(qs, ks, vs, ctx->n_inputs > 3 ? &ctx->in[3] : NULL, ctx->attrs);
+  gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
+  const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
+  float *out = ctx->out[0].data, *p = ctx->out[1].data;
+  float *drop = ctx->n_outputs > 2 ? ctx->out[2].data : NULL;
+  gsize per_thread = forward_scratch_per_thread(qs, ks, ctx->attrs);
+  gint nt =
+      qkv_attn_problem_threads(ctx, batch, nn * MAX(pb.d, pb.d_v), per_thread, ctx->scratch_size);
+  gint64 fpt = (gint64)(per_thread / sizeof(float));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (gint64 b = 0; b < batch; b++) {
+    float *pd = per_thread > 0 ? (float *)ctx->scratch + omp_get_thread_num() * fpt : NULL;
+    qkv_attn_forward_problem(ctx, &pb, b, q + b * pb.n_q * pb.d, k + b * pb.n_k * pb.d,
+                             v + b * pb.n_k * pb.d_v, p + b * nn, drop ? drop + b * nn : NULL, pd,
+                             out + b * pb.n_q * pb.d_v);
+  }
+}
+
+/* Where the optional inputs of the backward op are; -1 when absent. */
+typedef struct {
+  gint mask, dout, dweights, valid_lens;
+} BackwardInputs;
+
+static gboolean
+backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
+                BackwardInputs *layout)
+{
+  guint next = 4;
+  layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
+  layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
+  layout->dweights = qkv_attrs_get_bool(attrs, "grad_weights") ? (gint)next++ : -1;
+  layout->valid_lens = n_inputs == next + 1 && dtypes[next] == QKV_I32 ? (gint)next++ : -1;
+  return n_inputs == next;
+}
+
+static gboolean
+backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  BackwardInputs in;
+  if (!backward_layout(ctx->n_inputs, ctx->in_dtypes, ctx->attrs, &in))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
+                           "expected q, k, v, weights, then dropout_mask (dropout > 0), dout "
+                           "(grad_out), dweights (grad_weights) and optional valid_lens");
+  if (!check_qkv(ctx, error))
+    return FALSE;
+  const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  QkvShape wshape = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
+  QkvShape oshape = QKV_SHAPE(q->dims[0], q->dims[1], v->dims[2]);
+  struct {
+    gint index;
+    const gchar *name;
+    const QkvShape *shape;
+  } checks[] = {{3, "weights", &wshape},
+                {in.mask, "dropout_mask", &wshape},
+                {in.dout, "dout", &oshape},
+                {in.dweights, "dweights", &wshape}};
+  for (guint c = 0; c < G_N_ELEMENTS(checks); c++) {
+    gint i = checks[c].index;
+    if (i >= 0 &&
+        (ctx->in_dtypes[i] != QKV_F32 || !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
+      g_autofree gchar *want = qkv_shape_to_string(checks[c].shape);
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be f32%s", checks[c].name, want);
+    }
+  }
+  gboolean per_query;
+  if (in.valid_lens >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, q->dims[0],
+                                                       q->dims[1], &per_query, error))
+    return FALSE;
+  ctx->n_outputs = 3;
+  for (guint i = 0; i < 3; i++)
+    ctx->out_shapes[i] = ctx->in_shapes[i];
+  return TRUE;
+}
+
+static gsize
+backward_scratch_per_thread(const QkvShape *q, const QkvShape *k)
+{
+  return 2 * (gsize)(q->dims[1] * k->dims[1]) * sizeof(float);
+}
+
+static gsize
+backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  return (gsize)MAX(n_threads, 1) *
+         backward_scratch_per_thread(&ctx->in_shapes[0], &ctx->in_shapes[1]);
+}
+
+static void
+backward_kernel(const QkvKernelCtx *ctx)
+{
+  BackwardInputs in;
+  QkvDType dtypes[8];
+  for (guint i = 0; i < ctx->n_inputs && i < 8; i++)
+    dtypes[i] = ctx->in[i].dtype;
+  backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
+  const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
+  QkvAttnProblem pb =
+      problem_of(qs, ks, vs, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL, ctx->attrs);
+  gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
+  const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
+  const float *p = ctx->in[3].data;
+  const float *drop = in.mask >= 0 ? ctx->in[in.mask].data : NULL;
+  const float *dout = in.dout >= 0 ? ctx->in[in.dout].data : NULL;
+  const float *dw = in.dweights >= 0 ? ctx->in[in.dweights].data : NULL;
+  float *dq = ctx->out[0].data, *dk = ctx->out[1].data, *dv = ctx->out[2].data;
+  gsize per_thread = backward_scratch_per_thread(qs, ks);
+  gint nt =
+      qkv_attn_problem_threads(ctx, batch, nn * MAX(pb.d, pb.d_v), per_thread, ctx->scratch_size);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (gint64 b = 0; b < batch; b++) {
+    float *pd = ctx->scratch != NULL ? (float *)ctx->scratch + omp_get_thread_num() * 2 * nn : NULL;
+    qkv_attn_backward_problem(&pb, b, dout ? dout + b * pb.n_q * pb.d_v : NULL,
+                              q + b * pb.n_q * pb.d, k + b * pb.n_k * pb.d, v + b * pb.n_k * pb.d_v,
+                              p + b * nn, drop ? drop + b * nn : NULL, dw ? dw + b * nn : NULL, pd,
+                              pd ? pd + nn : NULL, dq + b * pb.n_q * pb.d, dk + b * pb.n_k * pb.d,
+                              dv + b * pb.n_k * pb.d_v);
+  }
+}
+
+/* The weights output is differentiable too (a gradient reaching it joins the
+ * one coming back through dropout and v); the dropout mask is not. */
+static gboolean
+forward_grad(QkvGradCtx *g, GError **error)
+{
+  QkvValue *dout = g->out_grads[0], *dw = g->out_grads[1];
+  if ((dout == NULL && dw == NULL) || !(g->needs_grad[0] || g->needs_grad[1] || g->needs_grad[2]))
+    return TRUE;
+  double dropout = qkv_attrs_get_float(g->attrs, "dropout");
+  QkvValue *inputs[8];
+  guint n = 0;
+  for (guint i = 0; i < 3; i++)
+    inputs[n++] = g->inputs[i];
+  inputs[n++] = g->outputs[1];
+  if (dropout > 0.0)
+    inputs[n++] = g->outputs[2];
+  if (dout != NULL)
+    inputs[n++] = dout;
+  if (dw != NULL)
+    inputs[n++] = dw;
+  if (g->n_inputs > 3)
+    inputs[n++] = g->inputs[3];
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "causal",
+                        g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
+  g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(dout != NULL));
+  g_variant_builder_add(&attrs, "{sv}", "grad_weights", g_variant_new_boolean(dw != NULL));
+  QkvNode *node = qkv_graph_add_node(g->graph, "dot_product_attention_backward", inputs, n,
+                                     g_variant_builder_end(&attrs), error);
+  if (node == NULL)
+    return FALSE;
+  for (guint i = 0; i < 3; i++)
+    if (g->needs_grad[i])
+      g->in_grads[i] = qkv_node_output(node, i);
+  return TRUE;
+}
+
+static const QkvOpDef forward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "dot_product_attention",
+    .doc = "d2l's DotProductAttention: out = dropout(masked_softmax(q kᵀ / √d)) v for q (B, n_q, "
+           "d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, n_q) as for "
+           "masked_softmax. Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
+           "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
+           "1/(1-p), all ones in evaluation, saved for the backward (no gradient).",
+    .min_inputs = 3,
+    .max_inputs = 4,
+    .input_names = forward_input_names,
+    .output_names = forward_output_names,
+    .attrs = forward_attrs,
+    .n_attrs = G_N_ELEMENTS(forward_attrs),
+    .no_grad_inputs = 1 << 3,
+    .flags = QKV_OP_RANDOM,
+    .shape = forward_shape,
+    .forward = forward_kernel,
+    .gradient = forward_grad,
+    .scratch_size = forward_scratch,
+};
+
+static const QkvOpDef backward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "dot_product_attention_backward",
+    .doc = "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
+           "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
+           "and valid_lens (i32) when given to the forward op.",
+    .min_inputs = 4,
+    .max_inputs = 8,
+    .input_names = backward_input_names,
+    .output_names = backward_output_names,
+    .attrs = backward_attrs,
+    .n_attrs = G_N_ELEMENTS(backward_attrs),
+    .shape = backward_shape,
+    .forward = backward_kernel,
+    .scratch_size = backward_scratch,
+};
+
+void
+qkv_register_ops_dot_attention(void)
+{
+  qkv_register_builtin(&forward_def);
+  qkv_register_builtin(&backward_def);
+}
+
+QkvValue *
+qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
+                          gboolean causal, double dropout, QkvValue **weights, GError **error)
+{
+  g_return_val_if_fail(q != NULL && k != NULL && v != NULL, NULL);
+  QkvValue *inputs[] = {q, k, v, valid_lens};
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
+  g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  QkvNode *node =
+      qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs,
+                         valid_lens != NULL ? 4 : 3, g_variant_builder_end(&attrs), error);
+  if (node == NULL)
+    return NULL;
+  if (weights != NULL)
+    *weights = qkv_node_output(node, 1);
+  return qkv_node_output(node, 0);
+}

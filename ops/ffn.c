@@ -1,0 +1,266 @@
+/* ffn.c: "position_wise_ffn", the book's PositionWiseFFN (dense, ReLU, dense)
+ * as one op, and its fused backward op.
+ *
+ * Every position is a row: x (…, D) folds to an (N, D) matrix, so each dense
+ * layer is one cblas_sgemm over all positions at once (x · w1ᵀ with w1 in
+ * nn.Linear's (out, in) layout). The biases are written into the output rows
+ * first and the product is accumulated onto them (beta = 1). The forward op
+ * returns the ReLU activation too; the backward reads it for both the ReLU
+ * mask and dw2.
+ */
+#include "ops-common.h"
+
+#include <cblas.h>
+
+/* Below this many elements an elementwise pass runs on the calling thread. */
+#define FFN_PARALLEL_MIN 32768
+
+static const gchar *const ffn_input_names[] = {"x", "w1", "b1", "w2", "b2", NULL};
+static const gchar *const ffn_output_names[] = {"y", "hidden", NULL};
+static const gchar *const ffn_backward_input_names[] = {"dy", "x", "w1", "w2", "hidden", NULL};
+static const gchar *const ffn_backward_output_names[] = {"dx", "dw1", "db1", "dw2", "db2", NULL};
+
+/* The sizes of one FFN: N rows of D inputs, F hidden units, O outputs. */
+typedef struct {
+  gint64 n, d, f, o;
+} FfnDims;
+
+static gboolean
+ffn_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *x = &ctx->in_shapes[0], *w1 = &ctx->in_shapes[1], *b1 = &ctx->in_shapes[2],
+                 *w2 = &ctx->in_shapes[3], *b2 = &ctx->in_shapes[4];
+  for (guint i = 0; i < 5; i++)
+    if (ctx->in_dtypes[i] != QKV_F32)
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x, w1, b1, w2 and b2 must be f32");
+  if (x->rank < 1 || x->dims[x->rank - 1] < 1)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "x must have rank 1 or more and a non-empty last axis");
+  gint64 d = x->dims[x->rank - 1];
+  if (w1->rank != 2 || w1->dims[1] != d || w1->dims[0] < 1)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "w1 must be (F, %" G_GINT64_FORMAT ") to take x's last axis", d);
+  gint64 f = w1->dims[0];
+  if (b1->rank != 1 || b1->dims[0] != f)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "b1 must be (%" G_GINT64_FORMAT ")", f);
+  if (w2->rank != 2 || w2->dims[1] != f || w2->dims[0] < 1)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "w2 must be (O, %" G_GINT64_FORMAT ") to take the hidden layer", f);
+  gint64 o = w2->dims[0];
+  if (b2->rank != 1 || b2->dims[0] != o)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "b2 must be (%" G_GINT64_FORMAT ")", o);
+  ctx->n_outputs = 2;
+  ctx->out_shapes[0] = *x;
+  ctx->out_shapes[0].dims[x->rank - 1] = o;
+  ctx->out_shapes[1] = *x;
+  ctx->out_shapes[1].dims[x->rank - 1] = f;
+  return TRUE;
+}
+
+static void
+sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, const float *b,
+      float beta, float *c)
+{
+  gint64 lda = ta ? m : k, ldb = tb ? k : n;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)MAX(lda, 1), b,
+              (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(n, 1));
+}
+
+/* Every row of c (rows × cols) set to bias. */
+static void
+fill_rows(const QkvKernelCtx *ctx, float *c, const float *bias, gint64 rows, gint64 cols)
+{
+#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > FFN_PARALLEL_MIN)           \
+    schedule(static)
+  for (gint64 r = 0; r < rows; r++)
+    memcpy(c + r * cols, bias, (gsize)cols * sizeof(float));
+}
+
+static void
+ffn_forward(const QkvKernelCtx *ctx)
+{
+  const QkvView *w1v = &ctx->in[1], *w2v = &ctx->in[3];
+  gint64 n, d;
+  qkv_view_rows(&ctx->in[0], &n, &d);
+  const gint64 f = w1v->shape.dims[0], o = w2v->shape.dims[0];
+  const float *x = ctx->in[0].data, *w1 = w1v->data, *b1 = ctx->in[2].data, *w2 = w2v->data,
+              *b2 = ctx->in[4].data;
+  float *y = ctx->out[0].data, *hidden = ctx->out[1].data;
+  if (n == 0)
+    return;
+
+  fill_rows(ctx, hidden, b1, n, f);
+  sgemm(FALSE, TRUE, n, f, d, x, w1, 1.0f, hidden);
+  const gint64 nh = n * f;
+#pragma omp parallel for simd num_threads(ctx->n_threads) if (nh > FFN_PARALLEL_MIN)               \
+    schedule(static)
+  for (gint64 i = 0; i < nh; i++)
+    hidden[i] = hidden[i] > 0.0f ? hidden[i] : 0.0f;
+
+  fill_rows(ctx, y, b2, n, o);
+  sgemm(FALSE, TRUE, n, o, f, hidden, w2, 1.0f, y);
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+static gboolean
+ffn_backward_dims(const QkvShapeCtx *ctx, FfnDims *dims)
+{
+  const QkvShape *dy = &ctx->in_shapes[0], *x = &ctx->in_shapes[1], *w1 = &ctx->in_shapes[2],
+                 *w2 = &ctx->in_shapes[3], *h = &ctx->in_shapes[4];
+  if (x->rank < 1 || w1->rank != 2 || w2->rank != 2 || dy->rank != x->rank || h->rank != x->rank)
+    return FALSE;
+  dims->d = x->dims[x->rank - 1];
+  dims->f = w1->dims[0];
+  dims->o = w2->dims[0];
+  dims->n = dims->d > 0 ? qkv_shape_numel(x) / dims->d : 0;
+  if (dims->d < 1 || w1->dims[1] != dims->d || w2->dims[1] != dims->f)
+    return FALSE;
+  for (gint i = 0; i < x->rank - 1; i++)
+    if (dy->dims[i] != x->dims[i] || h->dims[i] != x->dims[i])
+      return FALSE;
+  return dy->dims[x->rank - 1] == dims->o && h->dims[x->rank - 1] == dims->f;
+}
+
+static gboolean
+ffn_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  FfnDims dims;
+  for (guint i = 0; i < 5; i++)
+    if (ctx->in_dtypes[i] != QKV_F32)
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "every input must be f32");
+  if (!ffn_backward_dims(ctx, &dims))
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "expected dy (…, O), x (…, D), w1 (F, D), w2 (O, F), hidden (…, F)");
+  ctx->n_outputs = 5;
+  ctx->out_shapes[0] = ctx->in_shapes[1];
+  ctx->out_shapes[1] = ctx->in_shapes[2];
+  ctx->out_shapes[2] = QKV_SHAPE(dims.f);
+  ctx->out_shapes[3] = ctx->in_shapes[3];
+  ctx->out_shapes[4] = QKV_SHAPE(dims.o);
+  return TRUE;
+}
+
+/* The hidden gradient (N × F), then N ones (bias gradients are column sums,
+ * computed as products with a vector of ones). */
+static gsize
+ffn_backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  FfnDims dims;
+  if (!ffn_backward_dims(ctx, &dims))
+    return 0;
+  return (gsize)(dims.n * dims.f + dims.n) * sizeof(float);
+}
+
+static void
+ffn_backward_forward(const QkvKernelCtx *ctx)
+{
+  const QkvView *w1v = &ctx->in[2], *w2v = &ctx->in[3];
+  gint64 n, d;
+  qkv_view_rows(&ctx->in[1], &n, &d);
+  const gint64 f = w1v->shape.dims[0], o = w2v->shape.dims[0];
+  const float *dy = ctx->in[0].data, *x = ctx->in[1].data, *w1 = w1v->data, *w2 = w2v->data,
+              *hidden = ctx->in[4].data;
+  float *dx = ctx->out[0].data, *dw1 = ctx->out[1].data, *db1 = ctx->out[2].data,
+        *dw2 = ctx->out[3].data, *db2 = ctx->out[4].data;
+  float *dhidden = ctx->scratch, *ones = dhidden + n * f;
+
+  if (n == 0) {
+    memset(dw1, 0, (gsize)(f * d) * sizeof(float));
+    memset(db1, 0, (gsize)f * sizeof(float));
+    memset(dw2, 0, (gsize)(o * f) * sizeof(float));
+    memset(db2, 0, (gsize)o * sizeof(float));
+    return;
+  }
+  for (gint64 i = 0; i < n; i++)
+    ones[i] = 1.0f;
+
+  /* Second layer: dw2 = dyᵀ · hidden, db2 = dyᵀ · 1, dhidden = dy · w2. */
+  sgemm(TRUE, FALSE, o, f, n, dy, hidden, 0.0f, dw2);
+  cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)n, (blasint)o, 1.0f, dy, (blasint)o, ones, 1,
+              0.0f, db2, 1);
+  sgemm(FALSE, FALSE, n, f, o, dy, w2, 0.0f, dhidden);
+
+  /* Through the ReLU: its output is positive exactly where it passed. */
+  const gint64 nh = n * f;
+#pragma omp parallel for simd num_threads(ctx->n_threads) if (nh > FFN_PARALLEL_MIN)               \
+    schedule(static)
+  for (gint64 i = 0; i < nh; i++)
+    dhidden[i] = hidden[i] > 0.0f ? dhidden[i] : 0.0f;
+
+  /* First layer: dw1 = dhiddenᵀ · x, db1 = dhiddenᵀ · 1, dx = dhidden · w1. */
+  sgemm(TRUE, FALSE, f, d, n, dhidden, x, 0.0f, dw1);
+  cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)n, (blasint)f, 1.0f, dhidden, (blasint)f, ones, 1,
+              0.0f, db1, 1);
+  sgemm(FALSE, FALSE, n, d, f, dhidden, w1, 0.0f, dx);
+}
+
+static gboolean
+ffn_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->out_grads[1] != NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_NO_GRADIENT,
+                "position_wise_ffn: the saved output 'hidden' takes no gradient");
+    return FALSE;
+  }
+  if (g->out_grads[0] == NULL)
+    return TRUE;
+  QkvValue *inputs[] = {g->out_grads[0], g->inputs[0], g->inputs[1], g->inputs[3], g->outputs[1]};
+  QkvNode *node =
+      qkv_graph_add_node(g->graph, "position_wise_ffn_backward", inputs, 5, NULL, error);
+  if (node == NULL)
+    return FALSE;
+  for (guint i = 0; i < 5; i++)
+    if (g->needs_grad[i])
+      g->in_grads[i] = qkv_node_output(node, i);
+  return TRUE;
+}
+
+/* ---- registration ------------------------------------------------------- */
+
+static const QkvOpDef ffn_def = {
+    QKV_OP_DEF_INIT,
+    .name = "position_wise_ffn",
+    .doc = "relu(x · w1ᵀ + b1) · w2ᵀ + b2 over the last axis (w1 (F, D), w2 (O, F)); outputs y "
+           "and the ReLU activation that the backward reads",
+    .min_inputs = 5,
+    .max_inputs = 5,
+    .input_names = ffn_input_names,
+    .output_names = ffn_output_names,
+    .shape = ffn_shape,
+    .forward = ffn_forward,
+    .gradient = ffn_grad,
+};
+
+static const QkvOpDef ffn_backward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "position_wise_ffn_backward",
+    .doc = "dx, dw1, db1, dw2, db2 of position_wise_ffn from dy, x, w1, w2 and the saved ReLU "
+           "activation",
+    .min_inputs = 5,
+    .max_inputs = 5,
+    .input_names = ffn_backward_input_names,
+    .output_names = ffn_backward_output_names,
+    .shape = ffn_backward_shape,
+    .forward = ffn_backward_forward,
+    .scratch_size = ffn_backward_scratch,
+};
+
+void
+qkv_register_ops_ffn(void)
+{
+  qkv_register_builtin(&ffn_def);
+  qkv_register_builtin(&ffn_backward_def);
+}
+
+/* ---- typed function ----------------------------------------------------- */
+
+QkvValue *
+qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2, QkvValue *b2,
+                      GError **error)
+{
+  g_return_val_if_fail(x != NULL && w1 != NULL && b1 != NULL && w2 != NULL && b2 != NULL, NULL);
+  QkvValue *inputs[] = {x, w1, b1, w2, b2};
+  return qkv_op_call("position_wise_ffn", inputs, 5, NULL, error);
+}

@@ -1,0 +1,188 @@
+/* masked_softmax.c: "masked_softmax" (the book's masked_softmax, plus a
+ * causal mask) and its fused backward op.
+ *
+ * x (…, n_q, n_k) with B = x's first axis; valid_lens (B) gives one length
+ * per batch element (all its rows), (B, n_q) one per query. Masked scores are
+ * replaced by -1e6 before the softmax (see attention-common.h).
+ */
+#include "attention-common.h"
+
+#define BLOCK_ELEMENTS 1024
+
+static const gchar *const forward_input_names[] = {"x", "valid_lens", NULL};
+static const gchar *const forward_output_names[] = {"y", NULL};
+static const gchar *const backward_input_names[] = {"dy", "y", "valid_lens", NULL};
+static const gchar *const backward_output_names[] = {"dx", NULL};
+
+static const QkvAttrSpec masked_softmax_attrs[] = {
+    {.name = "causal",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "also mask key j > query i (i: the row's index along the n_q axis)"},
+};
+
+/* Checks x (rank ≥ 2, f32) and the optional valid_lens at index vl_index. */
+static gboolean
+check_scores(QkvShapeCtx *ctx, guint x_index, guint vl_index, GError **error)
+{
+  const QkvShape *x = &ctx->in_shapes[x_index];
+  if (ctx->in_dtypes[x_index] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x must be f32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[x_index]));
+  if (x->rank < 2)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "x must have rank 2 or more (…, queries, keys), got rank %d", x->rank);
+  if (vl_index < ctx->n_inputs) {
+    gboolean per_query;
+    if (!qkv_attn_check_valid_lens(ctx, vl_index, x->dims[0], x->dims[x->rank - 2], &per_query,
+                                   error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+masked_softmax_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (!check_scores(ctx, 0, 1, error))
+    return FALSE;
+  ctx->out_shapes[0] = ctx->in_shapes[0];
+  return TRUE;
+}
+
+static QkvAttnMask
+kernel_mask(const QkvKernelCtx *ctx, const QkvShape *x, guint vl_index)
+{
+  gint64 rows = 1;
+  for (gint i = 0; i < x->rank - 1; i++)
+    rows *= x->dims[i];
+  gint64 batch = x->dims[0];
+  return qkv_attn_mask_from_view(vl_index < ctx->n_inputs ? &ctx->in[vl_index] : NULL,
+                                 batch > 0 ? rows / batch : 1, x->dims[x->rank - 2],
+                                 qkv_attrs_get_bool(ctx->attrs, "causal"));
+}
+
+static void
+masked_softmax_forward(const QkvKernelCtx *ctx)
+{
+  gint64 rows, cols;
+  qkv_view_rows(&ctx->in[0], &rows, &cols);
+  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[0].shape, 1);
+  const float *x = ctx->in[0].data;
+  float *y = ctx->out[0].data;
+  /* Blocks of rows of about BLOCK_ELEMENTS scores share one exp call. */
+  gint64 block = cols > 0 ? MAX(BLOCK_ELEMENTS / cols, 1) : 1;
+  gint64 n_blocks = (rows + block - 1) / block;
+#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
+  for (gint64 b = 0; b < n_blocks; b++) {
+    gint64 r = b * block, n = MIN(block, rows - r);
+    qkv_attn_softmax_rows(y + r * cols, x + r * cols, n, cols, &mask, r);
+  }
+}
+
+static gboolean
+masked_softmax_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  QkvValue *inputs[] = {g->out_grads[0], g->outputs[0], g->n_inputs > 1 ? g->inputs[1] : NULL};
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "causal",
+                        g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
+  g->in_grads[0] = qkv_op_call("masked_softmax_backward", inputs, g->n_inputs + 1,
+                               g_variant_builder_end(&attrs), error);
+  return g->in_grads[0] != NULL;
+}
+
+/* ---- backward op --------------------------------------------------------- */
+
+static gboolean
+masked_softmax_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "dy must be f32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  if (!check_scores(ctx, 1, 2, error))
+    return FALSE;
+  if (!qkv_shape_equal(&ctx->in_shapes[0], &ctx->in_shapes[1]))
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "dy and y must have the same shape");
+  ctx->out_shapes[0] = ctx->in_shapes[1];
+  return TRUE;
+}
+
+static void
+masked_softmax_backward_forward(const QkvKernelCtx *ctx)
+{
+  gint64 rows, cols;
+  qkv_view_rows(&ctx->in[1], &rows, &cols);
+  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[1].shape, 2);
+  const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
+  float *dx = ctx->out[0].data;
+#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
+  for (gint64 r = 0; r < rows; r++)
+    qkv_attn_softmax_backward_row(dx + r * cols, dy + r * cols, y + r * cols, cols,
+                                  qkv_attn_row_limit(&mask, r, cols));
+}
+
+/* ---- registration -------------------------------------------------------- */
+
+static const QkvOpDef masked_softmax_def = {
+    QKV_OP_DEF_INIT,
+    .name = "masked_softmax",
+    .doc = "softmax over the last axis of x (…, n_q, n_k) after replacing masked scores by -1e6 "
+           "(d2l's masked_softmax). Optional valid_lens i32 (B) or (B, n_q), B = x's first "
+           "axis: keys at positions ≥ the valid length are masked (length 0 gives a uniform "
+           "row). causal masks key j > query i. Masked scores get no gradient.",
+    .min_inputs = 1,
+    .max_inputs = 2,
+    .input_names = forward_input_names,
+    .output_names = forward_output_names,
+    .attrs = masked_softmax_attrs,
+    .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
+    .no_grad_inputs = 1 << 1,
+    /* Each row is read (its maximum) before it is written. */
+    .flags = QKV_OP_INPLACE,
+    .shape = masked_softmax_shape,
+    .forward = masked_softmax_forward,
+    .gradient = masked_softmax_grad,
+};
+
+static const QkvOpDef masked_softmax_backward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "masked_softmax_backward",
+    .doc = "y · (dy − Σ dy·y) over the last axis, given the masked_softmax output y; 0 at "
+           "masked keys (valid_lens and causal as for the forward op)",
+    .min_inputs = 2,
+    .max_inputs = 3,
+    .input_names = backward_input_names,
+    .output_names = backward_output_names,
+    .attrs = masked_softmax_attrs,
+    .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
+    .no_grad_inputs = 1 << 2,
+    /* Each row's dot product is taken before the row is written. */
+    .flags = QKV_OP_INPLACE,
+    .shape = masked_softmax_backward_shape,
+    .forward = masked_softmax_backward_forward,
+};
+
+void
+qkv_register_ops_masked_softmax(void)
+{
+  qkv_register_builtin(&masked_softmax_def);
+  qkv_register_builtin(&masked_softmax_backward_def);
+}
+
+/* ---- typed function ------------------------------------------------------ */
+
+QkvValue *
+qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error)
+{
+  g_return_val_if_fail(x != NULL, NULL);
+  QkvValue *inputs[] = {x, valid_lens};
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
+  return qkv_op_call("masked_softmax", inputs, valid_lens != NULL ? 2 : 1,
+                     g_variant_builder_end(&attrs), error);
+}

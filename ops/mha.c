@@ -1,0 +1,593 @@
+/* mha.c: "multi_head_attention", the book's MultiHeadAttention as one op,
+ * and its fused backward op.
+ *
+ * The projections are single tall products x Wᵀ (+ b) over all batch rows.
+ * Head h of a projection is its column block h·dh … (h+1)·dh − 1, exactly the
+ * book's transpose_qkv, so the per-head attention reads and writes those
+ * blocks in place (row stride H) and the heads' results land directly in the
+ * concatenation that transpose_output would build. Valid lengths are shared
+ * by the heads of a batch element (the book's repeat_interleave).
+ */
+#include "attention-common.h"
+
+static const gchar *const forward_input_names[] = {"queries", "keys",       "values", "w_q", "w_k",
+                                                   "w_v",     "w_o",        "b_q",    "b_k", "b_v",
+                                                   "b_o",     "valid_lens", NULL};
+static const gchar *const forward_output_names[] = {"out",    "weights", "q_proj",       "k_proj",
+                                                    "v_proj", "concat",  "dropout_mask", NULL};
+static const gchar *const backward_input_names[] = {
+    "queries",      "keys",    "values",   "w_q",        "w_k",    "w_v",
+    "w_o",          "weights", "q_proj",   "k_proj",     "v_proj", "concat",
+    "dropout_mask", "dout",    "dweights", "valid_lens", NULL};
+static const gchar *const backward_output_names[] = {"dqueries", "dkeys", "dvalues", "dw_q",
+                                                     "dw_k",     "dw_v",  "dw_o",    "db_q",
+                                                     "db_k",     "db_v",  "db_o",    NULL};
+
+/* Output indices of the forward op. */
+enum { OUT_OUT, OUT_WEIGHTS, OUT_QP, OUT_KP, OUT_VP, OUT_CONCAT, OUT_MASK };
+/* Inputs of the backward op that follow the forward inputs without biases. */
+enum { BW_WEIGHTS = 7, BW_QP, BW_KP, BW_VP, BW_CONCAT, BW_FIRST_OPTIONAL };
+
+static const QkvAttrSpec forward_attrs[] = {
+    {.name = "num_heads",
+     .type = QKV_ATTR_INT,
+     .required = TRUE,
+     .doc = "number of heads; must divide the hidden size H"},
+    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "mask key j > query i"},
+    {.name = "dropout",
+     .type = QKV_ATTR_FLOAT,
+     .default_float = 0.0,
+     .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
+};
+
+static const QkvAttrSpec backward_attrs[] = {
+    {.name = "num_heads", .type = QKV_ATTR_INT, .required = TRUE, .doc = "the forward op's"},
+    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "the forward op's"},
+    {.name = "dropout",
+     .type = QKV_ATTR_FLOAT,
+     .default_float = 0.0,
+     .doc = "the forward op's; > 0: the dropout mask is an input"},
+    {.name = "has_bias",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "the forward op had biases: output their gradients too"},
+    {.name = "grad_out",
+     .type = QKV_ATTR_BOOL,
+     .default_int = TRUE,
+     .doc = "dout (the gradient of out) is an input"},
+    {.name = "grad_weights",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "dweights (a gradient reaching the weights output) is an input"},
+};
+
+/* The sizes of one node. */
+typedef struct {
+  gint64 batch, n_q, n_k, d_q, d_k, d_v, hidden, heads, dh;
+} MhaDims;
+
+static MhaDims
+mha_dims(const QkvShape *shapes, gint64 heads)
+{
+  MhaDims d;
+  d.batch = shapes[0].dims[0];
+  d.n_q = shapes[0].dims[1];
+  d.n_k = shapes[1].dims[1];
+  d.d_q = shapes[0].dims[2];
+  d.d_k = shapes[1].dims[2];
+  d.d_v = shapes[2].dims[2];
+  d.hidden = shapes[3].dims[0];
+  d.heads = MAX(heads, 1);
+  d.dh = d.hidden / d.heads;
+  return d;
+}
+
+/* Checks the forward inputs 0..6 (and the biases at bias_index.. if
+ * bias_index ≥ 0) and the heads. */
+static gboolean
+check_inputs(QkvShapeCtx *ctx, gint bias_index, GError **error)
+{
+  for (guint i = 0; i < 7; i++)
+    if (ctx->in_dtypes[i] != QKV_F32)
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s must be f32, got %s",
+                             forward_input_names[i], qkv_dtype_name(ctx->in_dtypes[i]));
+  for (guint i = 0; i < 3; i++)
+    if (ctx->in_shapes[i].rank != 3)
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "%s must have rank 3 (batch, positions, features), got rank %d",
+                             forward_input_names[i], ctx->in_shapes[i].rank);
+  const QkvShape *s = ctx->in_shapes;
+  if (s[1].dims[0] != s[0].dims[0] || s[2].dims[0] != s[0].dims[0])
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "queries, keys and values must have the same batch size");
+  if (s[2].dims[1] != s[1].dims[1])
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "keys and values must have the same number of positions");
+  if (s[3].rank != 2)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "w_q must be a matrix (H, d_q)");
+  gint64 hidden = s[3].dims[0];
+  for (guint i = 3; i < 7; i++) {
+    gint64 in_size = i == 6 ? hidden : s[i - 3].dims[2];
+    if (s[i].rank != 2 || s[i].dims[0] != hidden || s[i].dims[1] != in_size)
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "%s must be (%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+                             ") (hidden size, input features)",
+                             forward_input_names[i], hidden, in_size);
+  }
+  for (gint i = bias_index; bias_index >= 0 && i < bias_index + 4; i++)
+    if (ctx->in_dtypes[i] != QKV_F32 || ctx->in_shapes[i].rank != 1 ||
+        ctx->in_shapes[i].dims[0] != hidden)
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "%s must be f32 (%" G_GINT64_FORMAT ") (the hidden size)",
+                             forward_input_names[7 + i - bias_index], hidden);
+  gint64 heads = qkv_attrs_get_int(ctx->attrs, "num_heads");
+  if (heads < 1)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "num_heads must be 1 or more, got %" G_GINT64_FORMAT, heads);
+  if (hidden % heads != 0)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "the hidden size %" G_GINT64_FORMAT
+                           " is not a multiple of num_heads = %" G_GINT64_FORMAT,
+                           hidden, heads);
+  return qkv_attn_check_dropout(ctx, "dropout", error);
+}
+
+/* Optional forward inputs: 7 (+ valid_lens) without biases, 11 (+ valid_lens)
+ * with. */
+static gboolean
+forward_layout(guint n_inputs, gboolean *has_bias, gint *valid_lens)
+{
+  *has_bias = n_inputs >= 11;
+  *valid_lens = (n_inputs == 8 || n_inputs == 12) ? (gint)n_inputs - 1 : -1;
+  return n_inputs == 7 || n_inputs == 8 || n_inputs == 11 || n_inputs == 12;
+}
+
+static gboolean
+forward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  gboolean has_bias;
+  gint vl;
+  if (!forward_layout(ctx->n_inputs, &has_bias, &vl))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
+                           "expected 7 inputs (queries, keys, values, w_q, w_k, w_v, w_o), 11 "
+                           "with the biases b_q, b_k, b_v, b_o, and one more for valid_lens; "
+                           "got %u",
+                           ctx->n_inputs);
+  if (!check_inputs(ctx, has_bias ? 7 : -1, error))
+    return FALSE;
+  MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  gboolean per_query;
+  if (vl >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)vl, d.batch, d.n_q, &per_query, error))
+    return FALSE;
+  ctx->out_shapes[OUT_OUT] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
+  ctx->out_shapes[OUT_WEIGHTS] = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
+  ctx->out_shapes[OUT_QP] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
+  ctx->out_shapes[OUT_KP] = QKV_SHAPE(d.batch, d.n_k, d.hidden);
+  ctx->out_shapes[OUT_VP] = QKV_SHAPE(d.batch, d.n_k, d.hidden);
+  ctx->out_shapes[OUT_CONCAT] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
+  ctx->n_outputs = OUT_MASK;
+  if (qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0) {
+    ctx->out_shapes[OUT_MASK] = ctx->out_shapes[OUT_WEIGHTS];
+    ctx->n_outputs = OUT_MASK + 1;
+  }
+  return TRUE;
+}
+
+/* The attention problem of one (batch, head): operands are column blocks of
+ * the (rows, H) projections. */
+static QkvAttnProblem
+problem_of(const MhaDims *d, const QkvView *valid_lens, const QkvAttrs *attrs)
+{
+  QkvAttnProblem pb = {0};
+  pb.n_q = d->n_q;
+  pb.n_k = d->n_k;
+  pb.d = pb.d_v = d->dh;
+  pb.ldq = pb.ldk = pb.ldv = pb.ldo = d->hidden;
+  pb.scale = d->dh > 0 ? (float)(1.0 / sqrt((double)d->dh)) : 1.0f;
+  pb.dropout = qkv_attrs_get_float(attrs, "dropout");
+  pb.mask = qkv_attn_mask_from_view(valid_lens, d->heads * d->n_q, d->n_q,
+                                    qkv_attrs_get_bool(attrs, "causal"));
+  return pb;
+}
+
+/* y (rows, H) = x (rows, in) · wᵀ + b. */
+static void
+project(gint64 rows, gint64 in, gint64 hidden, const float *x, const float *w, const float *b,
+        float *y)
+{
+  if (b != NULL)
+    for (gint64 r = 0; r < rows; r++)
+      memcpy(y + r * hidden, b, (gsize)hidden * sizeof(float));
+  else if (in == 0)
+    memset(y, 0, (gsize)(rows * hidden) * sizeof(float));
+  qkv_attn_sgemm(FALSE, TRUE, rows, hidden, in, 1.0f, x, in, w, in, b != NULL ? 1.0f : 0.0f, y,
+                 hidden);
+}
+
+/* Threads for the (batch, head) problems. */
+static gint
+problem_threads(const QkvKernelCtx *ctx, const MhaDims *d, gsize per_thread, gsize available)
+{
+  return qkv_attn_problem_threads(ctx, d->batch * d->heads, d->n_q * d->n_k * MAX(d->dh, 1),
+                                  per_thread, available);
+}
+
+static gsize
+forward_scratch_per_thread(const MhaDims *d, const QkvAttrs *attrs)
+{
+  if (qkv_attrs_get_float(attrs, "dropout") <= 0.0)
+    return 0;
+  return (gsize)(d->n_q * d->n_k) * sizeof(float);
+}
+
+static gsize
+forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  return (gsize)MAX(n_threads, 1) * forward_scratch_per_thread(&d, ctx->attrs);
+}
+
+static void
+forward_kernel(const QkvKernelCtx *ctx)
+{
+  gboolean has_bias;
+  gint vl;
+  forward_layout(ctx->n_inputs, &has_bias, &vl);
+  QkvShape shapes[4];
+  for (guint i = 0; i < 4; i++)
+    shapes[i] = ctx->in[i].shape;
+  MhaDims d = mha_dims(shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  QkvAttnProblem pb = problem_of(&d, vl >= 0 ? &ctx->in[vl] : NULL, ctx->attrs);
+  const float *x[3], *w[4], *bias[4];
+  for (guint i = 0; i < 4; i++) {
+    if (i < 3)
+      x[i] = ctx->in[i].data;
+    w[i] = ctx->in[3 + i].data;
+    bias[i] = has_bias ? ctx->in[7 + i].data : NULL;
+  }
+  float *out = ctx->out[OUT_OUT].data, *p = ctx->out[OUT_WEIGHTS].data;
+  float *proj[3] = {ctx->out[OUT_QP].data, ctx->out[OUT_KP].data, ctx->out[OUT_VP].data};
+  float *concat = ctx->out[OUT_CONCAT].data;
+  float *drop = ctx->n_outputs > OUT_MASK ? ctx->out[OUT_MASK].data : NULL;
+  gint64 rows[3] = {d.batch * d.n_q, d.batch * d.n_k, d.batch * d.n_k};
+  gint64 in_size[3] = {d.d_q, d.d_k, d.d_v};
+
+  for (guint i = 0; i < 3; i++)
+    project(rows[i], in_size[i], d.hidden, x[i], w[i], bias[i], proj[i]);
+
+  gsize per_thread = forward_scratch_per_thread(&d, ctx->attrs);
+  gint nt = problem_threads(ctx, &d, per_thread, ctx->scratch_size);
+  gint64 nn = d.n_q * d.n_k, n_problems = d.batch * d.heads;
+  gint64 fpt = (gint64)(per_thread / sizeof(float));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (gint64 idx = 0; idx < n_problems; idx++) {
+    gint64 b = idx / d.heads, h = idx % d.heads;
+    float *pd = per_thread > 0 ? (float *)ctx->scratch + omp_get_thread_num() * fpt : NULL;
+    qkv_attn_forward_problem(
+        ctx, &pb, idx, proj[0] + b * d.n_q * d.hidden + h * d.dh,
+        proj[1] + b * d.n_k * d.hidden + h * d.dh, proj[2] + b * d.n_k * d.hidden + h * d.dh,
+        p + idx * nn, drop ? drop + idx * nn : NULL, pd, concat + b * d.n_q * d.hidden + h * d.dh);
+  }
+
+  project(rows[0], d.hidden, d.hidden, concat, w[3], bias[3], out);
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+typedef struct {
+  gint mask, dout, dweights, valid_lens;
+} BackwardInputs;
+
+static gboolean
+backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
+                BackwardInputs *layout)
+{
+  guint next = BW_FIRST_OPTIONAL;
+  layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
+  layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
+  layout->dweights = qkv_attrs_get_bool(attrs, "grad_weights") ? (gint)next++ : -1;
+  layout->valid_lens = n_inputs == next + 1 && dtypes[next] == QKV_I32 ? (gint)next++ : -1;
+  return n_inputs == next;
+}
+
+static gboolean
+backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  BackwardInputs in;
+  if (ctx->n_inputs < BW_FIRST_OPTIONAL ||
+      !backward_layout(ctx->n_inputs, ctx->in_dtypes, ctx->attrs, &in))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
+                           "expected queries, keys, values, w_q, w_k, w_v, w_o, weights, q_proj, "
+                           "k_proj, v_proj, concat, then dropout_mask (dropout > 0), dout "
+                           "(grad_out), dweights (grad_weights) and optional valid_lens");
+  if (!check_inputs(ctx, -1, error))
+    return FALSE;
+  MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  QkvShape wshape = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
+  QkvShape qshape = QKV_SHAPE(d.batch, d.n_q, d.hidden);
+  QkvShape kshape = QKV_SHAPE(d.batch, d.n_k, d.hidden);
+  struct {
+    gint index;
+    const QkvShape *shape;
+  } checks[] = {{BW_WEIGHTS, &wshape}, {BW_QP, &qshape},      {BW_KP, &kshape},
+                {BW_VP, &kshape},      {BW_CONCAT, &qshape},  {in.mask, &wshape},
+                {in.dout, &qshape},    {in.dweights, &wshape}};
+  for (guint c = 0; c < G_N_ELEMENTS(checks); c++) {
+    gint i = checks[c].index;
+    if (i >= 0 &&
+        (ctx->in_dtypes[i] != QKV_F32 || !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
+      g_autofree gchar *want = qkv_shape_to_string(checks[c].shape);
+      const gchar *name = i == in.mask       ? "dropout_mask"
+                          : i == in.dout     ? "dout"
+                          : i == in.dweights ? "dweights"
+                                             : backward_input_names[i];
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be f32%s", name, want);
+    }
+  }
+  gboolean per_query;
+  if (in.valid_lens >= 0 &&
+      !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, d.batch, d.n_q, &per_query, error))
+    return FALSE;
+  ctx->n_outputs = 7;
+  for (guint i = 0; i < 7; i++)
+    ctx->out_shapes[i] = ctx->in_shapes[i];
+  if (qkv_attrs_get_bool(ctx->attrs, "has_bias")) {
+    ctx->n_outputs = 11;
+    for (guint i = 7; i < 11; i++)
+      ctx->out_shapes[i] = QKV_SHAPE(d.hidden);
+  }
+  return TRUE;
+}
+
+static gsize
+backward_scratch_per_thread(const MhaDims *d)
+{
+  return 2 * (gsize)(d->n_q * d->n_k) * sizeof(float);
+}
+
+/* dC, dQp (B·n_q × H each), dKp, dVp (B·n_k × H each), then per-thread
+ * attention scratch. */
+static gsize
+backward_shared_scratch(const MhaDims *d)
+{
+  return (gsize)(2 * d->batch * d->n_q * d->hidden + 2 * d->batch * d->n_k * d->hidden) *
+         sizeof(float);
+}
+
+static gsize
+backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  return backward_shared_scratch(&d) + (gsize)MAX(n_threads, 1) * backward_scratch_per_thread(&d);
+}
+
+/* db (H) = Σ over rows of x (rows, H). */
+static void
+column_sums(gint64 rows, gint64 hidden, const float *x, float *db)
+{
+  memset(db, 0, (gsize)hidden * sizeof(float));
+  for (gint64 r = 0; r < rows; r++)
+    for (gint64 j = 0; j < hidden; j++)
+      db[j] += x[r * hidden + j];
+}
+
+static void
+backward_kernel(const QkvKernelCtx *ctx)
+{
+  BackwardInputs in;
+  QkvDType dtypes[16];
+  for (guint i = 0; i < ctx->n_inputs && i < 16; i++)
+    dtypes[i] = ctx->in[i].dtype;
+  backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
+  QkvShape shapes[4];
+  for (guint i = 0; i < 4; i++)
+    shapes[i] = ctx->in[i].shape;
+  MhaDims d = mha_dims(shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  QkvAttnProblem pb =
+      problem_of(&d, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL, ctx->attrs);
+  gboolean has_bias = ctx->n_outputs > 7;
+  const float *x[3], *w[4];
+  for (guint i = 0; i < 4; i++) {
+    if (i < 3)
+      x[i] = ctx->in[i].data;
+    w[i] = ctx->in[3 + i].data;
+  }
+  const float *p = ctx->in[BW_WEIGHTS].data, *concat = ctx->in[BW_CONCAT].data;
+  const float *proj[3] = {ctx->in[BW_QP].data, ctx->in[BW_KP].data, ctx->in[BW_VP].data};
+  const float *drop = in.mask >= 0 ? ctx->in[in.mask].data : NULL;
+  const float *dout = in.dout >= 0 ? ctx->in[in.dout].data : NULL;
+  const float *dw = in.dweights >= 0 ? ctx->in[in.dweights].data : NULL;
+  gint64 rows[3] = {d.batch * d.n_q, d.batch * d.n_k, d.batch * d.n_k};
+  gint64 in_size[3] = {d.d_q, d.d_k, d.d_v};
+
+  float *dconcat = ctx->scratch;
+  float *dproj[3];
+  dproj[0] = dconcat + rows[0] * d.hidden;
+  dproj[1] = dproj[0] + rows[0] * d.hidden;
+  dproj[2] = dproj[1] + rows[1] * d.hidden;
+  float *attn_scratch = dproj[2] + rows[2] * d.hidden;
+
+  /* out = concat · w_oᵀ + b_o */
+  float *dw_o = ctx->out[6].data, *db_o = has_bias ? ctx->out[10].data : NULL;
+  if (dout != NULL) {
+    qkv_attn_sgemm(FALSE, FALSE, rows[0], d.hidden, d.hidden, 1.0f, dout, d.hidden, w[3], d.hidden,
+                   0.0f, dconcat, d.hidden);
+    if (rows[0] > 0)
+      qkv_attn_sgemm(TRUE, FALSE, d.hidden, d.hidden, rows[0], 1.0f, dout, d.hidden, concat,
+                     d.hidden, 0.0f, dw_o, d.hidden);
+    else
+      memset(dw_o, 0, (gsize)(d.hidden * d.hidden) * sizeof(float));
+    if (db_o != NULL)
+      column_sums(rows[0], d.hidden, dout, db_o);
+  } else {
+    memset(dconcat, 0, (gsize)(rows[0] * d.hidden) * sizeof(float));
+    memset(dw_o, 0, (gsize)(d.hidden * d.hidden) * sizeof(float));
+    if (db_o != NULL)
+      memset(db_o, 0, (gsize)d.hidden * sizeof(float));
+  }
+
+  gsize per_thread = backward_scratch_per_thread(&d);
+  gsize shared = backward_shared_scratch(&d);
+  gint nt = problem_threads(ctx, &d, per_thread,
+                            ctx->scratch_size > shared ? ctx->scratch_size - shared : 0);
+  gint64 nn = d.n_q * d.n_k, n_problems = d.batch * d.heads;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (gint64 idx = 0; idx < n_problems; idx++) {
+    gint64 b = idx / d.heads, h = idx % d.heads;
+    gint64 qoff = b * d.n_q * d.hidden + h * d.dh, koff = b * d.n_k * d.hidden + h * d.dh;
+    float *pd = attn_scratch + omp_get_thread_num() * 2 * nn;
+    qkv_attn_backward_problem(&pb, idx, dconcat + qoff, proj[0] + qoff, proj[1] + koff,
+                              proj[2] + koff, p + idx * nn, drop ? drop + idx * nn : NULL,
+                              dw ? dw + idx * nn : NULL, pd, pd + nn, dproj[0] + qoff,
+                              dproj[1] + koff, dproj[2] + koff);
+  }
+
+  /* proj = x · wᵀ + b */
+  for (guint i = 0; i < 3; i++) {
+    float *dx = ctx->out[i].data, *dwi = ctx->out[3 + i].data;
+    qkv_attn_sgemm(FALSE, FALSE, rows[i], in_size[i], d.hidden, 1.0f, dproj[i], d.hidden, w[i],
+                   in_size[i], 0.0f, dx, in_size[i]);
+    if (rows[i] > 0)
+      qkv_attn_sgemm(TRUE, FALSE, d.hidden, in_size[i], rows[i], 1.0f, dproj[i], d.hidden, x[i],
+                     in_size[i], 0.0f, dwi, in_size[i]);
+    else
+      memset(dwi, 0, (gsize)(d.hidden * in_size[i]) * sizeof(float));
+    if (has_bias)
+      column_sums(rows[i], d.hidden, dproj[i], ctx->out[7 + i].data);
+  }
+}
+
+/* The weights output is differentiable; the saved outputs (projections,
+ * concatenation, dropout mask) carry no gradient. */
+static gboolean
+forward_grad(QkvGradCtx *g, GError **error)
+{
+  QkvValue *dout = g->out_grads[OUT_OUT], *dw = g->out_grads[OUT_WEIGHTS];
+  gboolean has_bias;
+  gint vl;
+  forward_layout(g->n_inputs, &has_bias, &vl);
+  guint n_float = has_bias ? 11 : 7;
+  gboolean any = FALSE;
+  for (guint i = 0; i < n_float; i++)
+    any |= g->needs_grad[i];
+  if ((dout == NULL && dw == NULL) || !any)
+    return TRUE;
+  double dropout = qkv_attrs_get_float(g->attrs, "dropout");
+  QkvValue *inputs[16];
+  guint n = 0;
+  for (guint i = 0; i < 7; i++)
+    inputs[n++] = g->inputs[i];
+  for (guint o = OUT_WEIGHTS; o <= OUT_CONCAT; o++)
+    inputs[n++] = g->outputs[o];
+  if (dropout > 0.0)
+    inputs[n++] = g->outputs[OUT_MASK];
+  if (dout != NULL)
+    inputs[n++] = dout;
+  if (dw != NULL)
+    inputs[n++] = dw;
+  if (vl >= 0)
+    inputs[n++] = g->inputs[vl];
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "num_heads",
+                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "num_heads")));
+  g_variant_builder_add(&attrs, "{sv}", "causal",
+                        g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
+  g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  g_variant_builder_add(&attrs, "{sv}", "has_bias", g_variant_new_boolean(has_bias));
+  g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(dout != NULL));
+  g_variant_builder_add(&attrs, "{sv}", "grad_weights", g_variant_new_boolean(dw != NULL));
+  QkvNode *node = qkv_graph_add_node(g->graph, "multi_head_attention_backward", inputs, n,
+                                     g_variant_builder_end(&attrs), error);
+  if (node == NULL)
+    return FALSE;
+  for (guint i = 0; i < n_float; i++)
+    if (g->needs_grad[i])
+      g->in_grads[i] = qkv_node_output(node, i);
+  return TRUE;
+}
+
+static const QkvOpDef forward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "multi_head_attention",
+    .doc = "d2l's MultiHeadAttention as one op. Inputs: queries (B, n_q, d_q), keys (B, n_k, "
+           "d_k), values (B, n_k, d_v), w_q (H, d_q), w_k (H, d_k), w_v (H, d_v), w_o (H, H) "
+           "(nn.Linear layout); then optionally the biases b_q, b_k, b_v, b_o (H), all four or "
+           "none; then optionally valid_lens i32 (B) or (B, n_q). They are told apart by count: "
+           "7 or 11 inputs have no valid_lens, 8 or 12 end with it. Head h uses columns h·dh to "
+           "(h+1)·dh − 1 of the projections (dh = H / num_heads), as transpose_qkv. Outputs: "
+           "0 out (B, n_q, H); 1 weights (B, num_heads, n_q, n_k) before dropout "
+           "(differentiable); saved for the backward, without gradient: 2 q_proj (B, n_q, H), "
+           "3 k_proj (B, n_k, H), 4 v_proj (B, n_k, H), 5 concat (B, n_q, H) (the heads' "
+           "results before w_o), 6 (only when dropout > 0) the dropout mask (B, num_heads, n_q, "
+           "n_k), 0 or 1/(1-p), all ones in evaluation.",
+    .min_inputs = 7,
+    .max_inputs = 12,
+    .input_names = forward_input_names,
+    .output_names = forward_output_names,
+    .attrs = forward_attrs,
+    .n_attrs = G_N_ELEMENTS(forward_attrs),
+    .flags = QKV_OP_RANDOM,
+    .shape = forward_shape,
+    .forward = forward_kernel,
+    .gradient = forward_grad,
+    .scratch_size = forward_scratch,
+};
+
+static const QkvOpDef backward_def = {
+    QKV_OP_DEF_INIT,
+    .name = "multi_head_attention_backward",
+    .doc = "gradients of multi_head_attention: dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, dw_o "
+           "and, with has_bias, db_q, db_k, db_v, db_o. Inputs: queries, keys, values, w_q, "
+           "w_k, w_v, w_o, the forward outputs weights, q_proj, k_proj, v_proj, concat, then "
+           "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
+           "and valid_lens (i32) when given to the forward op.",
+    .min_inputs = 12,
+    .max_inputs = 16,
+    .input_names = backward_input_names,
+    .output_names = backward_output_names,
+    .attrs = backward_attrs,
+    .n_attrs = G_N_ELEMENTS(backward_attrs),
+    .shape = backward_shape,
+    .forward = backward_kernel,
+    .scratch_size = backward_scratch,
+};
+
+void
+qkv_register_ops_mha(void)
+{
+  qkv_register_builtin(&forward_def);
+  qkv_register_builtin(&backward_def);
+}
+
+QkvValue *
+qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values, QkvValue *w_q,
+                         QkvValue *w_k, QkvValue *w_v, QkvValue *w_o, QkvValue *const *biases,
+                         gint num_heads, QkvValue *valid_lens, gboolean causal, double dropout,
+                         QkvValue **weights, GError **error)
+{
+  g_return_val_if_fail(queries != NULL && keys != NULL && values != NULL, NULL);
+  g_return_val_if_fail(w_q != NULL && w_k != NULL && w_v != NULL && w_o != NULL, NULL);
+  QkvValue *inputs[12] = {queries, keys, values, w_q, w_k, w_v, w_o};
+  guint n = 7;
+  if (biases != NULL) {
+    for (guint i = 0; i < 4; i++) {
+      g_return_val_if_fail(biases[i] != NULL, NULL);
+      inputs[n++] = biases[i];
+    }
+  }
+  if (valid_lens != NULL)
+    inputs[n++] = valid_lens;
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "num_heads", g_variant_new_int32(num_heads));
+  g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
+  g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(queries), "multi_head_attention", inputs, n,
+                                     g_variant_builder_end(&attrs), error);
+  if (node == NULL)
+    return NULL;
+  if (weights != NULL)
+    *weights = qkv_node_output(node, OUT_WEIGHTS);
+  return qkv_node_output(node, OUT_OUT);
+}

@@ -1,0 +1,183 @@
+/* positional.c: "positional_encoding", the book's PositionalEncoding.
+ *
+ * y = dropout(x + P[offset : offset + T]) with
+ *   P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(pos / 10000^(2i/d)).
+ * There is no table of a fixed maximum length: each run computes the T rows it
+ * needs into scratch memory. The angle is computed in float exactly as the
+ * book builds its table (arange(0, d, 2) / d, 10000 to that power, the
+ * position divided by it, all float32), so positions far from 0 round like
+ * PyTorch's; the sine and cosine of that float angle are then taken in double
+ * and rounded once. An odd d ends with a sine column.
+ *
+ * With dropout > 0 the op has a second output, the dropout mask (0 or
+ * 1/(1-p), all ones in evaluation), which the backward multiplies by through
+ * "dropout_backward"; without dropout the gradient is dy itself.
+ */
+#include "attention-common.h"
+
+#include <math.h>
+
+/* Below this many elements the kernel runs on the calling thread. */
+#define PE_PARALLEL_MIN 32768
+
+static const gchar *const pe_input_names[] = {"x", NULL};
+static const gchar *const pe_output_names[] = {"y", "mask", NULL};
+
+static const QkvAttrSpec pe_attrs[] = {
+    {.name = "dropout",
+     .type = QKV_ATTR_FLOAT,
+     .default_float = 0.0,
+     .doc = "dropout probability after the addition, in [0, 1)"},
+    {.name = "offset",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "position of the first row (for decoding one step at a time)"},
+};
+
+static gboolean
+pe_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *x = &ctx->in_shapes[0];
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x must be f32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
+  if (x->rank != 2 && x->rank != 3)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "x must be (T, d) or (B, T, d), got rank %d", x->rank);
+  if (!qkv_attn_check_dropout(ctx, "dropout", error))
+    return FALSE;
+  gint64 offset = qkv_attrs_get_int(ctx->attrs, "offset");
+  if (offset < 0 || offset > G_MAXINT32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "offset must be in [0, 2^31), got %" G_GINT64_FORMAT, offset);
+  ctx->out_shapes[0] = *x;
+  if (qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0) {
+    ctx->n_outputs = 2;
+    ctx->out_shapes[1] = *x;
+  }
+  return TRUE;
+}
+
+/* The table rows (T × d) and the d column divisors. */
+static gsize
+pe_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  const QkvShape *x = &ctx->in_shapes[0];
+  gint64 t = x->dims[x->rank - 2], d = x->dims[x->rank - 1];
+  return (gsize)(t * d + d) * sizeof(float);
+}
+
+/* 10000^(2i/d) for column j = 2i or 2i + 1, in float as the book's table. */
+static void
+pe_divisors(float *div, gint64 d)
+{
+  for (gint64 j = 0; j < d; j++)
+    div[j] = powf(10000.0f, (float)(j - (j & 1)) / (float)d);
+}
+
+/* One row of P for position pos: columns 2i and 2i + 1 share their angle,
+ * so one sincos serves both. */
+static void
+pe_row(float *p, const float *div, gint64 pos, gint64 d)
+{
+  for (gint64 j = 0; j < d; j += 2) {
+    double s, c;
+    sincos((double)((float)pos / div[j]), &s, &c);
+    p[j] = (float)s;
+    if (j + 1 < d)
+      p[j + 1] = (float)c;
+  }
+}
+
+static void
+pe_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *xs = &ctx->in[0].shape;
+  const gint64 t = xs->dims[xs->rank - 2], d = xs->dims[xs->rank - 1];
+  const gint64 batch = xs->rank == 3 ? xs->dims[0] : 1;
+  const gint64 offset = qkv_attrs_get_int(ctx->attrs, "offset");
+  const double p = qkv_attrs_get_float(ctx->attrs, "dropout");
+  const float *x = ctx->in[0].data;
+  float *y = ctx->out[0].data;
+  float *mask = ctx->n_outputs > 1 ? ctx->out[1].data : NULL;
+  float *table = ctx->scratch, *div = table + t * d;
+  const gboolean parallel = batch * t * d > PE_PARALLEL_MIN;
+
+  pe_divisors(div, d);
+#pragma omp parallel num_threads(ctx->n_threads) if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (gint64 pos = 0; pos < t; pos++)
+      pe_row(table + pos * d, div, offset + pos, d);
+      /* Rows (b, pos) in order: y may be x (in place), read before written. */
+#pragma omp for schedule(static)
+    for (gint64 r = 0; r < batch * t; r++) {
+      const float *xr = x + r * d, *pr = table + (r % t) * d;
+      float *yr = y + r * d;
+#pragma omp simd
+      for (gint64 j = 0; j < d; j++)
+        yr[j] = xr[j] + pr[j];
+      if (mask != NULL) {
+        float *mr = mask + r * d;
+        qkv_dropout_fill_mask(ctx, p, mr, r * d, d);
+#pragma omp simd
+        for (gint64 j = 0; j < d; j++)
+          yr[j] *= mr[j];
+      }
+    }
+  }
+}
+
+static gboolean
+pe_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->n_outputs > 1 && g->out_grads[1] != NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_NO_GRADIENT,
+                "positional_encoding: the saved dropout mask (output 1) takes no gradient");
+    return FALSE;
+  }
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  if (g->n_outputs < 2) {
+    g->in_grads[0] = g->out_grads[0];
+    return TRUE;
+  }
+  QkvValue *inputs[] = {g->out_grads[0], g->outputs[1]};
+  g->in_grads[0] = qkv_op_call("dropout_backward", inputs, 2, NULL, error);
+  return g->in_grads[0] != NULL;
+}
+
+static const QkvOpDef pe_def = {
+    QKV_OP_DEF_INIT,
+    .name = "positional_encoding",
+    .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, computed "
+           "for any T and d; output 1 (only when dropout > 0) is the dropout mask",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .input_names = pe_input_names,
+    .output_names = pe_output_names,
+    .attrs = pe_attrs,
+    .n_attrs = G_N_ELEMENTS(pe_attrs),
+    .flags = QKV_OP_INPLACE | QKV_OP_RANDOM,
+    .shape = pe_shape,
+    .forward = pe_forward,
+    .gradient = pe_grad,
+    .scratch_size = pe_scratch,
+};
+
+void
+qkv_register_ops_positional(void)
+{
+  qkv_register_builtin(&pe_def);
+}
+
+QkvValue *
+qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error)
+{
+  g_return_val_if_fail(x != NULL, NULL);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  g_variant_builder_add(&attrs, "{sv}", "offset", g_variant_new_int64(offset));
+  return qkv_op_call("positional_encoding", &x, 1, g_variant_builder_end(&attrs), error);
+}
