@@ -1,0 +1,354 @@
+/* bench-attention.c: the fused attention-family ops against the same
+ * computation built from primitive ops.
+ *
+ * For each op and size, a training plan (forward, backward, the gradient of
+ * every float input) is compiled for the fused op and for its composite, and
+ * run N times after two warm-up runs. Printed: the median and fastest run,
+ * the plan arena (qkv_plan_arena_size) and the peak resident set
+ * (ru_maxrss). Every measurement runs in a child process of its own, so
+ * ru_maxrss is that measurement's peak, not the largest so far.
+ *
+ * Sizes: the book's Transformer (batch 64, 10 steps, 32 hiddens, 4 heads) and
+ * a larger one (batch 32, 128 steps, 512 hiddens, 8 heads). Valid lengths
+ * (B) mask the keys, and attention dropout 0.1 is on, as in the book's
+ * training. The composite dropout is the "dropout" op on the weights; the
+ * composite of "dropout" itself is a multiplication by a constant mask (no
+ * random numbers drawn: a lower bound).
+ *
+ * Usage: bench-attention [runs-per-measurement-for-the-large-size]
+ */
+#include <qkv/qkv.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef enum {
+  OP_MASKED_SOFTMAX,
+  OP_DOT_ATTENTION,
+  OP_MHA,
+  OP_DROPOUT,
+  N_OPS,
+} OpKind;
+
+static const char *const op_names[] = {"masked_softmax", "dot_product_attention",
+                                       "multi_head_attention", "dropout"};
+
+typedef struct {
+  const char *label;
+  gint64 batch, steps, hidden;
+  gint heads;
+  gint runs;
+} Size;
+
+typedef struct {
+  double median_ms, min_ms;
+  guint64 arena_bytes;
+  long maxrss_kb;
+  guint n_steps;
+  gboolean ok;
+  char error[256];
+} Result;
+
+#define DROPOUT 0.1
+
+/* The graph under construction and the tensors its inputs are bound to. */
+typedef struct {
+  QkvGraph *graph;
+  GPtrArray *tensors; /* QkvTensor*, one per input, named in%u */
+  GPtrArray *inputs;  /* QkvValue* */
+  guint32 seed;
+} Bench;
+
+static QkvValue *
+add_input(Bench *b, QkvShape shape, float lo, float hi)
+{
+  g_autofree gchar *name = g_strdup_printf("in%u", b->inputs->len);
+  QkvValue *v = qkv_graph_input(b->graph, name, QKV_F32, &shape, NULL);
+  qkv_value_set_requires_grad(v, TRUE);
+  QkvTensor *t = qkv_tensor_new(QKV_F32, &shape);
+  GRand *rand = g_rand_new_with_seed(b->seed++);
+  float *d = qkv_tensor_f32(t);
+  for (gint64 i = 0; i < qkv_tensor_numel(t); i++)
+    d[i] = (float)g_rand_double_range(rand, lo, hi);
+  g_rand_free(rand);
+  g_ptr_array_add(b->inputs, v);
+  g_ptr_array_add(b->tensors, t);
+  return v;
+}
+
+/* valid lengths (B): between T/2 and T, like padded sentences. */
+static QkvTensor *
+valid_lens_tensor(const Size *z)
+{
+  QkvShape s = QKV_SHAPE(z->batch);
+  QkvTensor *t = qkv_tensor_new(QKV_I32, &s);
+  gint32 *d = qkv_tensor_i32(t);
+  for (gint64 b = 0; b < z->batch; b++)
+    d[b] = (gint32)(z->steps - b % MAX(z->steps / 2, 1));
+  return t;
+}
+
+static QkvValue *
+add_valid_lens(Bench *b, const Size *z)
+{
+  g_autofree gchar *name = g_strdup_printf("in%u", b->inputs->len);
+  QkvShape s = QKV_SHAPE(z->batch);
+  QkvValue *v = qkv_graph_input(b->graph, name, QKV_I32, &s, NULL);
+  g_ptr_array_add(b->inputs, v);
+  g_ptr_array_add(b->tensors, valid_lens_tensor(z));
+  return v;
+}
+
+/* The book's masking from primitives: x · keep + (-1e6 where masked), the
+ * masks constants of x's shape (B, …, n_q, n_k). */
+static QkvValue *
+composite_masked_softmax(QkvValue *x, const QkvTensor *lens, GError **error)
+{
+  const QkvShape *s = qkv_value_shape(x);
+  g_autoptr(QkvTensor) keep = qkv_tensor_new(QKV_F32, s);
+  g_autoptr(QkvTensor) neg = qkv_tensor_new(QKV_F32, s);
+  gint64 n_k = s->dims[s->rank - 1], rows = qkv_shape_numel(s) / n_k;
+  gint64 per_batch = rows / s->dims[0];
+  float *pk = qkv_tensor_f32(keep), *pn = qkv_tensor_f32(neg);
+  const gint32 *len = qkv_tensor_const_data(lens);
+  for (gint64 r = 0; r < rows; r++)
+    for (gint64 j = 0; j < n_k; j++) {
+      gboolean kept = j < len[r / per_batch];
+      pk[r * n_k + j] = kept ? 1.0f : 0.0f;
+      pn[r * n_k + j] = kept ? 0.0f : -1e6f;
+    }
+  QkvGraph *g = qkv_value_graph(x);
+  QkvValue *m = qkv_mul(x, qkv_graph_constant(g, keep, error), error);
+  m = m ? qkv_add(m, qkv_graph_constant(g, neg, error), error) : NULL;
+  return m ? qkv_softmax(m, error) : NULL;
+}
+
+static QkvValue *
+composite_attention(QkvValue *q, QkvValue *k, QkvValue *v, const QkvTensor *lens, GError **error)
+{
+  const QkvShape *qs = qkv_value_shape(q);
+  QkvValue *s = qkv_matmul(q, k, FALSE, TRUE, error);
+  s = s ? qkv_scale(s, 1.0 / sqrt((double)qs->dims[qs->rank - 1]), error) : NULL;
+  QkvValue *p = s ? composite_masked_softmax(s, lens, error) : NULL;
+  p = p ? qkv_dropout(p, DROPOUT, error) : NULL;
+  return p ? qkv_matmul(p, v, FALSE, FALSE, error) : NULL;
+}
+
+static QkvValue *
+split_heads(QkvValue *x, gint heads, GError **error)
+{
+  const QkvShape *s = qkv_value_shape(x);
+  QkvShape shape = QKV_SHAPE(s->dims[0], s->dims[1], heads, s->dims[2] / heads);
+  const gint perm[] = {0, 2, 1, 3};
+  QkvValue *r = qkv_reshape(x, &shape, error);
+  return r ? qkv_permute(r, perm, 4, error) : NULL;
+}
+
+static QkvValue *
+build(Bench *b, OpKind op, gboolean fused, const Size *z, GError **error)
+{
+  gint64 B = z->batch, T = z->steps, H = z->hidden;
+  g_autoptr(QkvTensor) lens = valid_lens_tensor(z);
+  switch (op) {
+  case OP_MASKED_SOFTMAX: {
+    QkvValue *x = add_input(b, QKV_SHAPE(B, z->heads, T, T), -3, 3);
+    if (fused)
+      return qkv_masked_softmax(x, add_valid_lens(b, z), FALSE, error);
+    return composite_masked_softmax(x, lens, error);
+  }
+  case OP_DOT_ATTENTION: {
+    QkvValue *q = add_input(b, QKV_SHAPE(B, T, H), -1, 1);
+    QkvValue *k = add_input(b, QKV_SHAPE(B, T, H), -1, 1);
+    QkvValue *v = add_input(b, QKV_SHAPE(B, T, H), -1, 1);
+    if (fused)
+      return qkv_dot_product_attention(q, k, v, add_valid_lens(b, z), FALSE, DROPOUT, NULL, error);
+    return composite_attention(q, k, v, lens, error);
+  }
+  case OP_MHA: {
+    QkvValue *x[3], *w[4];
+    for (guint i = 0; i < 3; i++)
+      x[i] = add_input(b, QKV_SHAPE(B, T, H), -1, 1);
+    float bound = (float)sqrt(3.0 / (double)H);
+    for (guint i = 0; i < 4; i++)
+      w[i] = add_input(b, QKV_SHAPE(H, H), -bound, bound);
+    if (fused)
+      return qkv_multi_head_attention(x[0], x[1], x[2], w[0], w[1], w[2], w[3], NULL, z->heads,
+                                      add_valid_lens(b, z), FALSE, DROPOUT, NULL, error);
+    QkvValue *h[3];
+    for (guint i = 0; i < 3; i++) {
+      QkvValue *p = qkv_matmul(x[i], w[i], FALSE, TRUE, error);
+      h[i] = p ? split_heads(p, z->heads, error) : NULL;
+      if (h[i] == NULL)
+        return NULL;
+    }
+    QkvValue *o = composite_attention(h[0], h[1], h[2], lens, error);
+    const gint perm[] = {0, 2, 1, 3};
+    o = o ? qkv_permute(o, perm, 4, error) : NULL;
+    QkvShape cs = QKV_SHAPE(B, T, H);
+    o = o ? qkv_reshape(o, &cs, error) : NULL;
+    return o ? qkv_matmul(o, w[3], FALSE, TRUE, error) : NULL;
+  }
+  case OP_DROPOUT: {
+    QkvValue *x = add_input(b, QKV_SHAPE(B, T, H), -1, 1);
+    if (fused)
+      return qkv_dropout(x, DROPOUT, error);
+    QkvShape s = QKV_SHAPE(B, T, H);
+    g_autoptr(QkvTensor) mask = qkv_tensor_new(QKV_F32, &s);
+    float *m = qkv_tensor_f32(mask);
+    GRand *rand = g_rand_new_with_seed(3);
+    for (gint64 i = 0; i < qkv_tensor_numel(mask); i++)
+      m[i] = g_rand_double(rand) < DROPOUT ? 0.0f : (float)(1.0 / (1.0 - DROPOUT));
+    g_rand_free(rand);
+    return qkv_mul(x, qkv_graph_constant(b->graph, mask, error), error);
+  }
+  default:
+    return NULL;
+  }
+}
+
+static int
+compare_doubles(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void
+measure(OpKind op, gboolean fused, const Size *z, Result *r)
+{
+  g_autoptr(GError) error = NULL;
+  Bench b = {qkv_graph_new(), g_ptr_array_new_with_free_func((GDestroyNotify)qkv_tensor_free),
+             g_ptr_array_new(), 1};
+  QkvValue *out = build(&b, op, fused, z, &error);
+  QkvValue *loss = NULL;
+  if (out != NULL) {
+    QkvShape s = *qkv_value_shape(out);
+    g_autoptr(QkvTensor) w = qkv_tensor_new(QKV_F32, &s);
+    GRand *rand = g_rand_new_with_seed(9);
+    float *d = qkv_tensor_f32(w);
+    for (gint64 i = 0; i < qkv_tensor_numel(w); i++)
+      d[i] = (float)g_rand_double_range(rand, -1, 1);
+    g_rand_free(rand);
+    QkvValue *prod = qkv_mul(out, qkv_graph_constant(b.graph, w, &error), &error);
+    loss = prod ? qkv_sum(prod, NULL, 0, FALSE, &error) : NULL;
+  }
+  QkvPlan *plan = NULL;
+  if (loss != NULL && qkv_graph_backward(b.graph, loss, &error)) {
+    GPtrArray *outs = g_ptr_array_new();
+    g_ptr_array_add(outs, loss);
+    for (guint i = 0; i < b.inputs->len; i++) {
+      QkvValue *gv = qkv_graph_gradient(b.graph, g_ptr_array_index(b.inputs, i));
+      if (gv != NULL)
+        g_ptr_array_add(outs, gv);
+    }
+    QkvPlanOptions opts = qkv_plan_options_default();
+    opts.training = TRUE;
+    opts.seed = 1;
+    plan = qkv_graph_compile(b.graph, (QkvValue *const *)outs->pdata, outs->len, &opts, &error);
+    g_ptr_array_unref(outs);
+  }
+  for (guint i = 0; plan != NULL && i < b.tensors->len; i++) {
+    g_autofree gchar *name = g_strdup_printf("in%u", i);
+    qkv_plan_bind(plan, name, g_ptr_array_index(b.tensors, i), NULL);
+  }
+  r->ok = plan != NULL;
+  for (gint i = 0; r->ok && i < 2; i++)
+    r->ok = qkv_plan_run(plan, &error);
+  double *times = g_new(double, z->runs);
+  for (gint i = 0; r->ok && i < z->runs; i++) {
+    gint64 t0 = g_get_monotonic_time();
+    r->ok = qkv_plan_run(plan, &error);
+    times[i] = (double)(g_get_monotonic_time() - t0) / 1000.0;
+  }
+  if (r->ok) {
+    qsort(times, (size_t)z->runs, sizeof(double), compare_doubles);
+    r->median_ms =
+        z->runs % 2 ? times[z->runs / 2] : 0.5 * (times[z->runs / 2 - 1] + times[z->runs / 2]);
+    r->min_ms = times[0];
+    r->arena_bytes = qkv_plan_arena_size(plan);
+    r->n_steps = qkv_plan_n_steps(plan);
+  } else {
+    g_strlcpy(r->error, error ? error->message : "failed", sizeof r->error);
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  r->maxrss_kb = usage.ru_maxrss;
+  g_free(times);
+  qkv_plan_free(plan);
+  g_ptr_array_unref(b.inputs);
+  g_ptr_array_unref(b.tensors);
+  qkv_graph_free(b.graph);
+}
+
+/* Run measure() in a child so ru_maxrss is this measurement's own peak (the
+ * parent runs no OpenMP region, so forking is safe). */
+static void
+measure_in_child(OpKind op, gboolean fused, const Size *z, Result *r)
+{
+  int fds[2];
+  memset(r, 0, sizeof *r);
+  if (pipe(fds) != 0) {
+    g_strlcpy(r->error, "pipe failed", sizeof r->error);
+    return;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    Result mine = {0};
+    measure(op, fused, z, &mine);
+    ssize_t written = write(fds[1], &mine, sizeof mine);
+    _exit(written == (ssize_t)sizeof mine ? 0 : 1);
+  }
+  close(fds[1]);
+  ssize_t got = pid > 0 ? read(fds[0], r, sizeof *r) : -1;
+  close(fds[0]);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  if (got != (ssize_t)sizeof *r) {
+    memset(r, 0, sizeof *r);
+    g_strlcpy(r->error, "the measuring process failed", sizeof r->error);
+  }
+}
+
+int
+main(int argc, char **argv)
+{
+  gint large_runs = argc > 1 ? atoi(argv[1]) : 7;
+  Size sizes[] = {
+      {"B64 T10 H32 h4", 64, 10, 32, 4, 51},
+      {"B32 T128 H512 h8", 32, 128, 512, 8, MAX(large_runs, 1)},
+  };
+  printf("qkv %s, %d threads, vector ISA %s; training plans (forward + backward of every float "
+         "input), attention dropout %.1f, valid_lens (B)\n",
+         qkv_version(), qkv_get_num_threads(), qkv_vec_isa(), DROPOUT);
+  printf("%-22s %-17s %-9s %5s %6s %11s %11s %10s %11s\n", "op", "size", "variant", "runs", "nodes",
+         "median ms", "min ms", "arena MiB", "maxrss MiB");
+  for (guint s = 0; s < G_N_ELEMENTS(sizes); s++)
+    for (guint op = 0; op < N_OPS; op++) {
+      Result res[2];
+      for (gint fused = 1; fused >= 0; fused--) {
+        Result *r = &res[1 - fused];
+        measure_in_child((OpKind)op, fused, &sizes[s], r);
+        if (r->error[0] != '\0') {
+          printf("%-22s %-17s %-9s error: %s\n", op_names[op], sizes[s].label,
+                 fused ? "fused" : "composite", r->error);
+          continue;
+        }
+        printf("%-22s %-17s %-9s %5d %6u %11.3f %11.3f %10.2f %11.1f\n", op_names[op],
+               sizes[s].label, fused ? "fused" : "composite", sizes[s].runs, r->n_steps,
+               r->median_ms, r->min_ms, (double)r->arena_bytes / (1 << 20),
+               (double)r->maxrss_kb / 1024);
+      }
+      if (res[0].error[0] == '\0' && res[1].error[0] == '\0')
+        printf("%-22s %-17s speed-up %.2fx, arena %.2fx of composite\n", "", "",
+               res[1].median_ms / res[0].median_ms,
+               (double)res[0].arena_bytes / (double)MAX(res[1].arena_bytes, 1));
+    }
+  return 0;
+}

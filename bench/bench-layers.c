@@ -1,0 +1,361 @@
+/* bench-layers.c: the fused layer ops (layer_norm, position_wise_ffn,
+ * positional_encoding, additive_attention) against the same computation
+ * built from primitive ops.
+ *
+ * For each op and size a training plan (forward, backward, the gradient of
+ * every float input) is compiled for the fused op and for its composite, and
+ * run N times after two warm-up runs. Printed: the median and fastest run,
+ * the plan arena (qkv_plan_arena_size) and the peak resident set
+ * (ru_maxrss), each measurement in a child process of its own so that
+ * ru_maxrss is that measurement's peak.
+ *
+ * Sizes: the book's Transformer (batch 64, 10 steps, 32 hiddens, FFN 64) and
+ * a larger one (batch 32, 128 steps, 512 hiddens, FFN 2048). Additive
+ * attention runs with n_q = n_k = T, q, k and v of size d, h = d, valid
+ * lengths (B), and dropout 0.1 on the weights; positional encoding with
+ * dropout 0.1, as in the book's training. The composites use "dropout" (the
+ * op) where the fused ops drop out inside.
+ *
+ * Usage: bench-layers [runs-per-measurement-for-the-large-size [op-name]]
+ */
+#include <qkv/qkv.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef enum {
+  OP_LAYER_NORM,
+  OP_FFN,
+  OP_POSITIONAL,
+  OP_ADDITIVE,
+  N_OPS,
+} OpKind;
+
+static const char *const op_names[] = {"layer_norm", "position_wise_ffn", "positional_encoding",
+                                       "additive_attention"};
+
+typedef struct {
+  const char *label;
+  gint64 batch, steps, hidden, ffn_hidden;
+  gint runs;
+} Size;
+
+typedef struct {
+  double median_ms, min_ms;
+  guint64 arena_bytes;
+  long maxrss_kb;
+  guint n_steps;
+  char error[256];
+} Result;
+
+#define DROPOUT 0.1
+
+typedef struct {
+  QkvGraph *graph;
+  GPtrArray *tensors; /* QkvTensor*, one per graph input, named in%u */
+  GPtrArray *inputs;  /* QkvValue* */
+  guint32 seed;
+} Bench;
+
+static QkvValue *
+add_input(Bench *b, QkvShape shape, float lo, float hi)
+{
+  g_autofree gchar *name = g_strdup_printf("in%u", b->inputs->len);
+  QkvValue *v = qkv_graph_input(b->graph, name, QKV_F32, &shape, NULL);
+  qkv_value_set_requires_grad(v, TRUE);
+  QkvTensor *t = qkv_tensor_new(QKV_F32, &shape);
+  GRand *rand = g_rand_new_with_seed(b->seed++);
+  float *d = qkv_tensor_f32(t);
+  for (gint64 i = 0; i < qkv_tensor_numel(t); i++)
+    d[i] = (float)g_rand_double_range(rand, lo, hi);
+  g_rand_free(rand);
+  g_ptr_array_add(b->inputs, v);
+  g_ptr_array_add(b->tensors, t);
+  return v;
+}
+
+/* Valid lengths (B) between T/2 and T, like padded sentences. */
+static QkvTensor *
+valid_lens_tensor(const Size *z)
+{
+  QkvShape s = QKV_SHAPE(z->batch);
+  QkvTensor *t = qkv_tensor_new(QKV_I32, &s);
+  gint32 *d = qkv_tensor_i32(t);
+  for (gint64 b = 0; b < z->batch; b++)
+    d[b] = (gint32)(z->steps - b % MAX(z->steps / 2, 1));
+  return t;
+}
+
+static QkvValue *
+add_valid_lens(Bench *b, const Size *z)
+{
+  g_autofree gchar *name = g_strdup_printf("in%u", b->inputs->len);
+  QkvShape s = QKV_SHAPE(z->batch);
+  QkvValue *v = qkv_graph_input(b->graph, name, QKV_I32, &s, NULL);
+  g_ptr_array_add(b->inputs, v);
+  g_ptr_array_add(b->tensors, valid_lens_tensor(z));
+  return v;
+}
+
+/* (x − mean) · exp(−½ log(var + eps)) · gamma + beta. */
+static QkvValue *
+composite_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, GError **error)
+{
+  const gint last = -1;
+  QkvGraph *g = qkv_value_graph(x);
+  QkvValue *mean = qkv_mean(x, &last, 1, TRUE, error);
+  QkvValue *xc = mean ? qkv_sub(x, mean, error) : NULL;
+  QkvValue *var = xc ? qkv_mean(qkv_mul(xc, xc, error), &last, 1, TRUE, error) : NULL;
+  QkvValue *ve = var ? qkv_add(var, qkv_graph_scalar(g, 1e-5f), error) : NULL;
+  QkvValue *rstd = ve ? qkv_exp(qkv_scale(qkv_log(ve, error), -0.5, error), error) : NULL;
+  QkvValue *y = rstd ? qkv_mul(qkv_mul(xc, rstd, error), gamma, error) : NULL;
+  return y ? qkv_add(y, beta, error) : NULL;
+}
+
+/* The book's table for T rows of d columns. */
+static QkvTensor *
+positional_table(gint64 t, gint64 d)
+{
+  QkvShape s = QKV_SHAPE(t, d);
+  QkvTensor *p = qkv_tensor_new(QKV_F32, &s);
+  for (gint64 pos = 0; pos < t; pos++)
+    for (gint64 j = 0; j < d; j++) {
+      float angle = (float)pos / powf(10000.0f, (float)(j - (j & 1)) / (float)d);
+      qkv_tensor_f32(p)[pos * d + j] = (float)((j & 1) ? cos(angle) : sin(angle));
+    }
+  return p;
+}
+
+/* The book's AdditiveAttention from primitives, masked by constants
+ * (s · keep − 1e6 where masked), then dropout and the product with v. */
+static QkvValue *
+composite_additive(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *wq, QkvValue *wk, QkvValue *wv,
+                   const QkvTensor *lens, GError **error)
+{
+  QkvGraph *g = qkv_value_graph(q);
+  const QkvShape *qs = qkv_value_shape(q), *ks = qkv_value_shape(k);
+  gint64 b = qs->dims[0], nq = qs->dims[1], nk = ks->dims[1], h = qkv_value_shape(wq)->dims[0];
+  QkvShape q4 = QKV_SHAPE(b, nq, 1, h), k4 = QKV_SHAPE(b, 1, nk, h), s3 = QKV_SHAPE(b, nq, nk);
+  QkvValue *qp = qkv_reshape(qkv_matmul(q, wq, FALSE, TRUE, error), &q4, error);
+  QkvValue *kp = qp ? qkv_reshape(qkv_matmul(k, wk, FALSE, TRUE, error), &k4, error) : NULL;
+  QkvValue *f = kp ? qkv_tanh(qkv_add(qp, kp, error), error) : NULL;
+  QkvValue *s = f ? qkv_reshape(qkv_matmul(f, wv, FALSE, TRUE, error), &s3, error) : NULL;
+  if (s == NULL)
+    return NULL;
+  g_autoptr(QkvTensor) keep = qkv_tensor_new(QKV_F32, &s3);
+  g_autoptr(QkvTensor) fill = qkv_tensor_new(QKV_F32, &s3);
+  const gint32 *len = qkv_tensor_const_data(lens);
+  for (gint64 r = 0; r < b * nq; r++)
+    for (gint64 j = 0; j < nk; j++) {
+      gboolean kept = j < len[r / nq];
+      qkv_tensor_f32(keep)[r * nk + j] = kept ? 1.0f : 0.0f;
+      qkv_tensor_f32(fill)[r * nk + j] = kept ? 0.0f : -1e6f;
+    }
+  s = qkv_add(qkv_mul(s, qkv_graph_constant(g, keep, error), error),
+              qkv_graph_constant(g, fill, error), error);
+  QkvValue *w = s ? qkv_softmax(s, error) : NULL;
+  w = w ? qkv_dropout(w, DROPOUT, error) : NULL;
+  return w ? qkv_matmul(w, v, FALSE, FALSE, error) : NULL;
+}
+
+static QkvValue *
+build(Bench *b, OpKind op, gboolean fused, const Size *z, GError **error)
+{
+  const gint64 B = z->batch, T = z->steps, D = z->hidden, F = z->ffn_hidden;
+  switch (op) {
+  case OP_LAYER_NORM: {
+    QkvValue *x = add_input(b, QKV_SHAPE(B, T, D), -2, 2);
+    QkvValue *gamma = add_input(b, QKV_SHAPE(D), 0.5f, 1.5f);
+    QkvValue *beta = add_input(b, QKV_SHAPE(D), -1, 1);
+    if (fused)
+      return qkv_layer_norm(x, gamma, beta, 1e-5, error);
+    return composite_layer_norm(x, gamma, beta, error);
+  }
+  case OP_FFN: {
+    float b1 = (float)(1.0 / sqrt((double)D)), b2 = (float)(1.0 / sqrt((double)F));
+    QkvValue *x = add_input(b, QKV_SHAPE(B, T, D), -1, 1);
+    QkvValue *w1 = add_input(b, QKV_SHAPE(F, D), -b1, b1);
+    QkvValue *bias1 = add_input(b, QKV_SHAPE(F), -b1, b1);
+    QkvValue *w2 = add_input(b, QKV_SHAPE(D, F), -b2, b2);
+    QkvValue *bias2 = add_input(b, QKV_SHAPE(D), -b2, b2);
+    if (fused)
+      return qkv_position_wise_ffn(x, w1, bias1, w2, bias2, error);
+    QkvValue *h = qkv_relu(qkv_add(qkv_matmul(x, w1, FALSE, TRUE, error), bias1, error), error);
+    return h ? qkv_add(qkv_matmul(h, w2, FALSE, TRUE, error), bias2, error) : NULL;
+  }
+  case OP_POSITIONAL: {
+    QkvValue *x = add_input(b, QKV_SHAPE(B, T, D), -1, 1);
+    if (fused)
+      return qkv_positional_encoding(x, DROPOUT, 0, error);
+    g_autoptr(QkvTensor) table = positional_table(T, D);
+    QkvValue *y = qkv_add(x, qkv_graph_constant(b->graph, table, error), error);
+    return y ? qkv_dropout(y, DROPOUT, error) : NULL;
+  }
+  case OP_ADDITIVE: {
+    float bound = (float)(1.0 / sqrt((double)D));
+    QkvValue *q = add_input(b, QKV_SHAPE(B, T, D), -1, 1);
+    QkvValue *k = add_input(b, QKV_SHAPE(B, T, D), -1, 1);
+    QkvValue *v = add_input(b, QKV_SHAPE(B, T, D), -1, 1);
+    QkvValue *wq = add_input(b, QKV_SHAPE(D, D), -bound, bound);
+    QkvValue *wk = add_input(b, QKV_SHAPE(D, D), -bound, bound);
+    QkvValue *wv = add_input(b, QKV_SHAPE(1, D), -bound, bound);
+    if (fused)
+      return qkv_additive_attention(q, k, v, wq, wk, wv, add_valid_lens(b, z), DROPOUT, NULL,
+                                    error);
+    g_autoptr(QkvTensor) lens = valid_lens_tensor(z);
+    return composite_additive(q, k, v, wq, wk, wv, lens, error);
+  }
+  default:
+    return NULL;
+  }
+}
+
+static int
+compare_doubles(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void
+measure(OpKind op, gboolean fused, const Size *z, Result *r)
+{
+  g_autoptr(GError) error = NULL;
+  Bench b = {qkv_graph_new(), g_ptr_array_new_with_free_func((GDestroyNotify)qkv_tensor_free),
+             g_ptr_array_new(), 1};
+  QkvValue *out = build(&b, op, fused, z, &error);
+  QkvValue *loss = NULL;
+  if (out != NULL) {
+    g_autoptr(QkvTensor) w = qkv_tensor_new(QKV_F32, qkv_value_shape(out));
+    GRand *rand = g_rand_new_with_seed(9);
+    float *d = qkv_tensor_f32(w);
+    for (gint64 i = 0; i < qkv_tensor_numel(w); i++)
+      d[i] = (float)g_rand_double_range(rand, -1, 1);
+    g_rand_free(rand);
+    QkvValue *prod = qkv_mul(out, qkv_graph_constant(b.graph, w, &error), &error);
+    loss = prod ? qkv_sum(prod, NULL, 0, FALSE, &error) : NULL;
+  }
+  QkvPlan *plan = NULL;
+  if (loss != NULL && qkv_graph_backward(b.graph, loss, &error)) {
+    GPtrArray *outs = g_ptr_array_new();
+    g_ptr_array_add(outs, loss);
+    for (guint i = 0; i < b.inputs->len; i++) {
+      QkvValue *gv = qkv_graph_gradient(b.graph, g_ptr_array_index(b.inputs, i));
+      if (gv != NULL)
+        g_ptr_array_add(outs, gv);
+    }
+    QkvPlanOptions opts = qkv_plan_options_default();
+    opts.training = TRUE;
+    opts.seed = 1;
+    plan = qkv_graph_compile(b.graph, (QkvValue *const *)outs->pdata, outs->len, &opts, &error);
+    g_ptr_array_unref(outs);
+  }
+  for (guint i = 0; plan != NULL && i < b.tensors->len; i++) {
+    g_autofree gchar *name = g_strdup_printf("in%u", i);
+    qkv_plan_bind(plan, name, g_ptr_array_index(b.tensors, i), NULL);
+  }
+  gboolean ok = plan != NULL;
+  for (gint i = 0; ok && i < 2; i++)
+    ok = qkv_plan_run(plan, &error);
+  double *times = g_new(double, z->runs);
+  for (gint i = 0; ok && i < z->runs; i++) {
+    gint64 t0 = g_get_monotonic_time();
+    ok = qkv_plan_run(plan, &error);
+    times[i] = (double)(g_get_monotonic_time() - t0) / 1000.0;
+  }
+  if (ok) {
+    qsort(times, (size_t)z->runs, sizeof(double), compare_doubles);
+    r->median_ms =
+        z->runs % 2 ? times[z->runs / 2] : 0.5 * (times[z->runs / 2 - 1] + times[z->runs / 2]);
+    r->min_ms = times[0];
+    r->arena_bytes = qkv_plan_arena_size(plan);
+    r->n_steps = qkv_plan_n_steps(plan);
+  } else {
+    g_strlcpy(r->error, error ? error->message : "failed", sizeof r->error);
+  }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  r->maxrss_kb = usage.ru_maxrss;
+  g_free(times);
+  qkv_plan_free(plan);
+  g_ptr_array_unref(b.inputs);
+  g_ptr_array_unref(b.tensors);
+  qkv_graph_free(b.graph);
+}
+
+/* Run measure() in a child so that ru_maxrss is this measurement's own peak
+ * (the parent runs no OpenMP region, so forking is safe). */
+static void
+measure_in_child(OpKind op, gboolean fused, const Size *z, Result *r)
+{
+  int fds[2];
+  memset(r, 0, sizeof *r);
+  if (pipe(fds) != 0) {
+    g_strlcpy(r->error, "pipe failed", sizeof r->error);
+    return;
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    Result mine = {0};
+    measure(op, fused, z, &mine);
+    ssize_t written = write(fds[1], &mine, sizeof mine);
+    _exit(written == (ssize_t)sizeof mine ? 0 : 1);
+  }
+  close(fds[1]);
+  ssize_t got = pid > 0 ? read(fds[0], r, sizeof *r) : -1;
+  close(fds[0]);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  if (got != (ssize_t)sizeof *r) {
+    memset(r, 0, sizeof *r);
+    g_strlcpy(r->error, "the measuring process failed", sizeof r->error);
+  }
+}
+
+int
+main(int argc, char **argv)
+{
+  gint large_runs = argc > 1 ? atoi(argv[1]) : 5;
+  const char *only = argc > 2 ? argv[2] : NULL;
+  Size sizes[] = {
+      {"B64 T10 d32 F64", 64, 10, 32, 64, 51},
+      {"B32 T128 d512 F2048", 32, 128, 512, 2048, MAX(large_runs, 1)},
+  };
+  printf("qkv %s, %d threads, vector ISA %s; training plans (forward + backward of every float "
+         "input); dropout %.1f in positional_encoding and additive_attention, whose valid_lens "
+         "are (B) and h = d\n",
+         qkv_version(), qkv_get_num_threads(), qkv_vec_isa(), DROPOUT);
+  printf("%-20s %-20s %-9s %5s %6s %11s %11s %10s %11s\n", "op", "size", "variant", "runs", "nodes",
+         "median ms", "min ms", "arena MiB", "maxrss MiB");
+  for (guint s = 0; s < G_N_ELEMENTS(sizes); s++)
+    for (guint op = 0; op < N_OPS; op++) {
+      if (only != NULL && strcmp(only, op_names[op]) != 0)
+        continue;
+      Result res[2];
+      for (gint fused = 1; fused >= 0; fused--) {
+        Result *r = &res[1 - fused];
+        measure_in_child((OpKind)op, fused, &sizes[s], r);
+        if (r->error[0] != '\0') {
+          printf("%-20s %-20s %-9s error: %s\n", op_names[op], sizes[s].label,
+                 fused ? "fused" : "composite", r->error);
+          continue;
+        }
+        printf("%-20s %-20s %-9s %5d %6u %11.3f %11.3f %10.2f %11.1f\n", op_names[op],
+               sizes[s].label, fused ? "fused" : "composite", sizes[s].runs, r->n_steps,
+               r->median_ms, r->min_ms, (double)r->arena_bytes / (1 << 20),
+               (double)r->maxrss_kb / 1024);
+      }
+      if (res[0].error[0] == '\0' && res[1].error[0] == '\0')
+        printf("%-20s %-20s speed-up %.2fx, arena %.2fx of composite\n", "", "",
+               res[1].median_ms / res[0].median_ms,
+               (double)res[0].arena_bytes / (double)MAX(res[1].arena_bytes, 1));
+    }
+  return 0;
+}
