@@ -94,6 +94,13 @@ void qkv_node_fill_shape_ctx(const QkvNode *node, QkvShapeCtx *ctx, QkvShape *in
 void qkv_registry_init(void);
 /* Register a built-in op; a failure is a bug in qkv and aborts. */
 void qkv_register_builtin(const QkvOpDef *def);
+/* Set the origin recorded for ops this thread registers from now on (the
+ * plugin loader); NULL restores "built-in". Returns the previous origin. */
+const gchar *qkv_registry_set_origin(const gchar *origin);
+/* Remove an op (rolls back a plugin that failed half-way). */
+void qkv_registry_unregister(const gchar *name);
+/* Load the plugins of qkv_plugin_search_path(); failures are warnings. */
+void qkv_plugins_init(void);
 
 /* Aligned allocation that counts calls (see qkv_alloc_count()). */
 gpointer qkv_aligned_alloc0(gsize size);

@@ -10,7 +10,9 @@ typedef struct {
 
 static GHashTable *ops; /* name -> OpEntry* */
 static GMutex ops_lock;
-static const gchar *current_origin = "built-in";
+/* Per thread, so that a plugin loading on one thread does not lend its origin
+ * to ops another thread registers meanwhile. */
+static _Thread_local const gchar *current_origin = "built-in";
 
 void qkv_register_builtin_ops(void);
 
@@ -26,8 +28,8 @@ valid_op_name(const gchar *name)
 }
 
 /* Smallest struct_size a definition can have: everything up to the reserved
- * space, as in ABI 1.0. */
-#define QKV_OP_DEF_MIN_SIZE offsetof(QkvOpDef, reserved)
+ * space of ABI 1.0, where the first 1.1 field (decompose) now sits. */
+#define QKV_OP_DEF_MIN_SIZE offsetof(QkvOpDef, decompose)
 
 static gboolean
 register_locked(const QkvOpDef *def, GError **error)
@@ -88,6 +90,10 @@ register_locked(const QkvOpDef *def, GError **error)
   }
   OpEntry *entry = g_new0(OpEntry, 1);
   memcpy(&entry->def, def, MIN((gsize)def->struct_size, sizeof(QkvOpDef)));
+  /* Fields newer than the author's header were reserved space to them. */
+  if (def->abi_minor < 1)
+    entry->def.decompose = NULL;
+  memset(entry->def.reserved, 0, sizeof entry->def.reserved);
   entry->def.struct_size = sizeof(QkvOpDef);
   entry->origin = g_strdup(current_origin);
   g_hash_table_insert(ops, (gpointer)entry->def.name, entry);
@@ -120,16 +126,12 @@ gboolean
 qkv_op_register(const QkvOpDef *def, GError **error)
 {
   g_return_val_if_fail(def != NULL, FALSE);
-  qkv_registry_init();
+  qkv_init();
   g_mutex_lock(&ops_lock);
   gboolean ok = register_locked(def, error);
   g_mutex_unlock(&ops_lock);
   return ok;
 }
-
-/* Set the origin recorded for ops registered from now on (plugin loader);
- * NULL restores "built-in". Returns the previous origin. */
-const gchar *qkv_registry_set_origin(const gchar *origin);
 
 const gchar *
 qkv_registry_set_origin(const gchar *origin)
@@ -138,9 +140,6 @@ qkv_registry_set_origin(const gchar *origin)
   current_origin = origin ? origin : "built-in";
   return old;
 }
-
-/* Remove ops (used to roll back a plugin that failed half-way). */
-void qkv_registry_unregister(const gchar *name);
 
 void
 qkv_registry_unregister(const gchar *name)
@@ -159,7 +158,7 @@ const QkvOpDef *
 qkv_op_lookup(const gchar *name)
 {
   g_return_val_if_fail(name != NULL, NULL);
-  qkv_registry_init();
+  qkv_init();
   g_mutex_lock(&ops_lock);
   OpEntry *entry = g_hash_table_lookup(ops, name);
   g_mutex_unlock(&ops_lock);
@@ -169,7 +168,7 @@ qkv_op_lookup(const gchar *name)
 const gchar *
 qkv_op_origin(const gchar *name)
 {
-  qkv_registry_init();
+  qkv_init();
   g_mutex_lock(&ops_lock);
   OpEntry *entry = g_hash_table_lookup(ops, name);
   g_mutex_unlock(&ops_lock);
@@ -185,7 +184,7 @@ compare_strings(gconstpointer a, gconstpointer b)
 gchar **
 qkv_op_list(void)
 {
-  qkv_registry_init();
+  qkv_init();
   g_mutex_lock(&ops_lock);
   guint n = g_hash_table_size(ops);
   gchar **names = g_new0(gchar *, n + 1);

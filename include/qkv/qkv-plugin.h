@@ -2,13 +2,23 @@
  *
  * An op is a QkvOpDef: its name, inputs, outputs, attribute schema, a shape
  * rule run when a node is added, a forward kernel run by plans, and a gradient
- * rule that adds gradient nodes to the graph. The struct is versioned and
- * append-only: a definition compiled against an older header (smaller
- * struct_size, same major) keeps registering, with the newer fields zeroed.
+ * rule that adds gradient nodes to the graph (or, failing that, a
+ * decomposition into existing ops that autodiff differentiates through). The
+ * struct is versioned and append-only: a definition compiled against an older
+ * header (smaller struct_size, or an older minor version, same major) keeps
+ * registering, with the newer fields zeroed.
+ *
+ * A plugin is a shared module that registers ops through the same QkvOpDef.
+ * It describes itself with QKV_PLUGIN_DEFINE() (at the end of this header) and
+ * is loaded by qkv_plugin_load() or found at initialisation in the
+ * directories of QKV_PLUGIN_PATH and in the installed plugin directory.
+ *
+ * ABI history: 1.0 first version; 1.1 QkvOpDef.decompose.
  */
 #pragma once
 
 #include <glib.h>
+#include <gmodule.h>
 #include "qkv-tensor.h"
 #include "qkv-error.h"
 #include "qkv-graph.h"
@@ -16,7 +26,7 @@
 G_BEGIN_DECLS
 
 #define QKV_OP_ABI_MAJOR 1
-#define QKV_OP_ABI_MINOR 0
+#define QKV_OP_ABI_MINOR 1
 
 /* The most outputs one node may have. */
 #define QKV_MAX_OUTPUTS 16
@@ -122,11 +132,29 @@ typedef struct {
   gpointer reserved[4];
 } QkvGradCtx;
 
+/* What a decomposition sees (ABI 1.1). The function adds to graph, with the
+ * typed op functions or qkv_graph_add_node(), nodes of existing ops that
+ * compute the same function as the node, built from inputs (and constants)
+ * only, and stores in outputs[j] the value equal to output j of the node.
+ * Autodiff uses it for an op without a gradient rule: it builds the
+ * decomposition next to the node and differentiates through it. */
+typedef struct {
+  QkvGraph *graph;
+  QkvNode *node;
+  const QkvAttrs *attrs;
+  guint n_inputs;
+  guint n_outputs;
+  QkvValue *const *inputs;
+  QkvValue **outputs;
+  gpointer reserved[4];
+} QkvDecomposeCtx;
+
 typedef gboolean (*QkvShapeFunc)(QkvShapeCtx *ctx, GError **error);
 typedef void (*QkvKernelFunc)(const QkvKernelCtx *ctx);
 typedef gboolean (*QkvGradFunc)(QkvGradCtx *ctx, GError **error);
 /* Scratch bytes a node needs, given its shapes and the thread count. */
 typedef gsize (*QkvScratchFunc)(const QkvShapeCtx *ctx, gint n_threads);
+typedef gboolean (*QkvDecomposeFunc)(QkvDecomposeCtx *ctx, GError **error);
 
 typedef enum {
   /* Output 0 may share input 0's buffer (same byte size) when input 0 is an
@@ -166,7 +194,12 @@ typedef struct _QkvOpDef {
   /* NULL: no scratch memory. */
   QkvScratchFunc scratch_size;
 
-  gpointer reserved[12];
+  /* ABI 1.1. For an op without a gradient rule: build the same function from
+   * existing ops, so autodiff can differentiate through it. NULL: none. */
+  QkvDecomposeFunc decompose;
+
+  /* Zero. New fields are taken from here, so the struct keeps its size. */
+  gpointer reserved[11];
 } QkvOpDef;
 
 /* Initialise a QkvOpDef for the header the caller compiles against. */
@@ -202,5 +235,87 @@ const gchar *qkv_vec_isa(void);
 float qkv_random_uniform(guint64 key, guint64 counter);
 /* Mix seed, step and node id into one key. */
 guint64 qkv_random_key(guint64 seed, guint64 step, guint32 node_id);
+
+/* ---------------------------------------------------------------------------
+ * Plugins
+ * ------------------------------------------------------------------------- */
+
+/* What a plugin says about itself. abi_major/abi_minor are the op ABI of the
+ * header the plugin was compiled against (QKV_OP_ABI_MAJOR/MINOR): the loader
+ * refuses a different major or a newer minor. Strings must stay valid while
+ * the module is loaded (string literals are right). */
+typedef struct {
+  guint32 struct_size; /* sizeof(QkvPluginInfo) as the author compiled it */
+  guint16 abi_major;
+  guint16 abi_minor;
+  const gchar *name;        /* "gelu": letters, digits, '_', '-', '.' */
+  const gchar *version;     /* "1.0.0" */
+  const gchar *license;     /* "MIT" */
+  const gchar *description; /* one line */
+  /* Registers the plugin's ops with qkv_op_register(); on failure returns
+   * FALSE (with error set), and every op it registered is removed again. */
+  gboolean (*register_ops)(GError **error);
+  /* Zero. New fields are taken from here, so the struct keeps its size. */
+  gpointer reserved[8];
+} QkvPluginInfo;
+
+/* The one symbol the loader looks up in a module. */
+#define QKV_PLUGIN_DESCRIBE_SYMBOL "qkv_plugin_describe"
+typedef const QkvPluginInfo *(*QkvPluginDescribeFunc)(void);
+
+/* Define the plugin's descriptor; use once, at file scope, in one source file
+ * of the module:
+ *
+ *   QKV_PLUGIN_DEFINE("gelu", "1.0.0", "MIT", "GELU activation", register_gelu);
+ */
+#define QKV_PLUGIN_DEFINE(name_, version_, license_, description_, register_func_)                 \
+  G_MODULE_EXPORT const QkvPluginInfo *qkv_plugin_describe(void);                                  \
+  G_MODULE_EXPORT const QkvPluginInfo *qkv_plugin_describe(void)                                   \
+  {                                                                                                \
+    static const QkvPluginInfo info = {                                                            \
+        .struct_size = sizeof(QkvPluginInfo),                                                      \
+        .abi_major = QKV_OP_ABI_MAJOR,                                                             \
+        .abi_minor = QKV_OP_ABI_MINOR,                                                             \
+        .name = (name_),                                                                           \
+        .version = (version_),                                                                     \
+        .license = (license_),                                                                     \
+        .description = (description_),                                                             \
+        .register_ops = (register_func_),                                                          \
+    };                                                                                             \
+    return &info;                                                                                  \
+  }                                                                                                \
+  G_MODULE_EXPORT const QkvPluginInfo *qkv_plugin_describe(void)
+
+/* A loaded plugin; owned by the library, valid until the process ends
+ * (plugins are never unloaded). */
+typedef struct _QkvPlugin QkvPlugin;
+
+/* Load the plugin module at path and register its ops, whose origin
+ * (qkv_op_origin()) becomes the module's absolute path. On any failure (file
+ * missing or not a module, no descriptor, an incompatible ABI, a descriptor
+ * too small, an op name already taken, a failing register function) returns
+ * NULL with a QKV_ERROR_PLUGIN error naming the file and the reason; the
+ * plugin then registers nothing and the library is unchanged. Loading a file
+ * that is already loaded (the same file, by its resolved path) does nothing
+ * and returns the plugin loaded before; a different file with the name of a
+ * loaded plugin is an error. */
+const QkvPlugin *qkv_plugin_load(const gchar *path, GError **error);
+/* The loaded plugins in load order, those found at initialisation first. */
+guint qkv_plugin_count(void);
+const QkvPlugin *qkv_plugin_nth(guint index);
+/* The loaded plugin of that name, or NULL. */
+const QkvPlugin *qkv_plugin_lookup(const gchar *name);
+const gchar *qkv_plugin_get_name(const QkvPlugin *plugin);
+const gchar *qkv_plugin_get_version(const QkvPlugin *plugin);
+const gchar *qkv_plugin_get_license(const QkvPlugin *plugin);
+const gchar *qkv_plugin_get_description(const QkvPlugin *plugin);
+/* The module's absolute path. */
+const gchar *qkv_plugin_get_path(const QkvPlugin *plugin);
+/* The names of the ops it registered, sorted, NULL-terminated. */
+const gchar *const *qkv_plugin_get_ops(const QkvPlugin *plugin);
+/* The directories searched at initialisation, in order, NULL-terminated:
+ * those of QKV_PLUGIN_PATH (colon-separated), then the installed plugin
+ * directory (QKV_PLUGIN_SYSTEM_PATH replaces it; set it empty for none). */
+const gchar *const *qkv_plugin_search_path(void);
 
 G_END_DECLS

@@ -14,12 +14,17 @@
 #include "qkv-plan.h"
 #include "qkv-plugin.h"
 #include "qkv-check.h"
+#include "qkv-init.h"
+#include "qkv-optim.h"
+#include "qkv-checkpoint.h"
 #include "qkv-builders.h"
 
 G_BEGIN_DECLS
 
-/* Initialise the library: register the built-in ops. Every entry point calls
- * it on demand; calling it again is harmless. */
+/* Initialise the library: register the built-in ops, then load the plugins
+ * found in the directories of QKV_PLUGIN_PATH and in the installed plugin
+ * directory (a plugin that fails to load is a warning). Every entry point
+ * calls it on demand; calling it again is harmless. */
 void qkv_init(void);
 /* The library version, "MAJOR.MINOR.PATCH". */
 const gchar *qkv_version(void);
