@@ -7,9 +7,11 @@
  * sum of squared errors. Test points x = 0, 0.1, …, 4.9 are scored against the
  * noiseless function for average pooling, the non-parametric model (w = 1)
  * and the parametric one. */
+#include <cairo.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <qkv/qkv.h>
 
 #define N_TRAIN 50
@@ -18,11 +20,14 @@
 static gint64 opt_seed = 0;
 static gint opt_epochs = 5;
 static double opt_lr = 0.5;
+static gchar *opt_plot = NULL;
 
 static GOptionEntry entries[] = {
     {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed, "Random seed for data and w (default 0)", "N"},
     {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs, "Training epochs (default 5)", "N"},
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "SGD learning rate (default 0.5)", "LR"},
+    {"plot", 'p', 0, G_OPTION_ARG_FILENAME, &opt_plot,
+     "Draw the fit and the attention-weight matrix of the parametric model to FILE.png", "FILE"},
     {NULL}};
 
 static double
@@ -44,6 +49,84 @@ normal(GRand *rand)
 {
   double u1 = g_rand_double(rand), u2 = g_rand_double(rand);
   return sqrt(-2.0 * log(1.0 - u1)) * cos(2 * G_PI * u2);
+}
+
+/* Left: training points, the true function, both models' predictions.
+ * Right: the parametric model's attention weights, test queries × training keys. */
+static gboolean
+plot(const gchar *path, const float *x_train, const float *y_train, const float *x_test,
+     const float *pred_np, const float *pred_p, const float *weights, GError **error)
+{
+  const int panel = 420, pad = 50, width = 2 * panel + 3 * pad, height = panel + 2 * pad;
+  cairo_surface_t *surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height);
+  cairo_t *cr = cairo_create(surface);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_font_size(cr, 13);
+
+  /* the fit: x in [0, 5], y in [-1, 5] */
+  double x0 = pad, y0 = pad;
+#define PX(x) (x0 + (x) / 5.0 * panel)
+#define PY(y) (y0 + panel - ((y) + 1.0) / 6.0 * panel)
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  cairo_set_line_width(cr, 1);
+  cairo_rectangle(cr, x0, y0, panel, panel);
+  cairo_stroke(cr);
+  cairo_move_to(cr, x0, y0 - 12);
+  cairo_show_text(cr, "fit: truth (black), w = 1 (blue), learned w (red), data (green)");
+  const float *curves[] = {NULL, pred_np, pred_p};
+  const double colours[][3] = {{0, 0, 0}, {0.1, 0.3, 0.9}, {0.85, 0.1, 0.1}};
+  for (int c = 0; c < 3; c++) {
+    cairo_set_source_rgb(cr, colours[c][0], colours[c][1], colours[c][2]);
+    cairo_set_line_width(cr, c == 0 ? 1.5 : 2);
+    for (int i = 0; i < N_TEST; i++) {
+      double y = c == 0 ? truth(x_test[i]) : curves[c][i];
+      if (i == 0)
+        cairo_move_to(cr, PX(x_test[i]), PY(y));
+      else
+        cairo_line_to(cr, PX(x_test[i]), PY(y));
+    }
+    cairo_stroke(cr);
+  }
+  cairo_set_source_rgb(cr, 0.2, 0.6, 0.2);
+  for (int i = 0; i < N_TRAIN; i++) {
+    cairo_arc(cr, PX(x_train[i]), PY(y_train[i]), 3, 0, 2 * G_PI);
+    cairo_fill(cr);
+  }
+#undef PX
+#undef PY
+
+  /* the attention weights: rows are test queries, columns training keys */
+  x0 = 2 * pad + panel;
+  double cell_w = (double)panel / N_TRAIN, cell_h = (double)panel / N_TEST;
+  float top = 0;
+  for (int i = 0; i < N_TEST * N_TRAIN; i++)
+    top = MAX(top, weights[i]);
+  for (int r = 0; r < N_TEST; r++)
+    for (int c = 0; c < N_TRAIN; c++) {
+      double v = top > 0 ? weights[r * N_TRAIN + c] / top : 0;
+      cairo_set_source_rgb(cr, 1.0 - 0.45 * v, 1.0 - 0.95 * v, 1.0 - 0.95 * v);
+      cairo_rectangle(cr, x0 + c * cell_w, y0 + r * cell_h, cell_w + 0.5, cell_h + 0.5);
+      cairo_fill(cr);
+    }
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  cairo_rectangle(cr, x0, y0, panel, panel);
+  cairo_stroke(cr);
+  cairo_move_to(cr, x0, y0 - 12);
+  cairo_show_text(cr, "attention weights: test x (rows), training x (columns)");
+  cairo_move_to(cr, x0, y0 + panel + 20);
+  cairo_show_text(cr, "sorted training inputs");
+
+  cairo_destroy(cr);
+  cairo_status_t st = cairo_surface_write_to_png(surface, path);
+  cairo_surface_destroy(surface);
+  if (st != CAIRO_STATUS_SUCCESS) {
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_FAILED, "writing %s: %s", path,
+                cairo_status_to_string(st));
+    return FALSE;
+  }
+  return TRUE;
 }
 
 static gboolean
@@ -115,10 +198,12 @@ run(GError **error)
   QkvValue *eq = qkv_graph_input(eval, "queries", QKV_F32, &t_shape, error);
   QkvValue *ek = qkv_graph_input(eval, "keys", QKV_F32, qkv_tensor_shape(test_keys), error);
   QkvValue *ev = qkv_graph_input(eval, "values", QKV_F32, qkv_tensor_shape(test_values), error);
-  QkvValue *epred = qkv_build_nw_regression(eval, params, "", eq, ek, ev, 0, NULL, error);
+  QkvValue *eweights = NULL;
+  QkvValue *epred = qkv_build_nw_regression(eval, params, "", eq, ek, ev, 0, &eweights, error);
   if (epred == NULL)
     return FALSE;
-  g_autoptr(QkvPlan) eval_plan = qkv_graph_compile(eval, &epred, 1, NULL, error);
+  QkvValue *eouts[] = {epred, eweights};
+  g_autoptr(QkvPlan) eval_plan = qkv_graph_compile(eval, eouts, 2, NULL, error);
   if (eval_plan == NULL || !qkv_plan_bind(eval_plan, "queries", x_test_t, error) ||
       !qkv_plan_bind(eval_plan, "keys", test_keys, error) ||
       !qkv_plan_bind(eval_plan, "values", test_values, error))
@@ -138,27 +223,38 @@ run(GError **error)
 
   /* test MSE against the noiseless function */
   double avg = 0, mse_avg = 0, mse_np = 0, mse_p = 0;
+  float pred_p[N_TEST], pred_np[N_TEST];
+  g_autofree float *weights_p = g_new(float, N_TEST * N_TRAIN);
   for (int i = 0; i < N_TRAIN; i++)
     avg += y_train[i] / N_TRAIN;
   if (!qkv_plan_run(eval_plan, error))
     return FALSE;
   for (int i = 0; i < N_TEST; i++) {
-    double d = qkv_tensor_get(qkv_plan_output(eval_plan, 0), i) - truth(x_test[i]);
+    pred_p[i] = (float)qkv_tensor_get(qkv_plan_output(eval_plan, 0), i);
+    double d = pred_p[i] - truth(x_test[i]);
     mse_p += d * d / N_TEST;
     mse_avg += (avg - truth(x_test[i])) * (avg - truth(x_test[i])) / N_TEST;
   }
+  memcpy(weights_p, qkv_tensor_const_data(qkv_plan_output(eval_plan, 1)),
+         sizeof(float) * N_TEST * N_TRAIN);
   float learned = wv[0];
   wv[0] = 1.0f; /* the non-parametric model is the same kernel with w = 1 */
   if (!qkv_plan_run(eval_plan, error))
     return FALSE;
   for (int i = 0; i < N_TEST; i++) {
-    double d = qkv_tensor_get(qkv_plan_output(eval_plan, 0), i) - truth(x_test[i]);
+    pred_np[i] = (float)qkv_tensor_get(qkv_plan_output(eval_plan, 0), i);
+    double d = pred_np[i] - truth(x_test[i]);
     mse_np += d * d / N_TEST;
   }
   wv[0] = learned;
   printf("learned w %.4f\n", learned);
   printf("test MSE vs truth: average pooling %.4f, non-parametric %.4f, parametric %.4f\n",
          mse_avg, mse_np, mse_p);
+  if (opt_plot != NULL) {
+    if (!plot(opt_plot, x_train, y_train, x_test, pred_np, pred_p, weights_p, error))
+      return FALSE;
+    printf("plot written to %s\n", opt_plot);
+  }
   return TRUE;
 }
 

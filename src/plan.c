@@ -137,6 +137,7 @@ struct _QkvPlan {
   QkvGraph *graph;
   QkvPlanOptions options;
   gint n_threads;
+  gint max_threads; /* scratch memory is sized for this many */
   guint64 seed;
   guint64 step;
   Step *steps;
@@ -214,6 +215,8 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   plan->graph = graph;
   plan->options = opts;
   plan->n_threads = opts.n_threads > 0 ? opts.n_threads : qkv_get_num_threads();
+  /* room for a later qkv_plan_set_n_threads() up to the machine's cores */
+  plan->max_threads = MAX(plan->n_threads, omp_get_num_procs());
   plan->seed = opts.seed;
 
   /* roots: requested outputs and parameter gradients */
@@ -327,7 +330,7 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
       QkvShape *ins = g_newa(QkvShape, MAX(node->n_inputs, 1));
       QkvDType *idt = g_newa(QkvDType, MAX(node->n_inputs, 1));
       qkv_node_fill_shape_ctx(node, &sctx, ins, idt);
-      scratch_size[s] = round_up(node->op->scratch_size(&sctx, plan->n_threads));
+      scratch_size[s] = round_up(node->op->scratch_size(&sctx, plan->max_threads));
       if (scratch_size[s] > 0) {
         plan->steps[s].scratch_offset = offsets_alloc(&alloc, scratch_size[s]);
         offsets_free(&alloc, plan->steps[s].scratch_offset, scratch_size[s]);
@@ -546,6 +549,8 @@ void
 qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads)
 {
   plan->n_threads = n_threads > 0 ? n_threads : qkv_get_num_threads();
+  /* kernels' scratch memory was sized for max_threads at compile time */
+  plan->n_threads = MIN(plan->n_threads, plan->max_threads);
 }
 
 gint

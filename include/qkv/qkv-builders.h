@@ -1,12 +1,115 @@
 /* qkv-builders.h: builders that add layers and models to a graph and create
  * their parameters in a QkvParams store, under the names the book's PyTorch
- * modules give them in their state_dict. Builders use only the public API. */
+ * modules give them in their state_dict (so a state_dict saved as safetensors
+ * loads as is). Builders use only the public API: anything they do, a user can
+ * do too.
+ *
+ * A parameter a builder needs is reused when the store already has it with
+ * the right shape (a training graph and an evaluation graph share weights),
+ * created and initialised when it is missing, and an error when its shape
+ * differs. */
 #pragma once
 
 #include <glib.h>
 #include "qkv-graph.h"
 
 G_BEGIN_DECLS
+
+/* Where builders put their nodes and parameters, and how they initialise new
+ * parameters: each from qkv_init_seed_for_name(seed, name), so values do not
+ * depend on the order of creation. */
+typedef struct {
+  QkvGraph *graph;
+  QkvParams *params;
+  guint64 seed;
+  /* TRUE: every linear weight starts Xavier-uniform (the book's
+   * xavier_init_weights); FALSE: PyTorch's nn.Linear default. */
+  gboolean xavier_linear;
+  gpointer reserved[4];
+} QkvBuilder;
+
+/* A parameter of the given shape: reused, or created and filled by init
+ * ("zeros", "ones", "linear_weight", "linear_bias", "embedding", "xavier"). */
+QkvValue *qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape,
+                          const gchar *init, gint64 fan_in, GError **error);
+
+/* nn.Linear: x (…, in) · weightᵀ (+ bias) → (…, out); "<name>.weight" (out, in),
+ * "<name>.bias" (out). */
+QkvValue *qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features,
+                           gboolean bias, GError **error);
+/* nn.Embedding: ids (…) → (…, dim); "<name>.weight" (num, dim), N(0, 1). */
+QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
+                              gint64 dim, GError **error);
+/* The book's MultiHeadAttention (bias = FALSE): "<name>.W_q.weight", W_k, W_v,
+ * W_o, all (num_hiddens, ·). *weights (may be NULL) gets (B, heads, n_q, n_k). */
+QkvValue *qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
+                        QkvValue *values, gint64 num_hiddens, gint num_heads,
+                        QkvValue *valid_lens, gboolean causal, double dropout,
+                        QkvValue **weights, GError **error);
+/* PositionWiseFFN: "<name>.dense1" (ffn_hiddens), ReLU, "<name>.dense2" (out). */
+QkvValue *qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
+                        gint64 out_features, GError **error);
+/* AddNorm: LayerNorm(dropout(y) + x) with "<name>.ln.weight/.bias". */
+QkvValue *qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y,
+                            double dropout, GError **error);
+
+typedef struct {
+  gint64 src_vocab;
+  gint64 tgt_vocab;
+  gint64 num_hiddens;
+  gint64 ffn_hiddens;
+  gint num_heads;
+  gint num_layers;
+  double dropout;
+} QkvTransformerConfig;
+
+/* TransformerEncoder "encoder": embedding · √d, positional encoding, blocks
+ * "encoder.blks.block{i}" (attention, addnorm1, ffn, addnorm2) with the
+ * padding mask from valid_lens (i32 (B)). src (B, T) i32 → (B, T, d). */
+QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
+                                        QkvValue *src, QkvValue *valid_lens, GError **error);
+/* TransformerDecoder "decoder" over a whole target prefix: embedding · √d,
+ * positional encoding (positions 0…T-1), blocks "decoder.blks.block{i}" with
+ * causal self-attention attention1, encoder-decoder attention attention2,
+ * ffn and addnorm1..3, then "decoder.dense" → logits (B, T, tgt_vocab).
+ * cross_weights (may be NULL) receives the last block's encoder-decoder
+ * attention weights (B, heads, T, T_src). */
+QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
+                                        QkvValue *tgt, QkvValue *enc_outputs,
+                                        QkvValue *enc_valid_lens, QkvValue **cross_weights,
+                                        GError **error);
+
+/* nn.GRU with PyTorch's gate equations and parameter layout:
+ * "<name>.weight_ih_l{k}" (3H, in), "<name>.weight_hh_l{k}" (3H, H),
+ * "<name>.bias_ih_l{k}", "<name>.bias_hh_l{k}" (3H), gates ordered r, z, n;
+ * dropout on every layer's output but the last. x (T, B, in), h0 (L, B, H)
+ * or NULL for zeros → outputs (T, B, H); *h_n (may be NULL) gets (L, B, H). */
+QkvValue *qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0,
+                        gint64 hidden, gint num_layers, double dropout, QkvValue **h_n,
+                        GError **error);
+
+typedef struct {
+  gint64 src_vocab;
+  gint64 tgt_vocab;
+  gint64 embed_size;
+  gint64 num_hiddens;
+  gint num_layers;
+  double dropout;
+} QkvGruSeq2SeqConfig;
+
+/* The book's Seq2SeqEncoder ("encoder.embedding", "encoder.rnn") and
+ * Seq2SeqAttentionDecoder ("decoder.attention.W_k/W_q/w_v", "decoder.embedding",
+ * "decoder.rnn", "decoder.dense") unrolled over the time steps, with teacher
+ * forcing on dec_in (B, T). src (B, T), src_valid (B) → logits (B, T, V).
+ * *weights (may be NULL) receives the attention weights (B, T, T_src). */
+QkvValue *qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg,
+                                     QkvValue *src, QkvValue *src_valid, QkvValue *dec_in,
+                                     QkvValue **weights, GError **error);
+
+/* The book's MaskedSoftmaxCELoss summed over the batch: Σ_b mean_t(ce[b,t] ·
+ * mask[b,t]) for logits (B, T, V), labels i32 (B, T), mask f32 (B, T). */
+QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask,
+                                 GError **error);
 
 /* Nadaraya-Watson kernel regression with one learned width w (parameter
  * "<prefix>w", shape (1)): for each query q_i,

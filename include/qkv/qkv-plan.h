@@ -56,6 +56,8 @@ gsize qkv_plan_intermediates_size(const QkvPlan *plan);
 /* Number of nodes the plan runs. */
 guint qkv_plan_n_steps(const QkvPlan *plan);
 
+/* Threads for later runs; capped at the larger of the compile-time count and
+ * the number of cores, which kernels' scratch memory was sized for. */
 void qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads);
 gint qkv_plan_get_n_threads(const QkvPlan *plan);
 /* The dropout generator draws from (seed, step, node); step counts runs and

@@ -1,0 +1,348 @@
+/* data.c: the book's fra-eng pipeline (d2l 0.17 load_data_nmt), a synthetic
+ * reverse task, and BLEU. */
+#include "data.h"
+
+#include <gio/gio.h>
+#include <math.h>
+#include <string.h>
+
+static Vocab *
+vocab_new(void)
+{
+  Vocab *v = g_new0(Vocab, 1);
+  v->idx_to_token = g_ptr_array_new_with_free_func(g_free);
+  v->token_to_idx = g_hash_table_new(g_str_hash, g_str_equal);
+  return v;
+}
+
+static gint
+vocab_add(Vocab *v, const gchar *token)
+{
+  gpointer found = g_hash_table_lookup(v->token_to_idx, token);
+  if (found != NULL)
+    return GPOINTER_TO_INT(found) - 1;
+  gchar *copy = g_strdup(token);
+  g_ptr_array_add(v->idx_to_token, copy);
+  gint id = (gint)v->idx_to_token->len - 1;
+  g_hash_table_insert(v->token_to_idx, copy, GINT_TO_POINTER(id + 1));
+  return id;
+}
+
+void
+vocab_free(Vocab *vocab)
+{
+  if (vocab == NULL)
+    return;
+  g_hash_table_unref(vocab->token_to_idx);
+  g_ptr_array_unref(vocab->idx_to_token);
+  g_free(vocab);
+}
+
+gint
+vocab_size(const Vocab *vocab)
+{
+  return (gint)vocab->idx_to_token->len;
+}
+
+gint
+vocab_lookup(const Vocab *vocab, const gchar *token)
+{
+  gpointer found = g_hash_table_lookup(vocab->token_to_idx, token);
+  return found ? GPOINTER_TO_INT(found) - 1 : vocab->unk;
+}
+
+const gchar *
+vocab_token(const Vocab *vocab, gint id)
+{
+  if (id < 0 || id >= vocab_size(vocab))
+    return "<unk>";
+  return g_ptr_array_index(vocab->idx_to_token, id);
+}
+
+typedef struct {
+  const gchar *token;
+  gint count;
+  gint first_seen;
+} TokenCount;
+
+static gint
+by_count_then_first_seen(gconstpointer a, gconstpointer b)
+{
+  const TokenCount *x = a, *y = b;
+  if (x->count != y->count)
+    return y->count - x->count;
+  return x->first_seen - y->first_seen; /* Python's sort is stable */
+}
+
+/* The book's Vocab(tokens, min_freq, ['<pad>', '<bos>', '<eos>']): <unk> first,
+ * then the reserved tokens, then tokens by falling frequency, ties in order of
+ * first appearance. */
+static Vocab *
+vocab_build(GPtrArray *lines, gint min_freq)
+{
+  GHashTable *counts = g_hash_table_new(g_str_hash, g_str_equal);
+  GArray *order = g_array_new(FALSE, FALSE, sizeof(TokenCount));
+  for (guint i = 0; i < lines->len; i++) {
+    gchar **tokens = g_ptr_array_index(lines, i);
+    for (guint j = 0; tokens[j] != NULL; j++) {
+      gpointer idx = g_hash_table_lookup(counts, tokens[j]);
+      if (idx == NULL) {
+        TokenCount tc = {tokens[j], 1, (gint)order->len};
+        g_array_append_val(order, tc);
+        g_hash_table_insert(counts, tokens[j], GINT_TO_POINTER(order->len));
+      } else {
+        g_array_index(order, TokenCount, GPOINTER_TO_INT(idx) - 1).count++;
+      }
+    }
+  }
+  g_array_sort(order, by_count_then_first_seen);
+  Vocab *v = vocab_new();
+  v->unk = vocab_add(v, "<unk>");
+  v->pad = vocab_add(v, "<pad>");
+  v->bos = vocab_add(v, "<bos>");
+  v->eos = vocab_add(v, "<eos>");
+  for (guint i = 0; i < order->len; i++) {
+    TokenCount *tc = &g_array_index(order, TokenCount, i);
+    if (tc->count < min_freq)
+      break;
+    vocab_add(v, tc->token);
+  }
+  g_array_unref(order);
+  g_hash_table_unref(counts);
+  return v;
+}
+
+gchar *
+nmt_preprocess(const gchar *text)
+{
+  g_autofree gchar *lower = g_utf8_strdown(text, -1);
+  GString *out = g_string_sized_new(strlen(lower) + strlen(lower) / 4);
+  gunichar prev = 0;
+  for (const gchar *p = lower; *p; p = g_utf8_next_char(p)) {
+    gunichar c = g_utf8_get_char(p);
+    if (c == 0x202F || c == 0x00A0)
+      c = ' ';
+    if ((c == ',' || c == '.' || c == '!' || c == '?') && p != lower && prev != ' ')
+      g_string_append_c(out, ' ');
+    g_string_append_unichar(out, c);
+    prev = c;
+  }
+  return g_string_free(out, FALSE);
+}
+
+/* Read a file, inflating it if its name ends in .gz. */
+static gchar *
+read_text(const gchar *path, GError **error)
+{
+  g_autoptr(GFile) file = g_file_new_for_path(path);
+  g_autoptr(GFileInputStream) raw = g_file_read(file, NULL, error);
+  if (raw == NULL)
+    return NULL;
+  g_autoptr(GInputStream) in = NULL;
+  if (g_str_has_suffix(path, ".gz")) {
+    g_autoptr(GZlibDecompressor) z = g_zlib_decompressor_new(G_ZLIB_COMPRESSOR_FORMAT_GZIP);
+    in = g_converter_input_stream_new(G_INPUT_STREAM(raw), G_CONVERTER(z));
+  } else {
+    in = g_object_ref(G_INPUT_STREAM(raw));
+  }
+  g_autoptr(GOutputStream) mem = g_memory_output_stream_new_resizable();
+  if (g_output_stream_splice(mem, in, G_OUTPUT_STREAM_SPLICE_CLOSE_SOURCE, NULL, error) < 0)
+    return NULL;
+  if (!g_output_stream_write_all(mem, "", 1, NULL, NULL, error) ||
+      !g_output_stream_close(mem, NULL, error))
+    return NULL;
+  return g_memory_output_stream_steal_data(G_MEMORY_OUTPUT_STREAM(mem));
+}
+
+static void
+fill_array(GPtrArray *lines, const Vocab *v, gint num_steps, gint32 *ids, gint32 *valid)
+{
+  for (guint i = 0; i < lines->len; i++) {
+    gchar **tokens = g_ptr_array_index(lines, i);
+    gint n = 0;
+    for (guint j = 0; tokens[j] != NULL && n < num_steps; j++)
+      ids[i * num_steps + n++] = vocab_lookup(v, tokens[j]);
+    if (n < num_steps)
+      ids[i * num_steps + n++] = v->eos;
+    valid[i] = n;
+    for (; n < num_steps; n++)
+      ids[i * num_steps + n] = v->pad;
+  }
+}
+
+gboolean
+seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, gint num_steps,
+                      GError **error)
+{
+  memset(data, 0, sizeof(*data));
+  g_autofree gchar *raw = read_text(path, error);
+  if (raw == NULL) {
+    g_prefix_error(error, "reading %s: ", path);
+    return FALSE;
+  }
+  if (!g_utf8_validate(raw, -1, NULL)) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s is not valid UTF-8", path);
+    return FALSE;
+  }
+  /* The book keeps lines 0..num_examples (num_examples + 1 lines); only those
+   * need preprocessing, since the rule looks one character back. */
+  const gchar *end = raw;
+  for (gint i = 0; i <= num_examples && *end; i++) {
+    const gchar *nl = strchr(end, '\n');
+    end = nl ? nl + 1 : end + strlen(end);
+  }
+  g_autofree gchar *head = g_strndup(raw, end - raw);
+  g_autofree gchar *text = nmt_preprocess(head);
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  GPtrArray *src = g_ptr_array_new_with_free_func((GDestroyNotify)g_strfreev);
+  GPtrArray *tgt = g_ptr_array_new_with_free_func((GDestroyNotify)g_strfreev);
+  for (gint i = 0; lines[i] != NULL && i <= num_examples; i++) {
+    g_auto(GStrv) parts = g_strsplit(lines[i], "\t", -1);
+    if (g_strv_length(parts) != 2)
+      continue;
+    g_ptr_array_add(src, g_strsplit(parts[0], " ", -1));
+    g_ptr_array_add(tgt, g_strsplit(parts[1], " ", -1));
+  }
+  data->n = (gint)src->len;
+  data->num_steps = num_steps;
+  data->src_vocab = vocab_build(src, 2);
+  data->tgt_vocab = vocab_build(tgt, 2);
+  data->src = g_new0(gint32, (gsize)data->n * num_steps);
+  data->tgt = g_new0(gint32, (gsize)data->n * num_steps);
+  data->src_valid = g_new0(gint32, data->n);
+  data->tgt_valid = g_new0(gint32, data->n);
+  fill_array(src, data->src_vocab, num_steps, data->src, data->src_valid);
+  fill_array(tgt, data->tgt_vocab, num_steps, data->tgt, data->tgt_valid);
+  g_ptr_array_unref(src);
+  g_ptr_array_unref(tgt);
+  return TRUE;
+}
+
+static guint64
+splitmix64(guint64 *state)
+{
+  guint64 z = (*state += G_GUINT64_CONSTANT(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * G_GUINT64_CONSTANT(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * G_GUINT64_CONSTANT(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+static Vocab *
+reverse_vocab(gint size)
+{
+  Vocab *v = vocab_new();
+  v->pad = vocab_add(v, "<pad>");
+  v->bos = vocab_add(v, "<bos>");
+  v->eos = vocab_add(v, "<eos>");
+  v->unk = v->pad;
+  for (gint i = 3; i < size; i++) {
+    g_autofree gchar *name = g_strdup_printf("t%d", i);
+    vocab_add(v, name);
+  }
+  return v;
+}
+
+void
+seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guint64 seed)
+{
+  memset(data, 0, sizeof(*data));
+  data->n = n;
+  data->num_steps = num_steps;
+  data->src_vocab = reverse_vocab(vocab);
+  data->tgt_vocab = reverse_vocab(vocab);
+  data->src = g_new0(gint32, (gsize)n * num_steps);
+  data->tgt = g_new0(gint32, (gsize)n * num_steps);
+  data->src_valid = g_new0(gint32, n);
+  data->tgt_valid = g_new0(gint32, n);
+  guint64 state = seed;
+  gint32 tokens[num_steps > 0 ? num_steps : 1];
+  for (gint s = 0; s < n; s++) {
+    gint len = num_steps / 2 + (gint)(splitmix64(&state) % (guint64)(num_steps - num_steps / 2 + 1));
+    for (gint i = 0; i < len - 1; i++)
+      tokens[i] = 3 + (gint32)(splitmix64(&state) % (guint64)(vocab - 3));
+    gint32 *src = data->src + (gsize)s * num_steps, *tgt = data->tgt + (gsize)s * num_steps;
+    for (gint i = 0; i < num_steps; i++)
+      src[i] = tgt[i] = 0;
+    for (gint i = 0; i < len - 1; i++) {
+      src[i] = tokens[i];
+      tgt[i] = tokens[len - 2 - i];
+    }
+    src[len - 1] = tgt[len - 1] = 2;
+    data->src_valid[s] = data->tgt_valid[s] = len;
+  }
+}
+
+void
+seq2seq_data_clear(Seq2SeqData *data)
+{
+  g_free(data->src);
+  g_free(data->tgt);
+  g_free(data->src_valid);
+  g_free(data->tgt_valid);
+  vocab_free(data->src_vocab);
+  vocab_free(data->tgt_vocab);
+  memset(data, 0, sizeof(*data));
+}
+
+gint
+seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_steps, gint32 *ids)
+{
+  g_autofree gchar *lower = g_utf8_strdown(sentence, -1);
+  g_auto(GStrv) tokens = g_strsplit(lower, " ", -1);
+  gint n = 0;
+  for (guint j = 0; tokens[j] != NULL && n < num_steps; j++)
+    ids[n++] = vocab_lookup(vocab, tokens[j]);
+  if (n < num_steps)
+    ids[n++] = vocab->eos;
+  gint valid = n;
+  for (; n < num_steps; n++)
+    ids[n] = vocab->pad;
+  return valid;
+}
+
+/* n tokens joined by spaces */
+static gchar *
+ngram(gchar **tokens, gint n)
+{
+  GString *s = g_string_new(NULL);
+  for (gint j = 0; j < n; j++)
+    g_string_append_printf(s, "%s%s", j ? " " : "", tokens[j]);
+  return g_string_free(s, FALSE);
+}
+
+double
+bleu(const gchar *pred, const gchar *label, gint k)
+{
+  g_auto(GStrv) p = g_strsplit(pred, " ", -1);
+  g_auto(GStrv) l = g_strsplit(label, " ", -1);
+  gint len_pred = (gint)g_strv_length(p), len_label = (gint)g_strv_length(l);
+  if (len_pred == 0)
+    return 0.0;
+  double score = exp(MIN(0.0, 1.0 - (double)len_label / len_pred));
+  for (gint n = 1; n <= k; n++) {
+    GHashTable *subs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    for (gint i = 0; i + n <= len_label; i++) {
+      gchar *key = ngram(l + i, n);
+      gint c = GPOINTER_TO_INT(g_hash_table_lookup(subs, key));
+      g_hash_table_insert(subs, key, GINT_TO_POINTER(c + 1));
+    }
+    gint matches = 0;
+    for (gint i = 0; i + n <= len_pred; i++) {
+      gchar *key = ngram(p + i, n);
+      gint c = GPOINTER_TO_INT(g_hash_table_lookup(subs, key));
+      if (c > 0) {
+        matches++;
+        g_hash_table_insert(subs, key, GINT_TO_POINTER(c - 1));
+      } else {
+        g_free(key);
+      }
+    }
+    g_hash_table_unref(subs);
+    gint denom = len_pred - n + 1;
+    /* the book divides by zero here for short predictions; score that as 0 */
+    if (denom <= 0)
+      return 0.0;
+    score *= pow((double)matches / denom, pow(0.5, n));
+  }
+  return score;
+}

@@ -1,0 +1,51 @@
+/* data.h: the seq2seq example's data — the book's English-French pairs and a
+ * synthetic reverse task — as fixed-length id arrays with valid lengths. */
+#pragma once
+
+#include <glib.h>
+
+typedef struct {
+  GPtrArray *idx_to_token; /* gchar* */
+  GHashTable *token_to_idx; /* gchar* -> index + 1 */
+  gint unk, pad, bos, eos;
+} Vocab;
+
+/* n sequences of num_steps ids each, with valid lengths (the <eos> counted). */
+typedef struct {
+  gint n;
+  gint num_steps;
+  gint32 *src;
+  gint32 *src_valid;
+  gint32 *tgt;
+  gint32 *tgt_valid;
+  Vocab *src_vocab;
+  Vocab *tgt_vocab;
+} Seq2SeqData;
+
+void vocab_free(Vocab *vocab);
+gint vocab_size(const Vocab *vocab);
+/* The id of a token (<unk>'s id when unknown). */
+gint vocab_lookup(const Vocab *vocab, const gchar *token);
+const gchar *vocab_token(const Vocab *vocab, gint id);
+
+/* The book's preprocessing of one text: U+202F and U+00A0 to spaces,
+ * lower-case, a space before , . ! ? where none precedes. */
+gchar *nmt_preprocess(const gchar *text);
+
+/* Load the first num_examples + 1 lines of fra.txt (plain or .gz), exactly
+ * as the book's load_data_nmt does. */
+gboolean seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples,
+                               gint num_steps, GError **error);
+/* The synthetic reverse task of bench/peers (splitmix64 stream from seed):
+ * tokens <pad>=0, <bos>=1, <eos>=2, others 3..vocab-1. */
+void seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guint64 seed);
+void seq2seq_data_clear(Seq2SeqData *data);
+
+/* Tokens of a sentence as the book's predict_seq2seq does: lower-case, split
+ * on spaces, ids, then <eos>; truncated/padded to num_steps. Returns the valid
+ * length. */
+gint seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_steps,
+                             gint32 *ids);
+
+/* The book's bleu(pred, label, k). */
+double bleu(const gchar *pred, const gchar *label, gint k);

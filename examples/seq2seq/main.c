@@ -1,0 +1,544 @@
+/* qkv-seq2seq: trains the Transformer (or the GRU + Bahdanau attention model)
+ * of Dive into Deep Learning (0.17, chapter 10) on the book's English-French
+ * pairs and translates, printing the book's loss metric and BLEU.
+ *
+ *   qkv-seq2seq                          the book's Transformer experiment
+ *   qkv-seq2seq --model bahdanau         the book's GRU + attention experiment
+ *   qkv-seq2seq --task reverse           a synthetic task that needs no data
+ *   qkv-seq2seq --save m.safetensors     then: --resume m.safetensors --translate "i'm home ."
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <qkv/qkv.h>
+#include <qkv/qkv-checkpoint.h>
+#include <qkv/qkv-optim.h>
+
+#include "data.h"
+#include "heatmap.h"
+#include "model.h"
+
+/* The shipped data: installed with qkv, or beside the sources of a build
+ * tree; QKV_DATA_DIR in the environment wins. */
+static gchar *
+default_data_path(void)
+{
+  const gchar *dirs[] = {g_getenv("QKV_DATA_DIR"), QKV_DATA_DIR, QKV_SOURCE_DATA_DIR};
+  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
+    if (dirs[i] == NULL)
+      continue;
+    gchar *path = g_build_filename(dirs[i], "fra-eng", "fra.txt.gz", NULL);
+    if (g_file_test(path, G_FILE_TEST_EXISTS))
+      return path;
+    g_free(path);
+  }
+  return g_build_filename(QKV_SOURCE_DATA_DIR, "fra-eng", "fra.txt.gz", NULL);
+}
+
+static gchar *opt_model = NULL;
+static gchar *opt_task = NULL;
+static gchar *opt_data = NULL;
+static gint opt_epochs = -1;
+static gint opt_num_examples = 600;
+static gint opt_batch = 64;
+static gint opt_steps = 10;
+static double opt_lr = 0.005;
+static double opt_dropout = 0.1;
+static gint opt_hidden = 32;
+static gint opt_layers = 2;
+static gint opt_heads = 4;
+static gint opt_ffn = 64;
+static double opt_clip = 1.0;
+static gint opt_threads = 0;
+static gint64 opt_seed = 0;
+static gchar *opt_save = NULL;
+static gchar *opt_resume = NULL;
+static gchar **opt_translate = NULL;
+static gchar *opt_heatmap = NULL;
+static gint opt_reverse_vocab = 200;
+static gint opt_reverse_size = 2000;
+static gboolean opt_quiet = FALSE;
+
+static GOptionEntry entries[] = {
+    {"model", 'm', 0, G_OPTION_ARG_STRING, &opt_model,
+     "transformer (default) or bahdanau (GRU encoder, additive-attention decoder)", "NAME"},
+    {"task", 0, 0, G_OPTION_ARG_STRING, &opt_task,
+     "fra (default: the book's English-French pairs) or reverse (reverse random token "
+     "sequences; needs no data)",
+     "NAME"},
+    {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
+     "fra.txt or fra.txt.gz to read (default: the copy shipped with qkv)", "FILE"},
+    {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs,
+     "Training epochs in all (default 200 for transformer, 250 for bahdanau); with --resume, "
+     "training continues up to this count",
+     "N"},
+    {"num-examples", 0, 0, G_OPTION_ARG_INT, &opt_num_examples,
+     "Sentence pairs to read, as the book's num_examples (default 600; the book's loop keeps "
+     "one more)",
+     "N"},
+    {"batch-size", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Batch size (default 64)", "N"},
+    {"num-steps", 0, 0, G_OPTION_ARG_INT, &opt_steps,
+     "Tokens per sequence after truncating or padding (default 10)", "N"},
+    {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.005)", "LR"},
+    {"dropout", 0, 0, G_OPTION_ARG_DOUBLE, &opt_dropout, "Dropout probability (default 0.1)",
+     "P"},
+    {"hidden", 0, 0, G_OPTION_ARG_INT, &opt_hidden,
+     "d_model of the Transformer, hidden and embedding size of the GRUs (default 32)", "N"},
+    {"layers", 0, 0, G_OPTION_ARG_INT, &opt_layers, "Blocks or GRU layers (default 2)", "N"},
+    {"heads", 0, 0, G_OPTION_ARG_INT, &opt_heads, "Attention heads (default 4)", "N"},
+    {"ffn", 0, 0, G_OPTION_ARG_INT, &opt_ffn, "Hidden size of the position-wise FFN (default 64)",
+     "N"},
+    {"clip", 0, 0, G_OPTION_ARG_DOUBLE, &opt_clip,
+     "Clip gradients to this global L2 norm (default 1; 0 turns clipping off)", "NORM"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads,
+     "Worker threads (default: OpenMP's default, usually the number of cores)", "N"},
+    {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed,
+     "Seed for initial weights, shuffling and dropout (default 0)", "N"},
+    {"save", 0, 0, G_OPTION_ARG_FILENAME, &opt_save,
+     "Save the model, optimizer state and vocabularies to FILE (safetensors) after training",
+     "FILE"},
+    {"resume", 0, 0, G_OPTION_ARG_FILENAME, &opt_resume,
+     "Start from a checkpoint written by --save (training continues up to --epochs)", "FILE"},
+    {"translate", 0, 0, G_OPTION_ARG_STRING_ARRAY, &opt_translate,
+     "Translate SENTENCE (may be repeated) instead of the book's four sentences", "SENTENCE"},
+    {"heatmap", 0, 0, G_OPTION_ARG_FILENAME, &opt_heatmap,
+     "Draw the encoder-decoder attention weights of the first translated sentence, per head, "
+     "to FILE.png",
+     "FILE"},
+    {"reverse-vocab", 0, 0, G_OPTION_ARG_INT, &opt_reverse_vocab,
+     "Vocabulary size of --task reverse (default 200)", "N"},
+    {"reverse-size", 0, 0, G_OPTION_ARG_INT, &opt_reverse_size,
+     "Training sequences of --task reverse (default 2000)", "N"},
+    {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the final results", NULL},
+    {NULL}};
+
+typedef struct {
+  ModelConfig cfg;
+  Seq2SeqData data;
+  QkvParams *params;
+  QkvOptimizer *optimizer;
+  GHashTable *plans; /* batch size -> ModelPlan* */
+  ModelPlan decoder;
+  gint epochs_done;
+  gint64 global_step;
+  double last_loss;
+  double last_tokens_per_s;
+} Trainer;
+
+static void
+plan_free(gpointer data)
+{
+  model_plan_clear(data);
+  g_free(data);
+}
+
+static ModelPlan *
+train_plan_for(Trainer *tr, gint batch, GError **error)
+{
+  ModelPlan *mp = g_hash_table_lookup(tr->plans, GINT_TO_POINTER(batch));
+  if (mp != NULL)
+    return mp;
+  mp = g_new0(ModelPlan, 1);
+  if (!model_plan_build(mp, &tr->cfg, tr->params, batch, TRUE, opt_threads, error)) {
+    plan_free(mp);
+    return NULL;
+  }
+  g_hash_table_insert(tr->plans, GINT_TO_POINTER(batch), mp);
+  return mp;
+}
+
+/* Fisher-Yates with a generator seeded by (seed, epoch), so a resumed run
+ * shuffles as the uninterrupted one would. */
+static void
+shuffle(gint *order, gint n, guint64 seed, gint epoch)
+{
+  GRand *rand = g_rand_new_with_seed((guint32)(seed * 7919u + (guint64)epoch * 104729u + 17u));
+  for (gint i = 0; i < n; i++)
+    order[i] = i;
+  for (gint i = n - 1; i > 0; i--) {
+    gint j = g_rand_int_range(rand, 0, i + 1);
+    gint t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  g_rand_free(rand);
+}
+
+static void
+format_duration(gchar *buf, gsize size, double seconds)
+{
+  if (seconds < 60)
+    g_snprintf(buf, size, "%.0fs", seconds);
+  else
+    g_snprintf(buf, size, "%dm%02ds", (int)(seconds / 60), (int)fmod(seconds, 60));
+}
+
+static gboolean
+train(Trainer *tr, gint epochs, GError **error)
+{
+  const gint n = tr->data.n, T = tr->data.num_steps;
+  const gint bos = tr->data.tgt_vocab->bos;
+  g_autofree gint *order = g_new(gint, n);
+  gint batch_max = MIN(opt_batch, n);
+  QkvShape bt = QKV_SHAPE(batch_max, T), bs = QKV_SHAPE(batch_max);
+  g_autoptr(QkvTensor) src = qkv_tensor_new(QKV_I32, &bt);
+  g_autoptr(QkvTensor) src_valid = qkv_tensor_new(QKV_I32, &bs);
+  g_autoptr(QkvTensor) dec_in = qkv_tensor_new(QKV_I32, &bt);
+  g_autoptr(QkvTensor) labels = qkv_tensor_new(QKV_I32, &bt);
+  g_autoptr(QkvTensor) mask = qkv_tensor_new(QKV_F32, &bt);
+  gboolean tty = isatty(fileno(stdout)) && !opt_quiet;
+  gint64 start = g_get_monotonic_time();
+  gint first_epoch = tr->epochs_done;
+
+  for (gint epoch = tr->epochs_done; epoch < epochs; epoch++) {
+    gint64 epoch_start = g_get_monotonic_time();
+    double loss_sum = 0, tokens = 0;
+    shuffle(order, n, tr->cfg.seed, epoch);
+    for (gint first = 0; first < n; first += opt_batch) {
+      gint batch = MIN(opt_batch, n - first);
+      ModelPlan *mp = train_plan_for(tr, batch, error);
+      if (mp == NULL)
+        return FALSE;
+      /* tensors of this batch's size that borrow the full-size buffers */
+      QkvShape cbt = QKV_SHAPE(batch, T), cbs = QKV_SHAPE(batch);
+      g_autoptr(QkvTensor) v_src = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(src));
+      g_autoptr(QkvTensor) v_valid =
+          qkv_tensor_new_borrowed(QKV_I32, &cbs, qkv_tensor_data(src_valid));
+      g_autoptr(QkvTensor) v_dec = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(dec_in));
+      g_autoptr(QkvTensor) v_lab = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(labels));
+      g_autoptr(QkvTensor) v_mask = qkv_tensor_new_borrowed(QKV_F32, &cbt, qkv_tensor_data(mask));
+      gint32 *s = qkv_tensor_i32(src), *sv = qkv_tensor_i32(src_valid);
+      gint32 *d = qkv_tensor_i32(dec_in), *l = qkv_tensor_i32(labels);
+      float *m = qkv_tensor_f32(mask);
+      for (gint i = 0; i < batch; i++) {
+        gint ex = order[first + i];
+        memcpy(s + i * T, tr->data.src + (gsize)ex * T, T * sizeof(gint32));
+        memcpy(l + i * T, tr->data.tgt + (gsize)ex * T, T * sizeof(gint32));
+        sv[i] = tr->data.src_valid[ex];
+        /* teacher forcing: <bos> then the target shifted right by one */
+        d[i * T] = bos;
+        memcpy(d + i * T + 1, tr->data.tgt + (gsize)ex * T, (T - 1) * sizeof(gint32));
+        for (gint t = 0; t < T; t++)
+          m[i * T + t] = t < tr->data.tgt_valid[ex] ? 1.0f : 0.0f;
+        tokens += tr->data.tgt_valid[ex];
+      }
+      if (!qkv_plan_bind(mp->plan, "src", v_src, error) ||
+          !qkv_plan_bind(mp->plan, "src_valid", v_valid, error) ||
+          !qkv_plan_bind(mp->plan, "dec_in", v_dec, error) ||
+          !qkv_plan_bind(mp->plan, "labels", v_lab, error) ||
+          !qkv_plan_bind(mp->plan, "mask", v_mask, error))
+        return FALSE;
+      qkv_plan_set_step(mp->plan, (guint64)tr->global_step);
+      if (!qkv_plan_run(mp->plan, error))
+        return FALSE;
+      loss_sum += qkv_plan_output_scalar(mp->plan, 0);
+      if (opt_clip > 0)
+        qkv_optimizer_clip_grad_norm(tr->optimizer, opt_clip);
+      if (!qkv_optimizer_step(tr->optimizer, error))
+        return FALSE;
+      tr->global_step++;
+    }
+    double epoch_s = (g_get_monotonic_time() - epoch_start) / 1e6;
+    tr->last_loss = loss_sum / tokens;
+    tr->last_tokens_per_s = tokens / epoch_s;
+    tr->epochs_done = epoch + 1;
+    double elapsed = (g_get_monotonic_time() - start) / 1e6;
+    double left = elapsed / (epoch + 1 - first_epoch) * (epochs - epoch - 1);
+    gchar eta[32];
+    format_duration(eta, sizeof eta, left);
+    if (tty) {
+      printf("\repoch %d/%d  loss %.3f  %.0f tokens/sec  %s left   ", epoch + 1, epochs,
+             tr->last_loss, tr->last_tokens_per_s, eta);
+      fflush(stdout);
+    } else if (!opt_quiet && ((epoch + 1) % 10 == 0 || epoch + 1 == epochs)) {
+      printf("epoch %d/%d loss %.3f, %.0f tokens/sec, %s left\n", epoch + 1, epochs,
+             tr->last_loss, tr->last_tokens_per_s, eta);
+    }
+  }
+  if (tty)
+    printf("\n");
+  return TRUE;
+}
+
+/* Greedy decoding of one sentence: the decoder reruns over the whole prefix
+ * with the causal mask, so every token sees its true position. */
+static gchar *
+translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len,
+          gint *out_len, GError **error)
+{
+  const gint T = tr->data.num_steps;
+  const Vocab *tv = tr->data.tgt_vocab;
+  if (tr->decoder.plan == NULL &&
+      !model_plan_build(&tr->decoder, &tr->cfg, tr->params, 1, FALSE, opt_threads, error))
+    return NULL;
+  QkvShape bt = QKV_SHAPE(1, T), bs = QKV_SHAPE(1);
+  g_autoptr(QkvTensor) src = qkv_tensor_new(QKV_I32, &bt);
+  g_autoptr(QkvTensor) valid = qkv_tensor_new(QKV_I32, &bs);
+  g_autoptr(QkvTensor) dec = qkv_tensor_new(QKV_I32, &bt);
+  qkv_tensor_i32(valid)[0] =
+      seq2seq_encode_sentence(tr->data.src_vocab, sentence, T, qkv_tensor_i32(src));
+  *src_len = qkv_tensor_i32(valid)[0];
+  gint32 *d = qkv_tensor_i32(dec);
+  for (gint t = 0; t < T; t++)
+    d[t] = tv->pad;
+  d[0] = tv->bos;
+  QkvPlan *plan = tr->decoder.plan;
+  if (!qkv_plan_bind(plan, "src", src, error) || !qkv_plan_bind(plan, "src_valid", valid, error) ||
+      !qkv_plan_bind(plan, "dec_in", dec, error))
+    return NULL;
+  GString *out = g_string_new(NULL);
+  gint produced = 0;
+  for (gint t = 0; t < T; t++) {
+    if (!qkv_plan_run(plan, error)) {
+      g_string_free(out, TRUE);
+      return NULL;
+    }
+    const QkvTensor *logits = qkv_plan_output(plan, 0);
+    gint64 V = qkv_tensor_dim(logits, -1);
+    const float *row = (const float *)qkv_tensor_const_data(logits) + (gsize)t * V;
+    gint best = 0;
+    for (gint64 v = 1; v < V; v++)
+      if (row[v] > row[best])
+        best = (gint)v;
+    if (best == tv->eos)
+      break;
+    g_string_append_printf(out, "%s%s", produced ? " " : "", vocab_token(tv, best));
+    produced++;
+    if (t + 1 < T)
+      d[t + 1] = best;
+  }
+  *out_len = produced;
+  if (weights_out != NULL && qkv_plan_output(plan, 1) != NULL)
+    *weights_out = qkv_tensor_copy(qkv_plan_output(plan, 1));
+  return g_string_free(out, FALSE);
+}
+
+static gchar *
+vocab_join(const Vocab *v)
+{
+  GString *s = g_string_new(NULL);
+  for (gint i = 0; i < vocab_size(v); i++)
+    g_string_append_printf(s, "%s%s", i ? "\n" : "", vocab_token(v, i));
+  return g_string_free(s, FALSE);
+}
+
+static gboolean
+save(Trainer *tr, const gchar *path, GError **error)
+{
+  g_autoptr(GHashTable) meta = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, g_free);
+  g_hash_table_insert(meta, "seq2seq.model",
+                      g_strdup(tr->cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau"));
+  g_hash_table_insert(meta, "seq2seq.epochs_done", g_strdup_printf("%d", tr->epochs_done));
+  g_hash_table_insert(meta, "seq2seq.global_step",
+                      g_strdup_printf("%" G_GINT64_FORMAT, tr->global_step));
+  g_hash_table_insert(meta, "seq2seq.src_vocab", vocab_join(tr->data.src_vocab));
+  g_hash_table_insert(meta, "seq2seq.tgt_vocab", vocab_join(tr->data.tgt_vocab));
+  return qkv_checkpoint_save(path, tr->params, tr->optimizer, NULL, meta, error);
+}
+
+static gboolean
+resume(Trainer *tr, const gchar *path, GError **error)
+{
+  g_autoptr(GHashTable) meta = qkv_checkpoint_read_metadata(path, error);
+  if (meta == NULL)
+    return FALSE;
+  const gchar *model = g_hash_table_lookup(meta, "seq2seq.model");
+  const gchar *want = tr->cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau";
+  if (model == NULL || !g_str_equal(model, want)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s holds a '%s' model, not '%s' (use --model)", path, model ? model : "?", want);
+    return FALSE;
+  }
+  g_autofree gchar *sv = vocab_join(tr->data.src_vocab);
+  g_autofree gchar *tv = vocab_join(tr->data.tgt_vocab);
+  const gchar *fsv = g_hash_table_lookup(meta, "seq2seq.src_vocab");
+  const gchar *ftv = g_hash_table_lookup(meta, "seq2seq.tgt_vocab");
+  if (fsv == NULL || ftv == NULL || !g_str_equal(fsv, sv) || !g_str_equal(ftv, tv)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s was trained on other data (its vocabularies differ; check --task and "
+                "--num-examples)",
+                path);
+    return FALSE;
+  }
+  if (!qkv_checkpoint_load(path, tr->params, tr->optimizer, NULL, QKV_CHECKPOINT_STRICT, NULL,
+                           NULL, error))
+    return FALSE;
+  const gchar *done = g_hash_table_lookup(meta, "seq2seq.epochs_done");
+  const gchar *step = g_hash_table_lookup(meta, "seq2seq.global_step");
+  tr->epochs_done = done ? atoi(done) : 0;
+  tr->global_step = step ? g_ascii_strtoll(step, NULL, 10) : 0;
+  return TRUE;
+}
+
+static gboolean
+run(GError **error)
+{
+  Trainer tr = {0};
+  gboolean ok = FALSE;
+  gboolean reverse = opt_task != NULL && g_str_equal(opt_task, "reverse");
+  if (opt_task != NULL && !reverse && !g_str_equal(opt_task, "fra")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --task '%s'", opt_task);
+    return FALSE;
+  }
+  tr.cfg.kind = MODEL_TRANSFORMER;
+  if (opt_model != NULL && g_str_equal(opt_model, "bahdanau"))
+    tr.cfg.kind = MODEL_BAHDANAU;
+  else if (opt_model != NULL && !g_str_equal(opt_model, "transformer")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --model '%s'",
+                opt_model);
+    return FALSE;
+  }
+  if (opt_batch < 1 || opt_steps < 2 || opt_hidden < 1 || opt_layers < 1 || opt_heads < 1 ||
+      opt_num_examples < 1 || opt_dropout < 0 || opt_dropout >= 1) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--batch-size, --num-steps, --hidden, --layers, --heads and --num-examples "
+                "must be positive (num-steps ≥ 2), and --dropout in [0, 1)");
+    return FALSE;
+  }
+  if (opt_epochs < 0)
+    opt_epochs = tr.cfg.kind == MODEL_TRANSFORMER ? 200 : 250;
+  if (opt_threads > 0)
+    qkv_set_num_threads(opt_threads);
+
+  if (reverse) {
+    seq2seq_data_reverse(&tr.data, opt_reverse_size, opt_steps, opt_reverse_vocab,
+                         (guint64)opt_seed);
+  } else {
+    g_autofree gchar *path = opt_data ? g_strdup(opt_data) : default_data_path();
+    if (!seq2seq_data_load_nmt(&tr.data, path, opt_num_examples, opt_steps, error))
+      return FALSE;
+  }
+  tr.cfg.src_vocab = vocab_size(tr.data.src_vocab);
+  tr.cfg.tgt_vocab = vocab_size(tr.data.tgt_vocab);
+  tr.cfg.num_steps = opt_steps;
+  tr.cfg.num_hiddens = opt_hidden;
+  tr.cfg.embed_size = opt_hidden;
+  tr.cfg.ffn_hiddens = opt_ffn;
+  tr.cfg.num_heads = opt_heads;
+  tr.cfg.num_layers = opt_layers;
+  tr.cfg.dropout = opt_dropout;
+  tr.cfg.seed = (guint64)opt_seed;
+  tr.params = qkv_params_new();
+  tr.plans = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, plan_free);
+
+  /* building the first plan creates and initialises every parameter */
+  if (train_plan_for(&tr, MIN(opt_batch, tr.data.n), error) == NULL)
+    goto out;
+  QkvOptimConfig oc = qkv_optim_config_adam(opt_lr);
+  tr.optimizer = qkv_optimizer_new_adam(tr.params, &oc, error);
+  if (tr.optimizer == NULL)
+    goto out;
+  if (opt_resume != NULL && !resume(&tr, opt_resume, error))
+    goto out;
+  if (!opt_quiet)
+    printf("%s on %s: %d pairs, vocabularies %d/%d, %" G_GINT64_FORMAT
+           " parameters, %d threads\n",
+           tr.cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau",
+           reverse ? "reverse task" : "fra-eng", tr.data.n, vocab_size(tr.data.src_vocab),
+           vocab_size(tr.data.tgt_vocab), qkv_params_numel(tr.params),
+           opt_threads > 0 ? opt_threads : qkv_get_num_threads());
+  gint64 t0 = g_get_monotonic_time();
+  gboolean trained = tr.epochs_done < opt_epochs;
+  if (trained && !train(&tr, opt_epochs, error))
+    goto out;
+  double train_s = (g_get_monotonic_time() - t0) / 1e6;
+  if (trained)
+    printf("loss %.3f, %.1f tokens/sec (last epoch; %.1f s for %d epochs)\n", tr.last_loss,
+           tr.last_tokens_per_s, train_s, opt_epochs);
+  if (opt_save != NULL) {
+    if (!save(&tr, opt_save, error))
+      goto out;
+    if (!opt_quiet)
+      printf("saved %s\n", opt_save);
+  }
+
+  const gchar *engs[] = {"go .", "i lost .", "he's calm .", "i'm home ."};
+  const gchar *fras[] = {"va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."};
+  gint n_sentences = 4;
+  if (opt_translate != NULL)
+    n_sentences = (gint)g_strv_length(opt_translate);
+  else if (reverse)
+    n_sentences = 0;
+  for (gint i = 0; i < n_sentences; i++) {
+    const gchar *sentence = opt_translate ? opt_translate[i] : engs[i];
+    g_autoptr(QkvTensor) weights = NULL;
+    gint src_len = 0, out_len = 0;
+    g_autofree gchar *translation =
+        translate(&tr, sentence, i == 0 && opt_heatmap ? &weights : NULL, &src_len, &out_len,
+                  error);
+    if (translation == NULL)
+      goto out;
+    if (opt_translate != NULL)
+      printf("%s => %s\n", sentence, translation);
+    else
+      printf("%s => %s, bleu %.3f\n", sentence, translation, bleu(translation, fras[i], 2));
+    if (weights != NULL &&
+        !heatmap_write(opt_heatmap, weights, sentence, translation, tr.data.src_vocab,
+                       tr.data.num_steps, src_len, out_len, error))
+      goto out;
+  }
+  if (reverse) {
+    /* greedy decoding of held-out sequences, token accuracy up to <eos> */
+    Seq2SeqData test;
+    seq2seq_data_reverse(&test, 100, opt_steps, opt_reverse_vocab,
+                         (guint64)opt_seed + 1000003u);
+    gint right = 0, total = 0;
+    for (gint s = 0; s < test.n; s++) {
+      GString *sentence = g_string_new(NULL);
+      for (gint t = 0; t < test.src_valid[s] - 1; t++)
+        g_string_append_printf(sentence, "%s%s", t ? " " : "",
+                               vocab_token(test.src_vocab, test.src[s * opt_steps + t]));
+      gint src_len, out_len;
+      g_autofree gchar *pred = translate(&tr, sentence->str, NULL, &src_len, &out_len, error);
+      g_string_free(sentence, TRUE);
+      if (pred == NULL) {
+        seq2seq_data_clear(&test);
+        goto out;
+      }
+      g_auto(GStrv) toks = g_strsplit(pred, " ", -1);
+      gint n_pred = pred[0] ? (gint)g_strv_length(toks) : 0;
+      for (gint t = 0; t < test.tgt_valid[s]; t++) {
+        gint want = test.tgt[s * opt_steps + t];
+        gint got = t < n_pred ? vocab_lookup(test.tgt_vocab, toks[t])
+                              : (t == n_pred ? test.tgt_vocab->eos : -1);
+        right += got == want;
+        total++;
+      }
+    }
+    printf("reverse task: greedy token accuracy %.3f on %d held-out sequences\n",
+           (double)right / total, test.n);
+    seq2seq_data_clear(&test);
+  }
+  ok = TRUE;
+out:
+  model_plan_clear(&tr.decoder);
+  if (tr.plans)
+    g_hash_table_unref(tr.plans);
+  qkv_optimizer_free(tr.optimizer);
+  qkv_params_free(tr.params);
+  seq2seq_data_clear(&tr.data);
+  return ok;
+}
+
+int
+main(int argc, char **argv)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GOptionContext) context = g_option_context_new(
+      "- train a seq2seq model of Dive into Deep Learning (ch. 10) and translate");
+  g_option_context_set_summary(
+      context, "Default: the book's Transformer on 600 English-French pairs (d_model 32, 2 "
+               "blocks, 4 heads,\nFFN 64, dropout 0.1, batch 64, Adam lr 0.005, clipping at 1, "
+               "200 epochs, Xavier init),\nthen the book's four test sentences with BLEU.");
+  g_option_context_add_main_entries(context, entries, NULL);
+  if (!g_option_context_parse(context, &argc, &argv, &error)) {
+    g_printerr("qkv-seq2seq: %s\n", error->message);
+    return 2;
+  }
+  if (!run(&error)) {
+    g_printerr("qkv-seq2seq: %s\n", error->message);
+    return 1;
+  }
+  return 0;
+}

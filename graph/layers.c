@@ -1,0 +1,158 @@
+/* layers.c: the book's building blocks — Linear, Embedding,
+ * MultiHeadAttention, PositionWiseFFN, AddNorm — as graph builders. */
+#include <math.h>
+#include <qkv/qkv.h>
+#include <qkv/qkv-init.h>
+
+static gboolean
+init_param(QkvBuilder *b, QkvParam *p, const gchar *init, gint64 fan_in, GError **error)
+{
+  QkvTensor *t = qkv_param_value(p);
+  guint64 seed = qkv_init_seed_for_name(b->seed, qkv_param_name(p));
+  if (g_str_equal(init, "zeros"))
+    return qkv_init_zeros(t, error);
+  if (g_str_equal(init, "ones"))
+    return qkv_init_ones(t, error);
+  if (g_str_equal(init, "embedding"))
+    return qkv_init_embedding(t, seed, error);
+  if (g_str_equal(init, "xavier"))
+    return qkv_init_xavier_uniform(t, 1.0, seed, error);
+  if (g_str_equal(init, "linear_weight"))
+    return b->xavier_linear ? qkv_init_xavier_uniform(t, 1.0, seed, error)
+                            : qkv_init_kaiming_uniform(t, sqrt(5.0), seed, error);
+  if (g_str_equal(init, "linear_bias")) {
+    double bound = fan_in > 0 ? 1.0 / sqrt((double)fan_in) : 0.0;
+    return qkv_init_uniform(t, -bound, bound, seed, error);
+  }
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "unknown initialiser '%s'", init);
+  return FALSE;
+}
+
+QkvValue *
+qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape, const gchar *init,
+                gint64 fan_in, GError **error)
+{
+  QkvParam *p = qkv_params_lookup(b->params, name);
+  if (p != NULL) {
+    if (!qkv_shape_equal(qkv_param_shape(p), shape)) {
+      g_autofree gchar *have = qkv_shape_to_string(qkv_param_shape(p));
+      g_autofree gchar *want = qkv_shape_to_string(shape);
+      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                  "parameter '%s' exists with shape %s, the model needs %s", name, have, want);
+      return NULL;
+    }
+  } else {
+    p = qkv_params_add(b->params, name, shape, error);
+    if (p == NULL || !init_param(b, p, init, fan_in, error))
+      return NULL;
+  }
+  return qkv_graph_param(b->graph, b->params, name, error);
+}
+
+static gint64
+last_dim(QkvValue *x)
+{
+  const QkvShape *s = qkv_value_shape(x);
+  return s->rank > 0 ? s->dims[s->rank - 1] : 1;
+}
+
+QkvValue *
+qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features,
+                 gboolean bias, GError **error)
+{
+  if (x == NULL)
+    return NULL;
+  gint64 in = last_dim(x);
+  g_autofree gchar *wn = g_strconcat(name, ".weight", NULL);
+  QkvShape ws = QKV_SHAPE(out_features, in);
+  QkvValue *w = qkv_build_param(b, wn, &ws, "linear_weight", in, error);
+  QkvValue *y = w ? qkv_matmul(x, w, FALSE, TRUE, error) : NULL;
+  if (y == NULL || !bias)
+    return y;
+  g_autofree gchar *bn = g_strconcat(name, ".bias", NULL);
+  QkvShape bs = QKV_SHAPE(out_features);
+  QkvValue *bv = qkv_build_param(b, bn, &bs, "linear_bias", in, error);
+  return bv ? qkv_add(y, bv, error) : NULL;
+}
+
+QkvValue *
+qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num, gint64 dim,
+                    GError **error)
+{
+  if (ids == NULL)
+    return NULL;
+  g_autofree gchar *wn = g_strconcat(name, ".weight", NULL);
+  QkvShape ws = QKV_SHAPE(num, dim);
+  QkvValue *w = qkv_build_param(b, wn, &ws, "embedding", 0, error);
+  return w ? qkv_embedding(ids, w, error) : NULL;
+}
+
+QkvValue *
+qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
+              QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
+              gboolean causal, double dropout, QkvValue **weights, GError **error)
+{
+  if (queries == NULL || keys == NULL || values == NULL)
+    return NULL;
+  const gchar *proj[] = {"W_q", "W_k", "W_v", "W_o"};
+  gint64 in[] = {last_dim(queries), last_dim(keys), last_dim(values), num_hiddens};
+  QkvValue *w[4];
+  for (int i = 0; i < 4; i++) {
+    g_autofree gchar *wn = g_strdup_printf("%s.%s.weight", name, proj[i]);
+    QkvShape ws = QKV_SHAPE(num_hiddens, in[i]);
+    w[i] = qkv_build_param(b, wn, &ws, "linear_weight", in[i], error);
+    if (w[i] == NULL)
+      return NULL;
+  }
+  return qkv_multi_head_attention(queries, keys, values, w[0], w[1], w[2], w[3], NULL, num_heads,
+                                  valid_lens, causal, dropout, weights, error);
+}
+
+QkvValue *
+qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
+              gint64 out_features, GError **error)
+{
+  if (x == NULL)
+    return NULL;
+  gint64 in = last_dim(x);
+  g_autofree gchar *w1n = g_strconcat(name, ".dense1.weight", NULL);
+  g_autofree gchar *b1n = g_strconcat(name, ".dense1.bias", NULL);
+  g_autofree gchar *w2n = g_strconcat(name, ".dense2.weight", NULL);
+  g_autofree gchar *b2n = g_strconcat(name, ".dense2.bias", NULL);
+  QkvShape w1s = QKV_SHAPE(ffn_hiddens, in), b1s = QKV_SHAPE(ffn_hiddens);
+  QkvShape w2s = QKV_SHAPE(out_features, ffn_hiddens), b2s = QKV_SHAPE(out_features);
+  QkvValue *w1 = qkv_build_param(b, w1n, &w1s, "linear_weight", in, error);
+  QkvValue *b1 = w1 ? qkv_build_param(b, b1n, &b1s, "linear_bias", in, error) : NULL;
+  QkvValue *w2 = b1 ? qkv_build_param(b, w2n, &w2s, "linear_weight", ffn_hiddens, error) : NULL;
+  QkvValue *b2 = w2 ? qkv_build_param(b, b2n, &b2s, "linear_bias", ffn_hiddens, error) : NULL;
+  return b2 ? qkv_position_wise_ffn(x, w1, b1, w2, b2, error) : NULL;
+}
+
+QkvValue *
+qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, double dropout,
+                  GError **error)
+{
+  if (x == NULL || y == NULL)
+    return NULL;
+  gint64 d = last_dim(x);
+  g_autofree gchar *gn = g_strconcat(name, ".ln.weight", NULL);
+  g_autofree gchar *bn = g_strconcat(name, ".ln.bias", NULL);
+  QkvShape s = QKV_SHAPE(d);
+  QkvValue *gamma = qkv_build_param(b, gn, &s, "ones", 0, error);
+  QkvValue *beta = gamma ? qkv_build_param(b, bn, &s, "zeros", 0, error) : NULL;
+  QkvValue *dropped = beta ? (dropout > 0 ? qkv_dropout(y, dropout, error) : y) : NULL;
+  QkvValue *sum = dropped ? qkv_add(dropped, x, error) : NULL;
+  return sum ? qkv_layer_norm(sum, gamma, beta, 1e-5, error) : NULL;
+}
+
+QkvValue *
+qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, GError **error)
+{
+  if (logits == NULL || labels == NULL || mask == NULL)
+    return NULL;
+  /* Σ_b mean_t(ce · mask) = (Σ_{b,t} ce · mask) / T */
+  const QkvShape *ls = qkv_value_shape(labels);
+  gint64 steps = ls->rank > 0 ? ls->dims[ls->rank - 1] : 1;
+  QkvValue *total = qkv_cross_entropy(logits, labels, mask, QKV_REDUCTION_SUM, error);
+  return total ? qkv_scale(total, 1.0 / (double)steps, error) : NULL;
+}

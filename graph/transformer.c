@@ -1,0 +1,67 @@
+/* transformer.c: the book's Transformer encoder and decoder (d2l 0.17,
+ * section 10.7) as graph builders, with its state_dict names. */
+#include <math.h>
+#include <qkv/qkv.h>
+
+static QkvValue *
+embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 vocab,
+                           const QkvTransformerConfig *cfg, GError **error)
+{
+  g_autofree gchar *emb_name = g_strconcat(name, ".embedding", NULL);
+  QkvValue *x = qkv_build_embedding(b, emb_name, ids, vocab, cfg->num_hiddens, error);
+  x = x ? qkv_scale(x, sqrt((double)cfg->num_hiddens), error) : NULL;
+  return x ? qkv_positional_encoding(x, cfg->dropout, 0, error) : NULL;
+}
+
+QkvValue *
+qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
+                              QkvValue *valid_lens, GError **error)
+{
+  QkvValue *x = embed_and_encode_positions(b, "encoder", src, cfg->src_vocab, cfg, error);
+  for (gint i = 0; x != NULL && i < cfg->num_layers; i++) {
+    g_autofree gchar *blk = g_strdup_printf("encoder.blks.block%d", i);
+    g_autofree gchar *att = g_strconcat(blk, ".attention", NULL);
+    g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
+    g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
+    g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
+    qkv_graph_set_scope(b->graph, blk);
+    QkvValue *a = qkv_build_mha(b, att, x, x, x, cfg->num_hiddens, cfg->num_heads, valid_lens,
+                                FALSE, cfg->dropout, NULL, error);
+    QkvValue *y = qkv_build_addnorm(b, an1, x, a, cfg->dropout, error);
+    QkvValue *f = qkv_build_ffn(b, ffn, y, cfg->ffn_hiddens, cfg->num_hiddens, error);
+    x = qkv_build_addnorm(b, an2, y, f, cfg->dropout, error);
+  }
+  qkv_graph_set_scope(b->graph, NULL);
+  return x;
+}
+
+QkvValue *
+qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt,
+                              QkvValue *enc_outputs, QkvValue *enc_valid_lens,
+                              QkvValue **cross_weights, GError **error)
+{
+  QkvValue *x = embed_and_encode_positions(b, "decoder", tgt, cfg->tgt_vocab, cfg, error);
+  for (gint i = 0; x != NULL && i < cfg->num_layers; i++) {
+    g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
+    g_autofree gchar *att1 = g_strconcat(blk, ".attention1", NULL);
+    g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
+    g_autofree gchar *att2 = g_strconcat(blk, ".attention2", NULL);
+    g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
+    g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
+    g_autofree gchar *an3 = g_strconcat(blk, ".addnorm3", NULL);
+    qkv_graph_set_scope(b->graph, blk);
+    /* the book's training-time dec_valid_lens = 1..T per query is the causal mask */
+    QkvValue *a1 = qkv_build_mha(b, att1, x, x, x, cfg->num_hiddens, cfg->num_heads, NULL, TRUE,
+                                 cfg->dropout, NULL, error);
+    QkvValue *y = qkv_build_addnorm(b, an1, x, a1, cfg->dropout, error);
+    QkvValue **weights = (cross_weights != NULL && i == cfg->num_layers - 1) ? cross_weights : NULL;
+    QkvValue *a2 = qkv_build_mha(b, att2, y, enc_outputs, enc_outputs, cfg->num_hiddens,
+                                 cfg->num_heads, enc_valid_lens, FALSE, cfg->dropout, weights,
+                                 error);
+    QkvValue *z = qkv_build_addnorm(b, an2, y, a2, cfg->dropout, error);
+    QkvValue *f = qkv_build_ffn(b, ffn, z, cfg->ffn_hiddens, cfg->num_hiddens, error);
+    x = qkv_build_addnorm(b, an3, z, f, cfg->dropout, error);
+  }
+  qkv_graph_set_scope(b->graph, NULL);
+  return x ? qkv_build_linear(b, "decoder.dense", x, cfg->tgt_vocab, TRUE, error) : NULL;
+}
