@@ -155,9 +155,7 @@ qkv_dropout_fill_mask(const QkvKernelCtx *ctx, double p, float *mask, gint64 fir
     return;
   }
   guint64 key = qkv_random_key(ctx->seed, ctx->step, ctx->node_id);
-  float fp = (float)p, scale = (float)(1.0 / (1.0 - p));
-  for (gint64 j = 0; j < n; j++)
-    mask[j] = qkv_random_uniform(key, (guint64)(first + j)) < fp ? 0.0f : scale;
+  qkv_random_dropout_mask(key, (guint64)first, (gsize)n, (float)p, mask);
 }
 
 /* Check valid_lens (i32, (B) or (B, n_q)) against scores of shape (B, …, n_q,

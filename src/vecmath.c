@@ -7,6 +7,29 @@
 #include <string.h>
 
 typedef void (*VecFunc)(float *dst, const float *src, gsize n);
+typedef void (*MaskFunc)(guint64 key, guint64 first, gsize n, float p, float scale, float *mask);
+
+#define QKV_GOLDEN G_GUINT64_CONSTANT(0x9e3779b97f4a7c15)
+
+/* splitmix64's finaliser: a bijective 64-bit mix. */
+static inline guint64
+mix64(guint64 z)
+{
+  z = (z ^ (z >> 30)) * G_GUINT64_CONSTANT(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * G_GUINT64_CONSTANT(0x94d049bb133111eb);
+  return z ^ (z >> 31);
+}
+
+/* The draw for counter c is mix64(key + (c + 1)·golden) >> 40, scaled to [0, 1). */
+static void
+dropout_mask_scalar(guint64 key, guint64 first, gsize n, float p, float scale, float *mask)
+{
+  for (gsize j = 0; j < n; j++) {
+    guint64 z = mix64(key + (first + j + 1) * QKV_GOLDEN);
+    float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+    mask[j] = u < p ? 0.0f : scale;
+  }
+}
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
@@ -39,6 +62,31 @@ tanh_avx512(float *dst, const float *src, gsize n)
     __m512 x = _mm512_maskz_loadu_ps(m, src + i);
     _mm512_mask_storeu_ps(dst + i, m, Sleef_tanhf16_u10avx512f(x));
   }
+}
+/* Eight draws at a time: the same integer mix as dropout_mask_scalar, so
+ * masks are identical whichever path makes them. */
+static void
+dropout_mask_avx512(guint64 key, guint64 first, gsize n, float p, float scale, float *mask)
+{
+  const __m512i golden = _mm512_set1_epi64((long long)QKV_GOLDEN);
+  const __m512i c1 = _mm512_set1_epi64((long long)G_GUINT64_CONSTANT(0xbf58476d1ce4e5b9));
+  const __m512i c2 = _mm512_set1_epi64((long long)G_GUINT64_CONSTANT(0x94d049bb133111eb));
+  const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i kv = _mm512_set1_epi64((long long)key);
+  const __m256 vp = _mm256_set1_ps(p), vscale = _mm256_set1_ps(scale);
+  const __m256 unit = _mm256_set1_ps(1.0f / 16777216.0f);
+  gsize j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m512i c = _mm512_add_epi64(_mm512_set1_epi64((long long)(first + j + 1)), lanes);
+    __m512i z = _mm512_add_epi64(kv, _mm512_mullo_epi64(c, golden));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
+    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+    __m256 u = _mm256_mul_ps(_mm512_cvtepu64_ps(_mm512_srli_epi64(z, 40)), unit);
+    __mmask8 drop = _mm256_cmp_ps_mask(u, vp, _CMP_LT_OQ);
+    _mm256_storeu_ps(mask + j, _mm256_mask_blend_ps(drop, vscale, _mm256_setzero_ps()));
+  }
+  dropout_mask_scalar(key, first + j, n - j, p, scale, mask + j);
 }
 #pragma GCC pop_options
 
@@ -81,6 +129,7 @@ tanh_scalar(float *dst, const float *src, gsize n)
 }
 
 static VecFunc vec_exp, vec_tanh;
+static MaskFunc dropout_mask;
 static const gchar *vec_isa;
 
 static void
@@ -90,7 +139,8 @@ pick_isa(void)
   if (g_once_init_enter(&done)) {
     const gchar *force = g_getenv("QKV_VEC_ISA"); /* "scalar", "avx2": to test the fallbacks */
     __builtin_cpu_init();
-    gboolean avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    gboolean avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
     gboolean avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (force != NULL && g_str_equal(force, "scalar"))
       avx512 = avx2 = FALSE;
@@ -98,10 +148,13 @@ pick_isa(void)
       avx512 = FALSE;
     if (avx512) {
       vec_exp = exp_avx512, vec_tanh = tanh_avx512, vec_isa = "avx512f";
+      dropout_mask = dropout_mask_avx512;
     } else if (avx2) {
+      dropout_mask = dropout_mask_scalar;
       vec_exp = exp_avx2, vec_tanh = tanh_avx2, vec_isa = "avx2";
     } else {
       vec_exp = exp_scalar, vec_tanh = tanh_scalar, vec_isa = "scalar";
+      dropout_mask = dropout_mask_scalar;
     }
     g_once_init_leave(&done, 1);
   }
@@ -130,14 +183,6 @@ qkv_vec_isa(void)
   return vec_isa;
 }
 
-/* splitmix64's finaliser: a bijective 64-bit mix. */
-static inline guint64
-mix64(guint64 z)
-{
-  z = (z ^ (z >> 30)) * G_GUINT64_CONSTANT(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * G_GUINT64_CONSTANT(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
 
 guint64
 qkv_random_key(guint64 seed, guint64 step, guint32 node_id)
@@ -150,8 +195,16 @@ qkv_random_key(guint64 seed, guint64 step, guint32 node_id)
 float
 qkv_random_uniform(guint64 key, guint64 counter)
 {
-  guint64 z = mix64(key + (counter + 1) * G_GUINT64_CONSTANT(0x9e3779b97f4a7c15));
+  guint64 z = mix64(key + (counter + 1) * QKV_GOLDEN);
   return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+void
+qkv_random_dropout_mask(guint64 key, guint64 first, gsize n, float p, float *mask)
+{
+  if (G_UNLIKELY(dropout_mask == NULL))
+    pick_isa();
+  dropout_mask(key, first, n, p, (float)(1.0 / (1.0 - (double)p)), mask);
 }
 
 void

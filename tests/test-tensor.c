@@ -91,6 +91,31 @@ test_shapes(void)
   g_assert_cmpstr(qkv_dtype_name(QKV_I32), ==, "i32");
 }
 
+/* The vectorised dropout mask draws exactly what qkv_random_uniform draws. */
+static void
+test_dropout_mask_matches_draws(void)
+{
+  const gsize n = 1003;
+  const float p = 0.3f;
+  float *mask = g_new(float, n);
+  guint64 key = qkv_random_key(42, 7, 3);
+  qkv_random_dropout_mask(key, 5, n, p, mask);
+  gsize dropped = 0;
+  for (gsize j = 0; j < n; j++) {
+    float want = qkv_random_uniform(key, 5 + j) < p ? 0.0f : (float)(1.0 / (1.0 - p));
+    g_assert_cmpfloat(mask[j], ==, want);
+    dropped += mask[j] == 0.0f;
+  }
+  g_assert_cmpuint(dropped, >, n / 5);
+  g_assert_cmpuint(dropped, <, n * 2 / 5);
+  /* another step gives another mask */
+  float *other = g_new(float, n);
+  qkv_random_dropout_mask(qkv_random_key(42, 8, 3), 5, n, p, other);
+  g_assert_true(memcmp(mask, other, n * sizeof(float)) != 0);
+  g_free(other);
+  g_free(mask);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -99,5 +124,6 @@ main(int argc, char **argv)
   g_test_add_func("/tensor/fill-copy", test_fill_copy);
   g_test_add_func("/tensor/borrowed", test_borrowed);
   g_test_add_func("/tensor/shapes", test_shapes);
+  g_test_add_func("/tensor/dropout-mask-matches-draws", test_dropout_mask_matches_draws);
   return g_test_run();
 }

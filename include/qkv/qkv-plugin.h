@@ -233,6 +233,10 @@ const gchar *qkv_vec_isa(void);
 
 /* Counter-based random numbers: a uniform float in [0, 1) for (key, counter). */
 float qkv_random_uniform(guint64 key, guint64 counter);
+/* A dropout mask for counters first .. first + n - 1: mask[j] is 0 where
+ * qkv_random_uniform(key, first + j) < p, else 1/(1-p). Vectorised; the same
+ * numbers as the scalar draws. */
+void qkv_random_dropout_mask(guint64 key, guint64 first, gsize n, float p, float *mask);
 /* Mix seed, step and node id into one key. */
 guint64 qkv_random_key(guint64 seed, guint64 step, guint32 node_id);
 
