@@ -144,8 +144,7 @@ run(GError **error)
   g_rand_free(rand);
 
   /* training keys/values: every point but itself */
-  g_autoptr(QkvTensor) train_keys = NULL, train_values = NULL, test_keys = NULL,
-                       test_values = NULL;
+  g_autoptr(QkvTensor) train_keys = NULL, train_values = NULL, test_keys = NULL, test_values = NULL;
   {
     QkvShape s = QKV_SHAPE(N_TRAIN, N_TRAIN - 1);
     train_keys = qkv_tensor_new(QKV_F32, &s);
@@ -179,8 +178,8 @@ run(GError **error)
   QkvValue *k = qkv_graph_input(train, "keys", QKV_F32, qkv_tensor_shape(train_keys), error);
   QkvValue *v = qkv_graph_input(train, "values", QKV_F32, qkv_tensor_shape(train_values), error);
   QkvValue *y = qkv_graph_input(train, "targets", QKV_F32, &n_shape, error);
-  QkvValue *pred = qkv_build_nw_regression(train, params, "", q, k, v, (guint64)opt_seed + 1,
-                                           NULL, error);
+  QkvValue *pred =
+      qkv_build_nw_regression(train, params, "", q, k, v, (guint64)opt_seed + 1, NULL, error);
   QkvValue *loss = pred ? qkv_mse(pred, y, QKV_REDUCTION_SUM, error) : NULL;
   if (loss == NULL || !qkv_graph_backward(train, loss, error))
     return FALSE;
@@ -224,7 +223,7 @@ run(GError **error)
   /* test MSE against the noiseless function */
   double avg = 0, mse_avg = 0, mse_np = 0, mse_p = 0;
   float pred_p[N_TEST], pred_np[N_TEST];
-  g_autofree float *weights_p = g_new(float, N_TEST * N_TRAIN);
+  g_autofree float *weights_p = g_new(float, N_TEST *N_TRAIN);
   for (int i = 0; i < N_TRAIN; i++)
     avg += y_train[i] / N_TRAIN;
   if (!qkv_plan_run(eval_plan, error))
@@ -248,8 +247,8 @@ run(GError **error)
   }
   wv[0] = learned;
   printf("learned w %.4f\n", learned);
-  printf("test MSE vs truth: average pooling %.4f, non-parametric %.4f, parametric %.4f\n",
-         mse_avg, mse_np, mse_p);
+  printf("test MSE vs truth: average pooling %.4f, non-parametric %.4f, parametric %.4f\n", mse_avg,
+         mse_np, mse_p);
   if (opt_plot != NULL) {
     if (!plot(opt_plot, x_train, y_train, x_test, pred_np, pred_p, weights_p, error))
       return FALSE;

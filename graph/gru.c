@@ -75,8 +75,8 @@ static QkvValue *
 stack(QkvValue *const *rows, guint n, gint axis, GError **error)
 {
   const QkvShape *s = qkv_value_shape(rows[0]);
-  QkvShape one = axis == 0 ? QKV_SHAPE(1, s->dims[0], s->dims[1])
-                           : QKV_SHAPE(s->dims[0], 1, s->dims[1]);
+  QkvShape one =
+      axis == 0 ? QKV_SHAPE(1, s->dims[0], s->dims[1]) : QKV_SHAPE(s->dims[0], 1, s->dims[1]);
   g_autofree QkvValue **lifted = g_new0(QkvValue *, n);
   for (guint i = 0; i < n; i++) {
     lifted[i] = qkv_reshape(rows[i], &one, error);
@@ -95,8 +95,8 @@ qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint6
   const QkvShape *xs = qkv_value_shape(x);
   if (xs->rank != 3) {
     g_autofree gchar *sh = qkv_shape_to_string(xs);
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "gru '%s': x must be (T, B, in), got %s",
-                name, sh);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "gru '%s': x must be (T, B, in), got %s", name,
+                sh);
     return NULL;
   }
   gint64 steps = xs->dims[0], batch = xs->dims[1];
@@ -152,19 +152,25 @@ qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvVal
   QkvValue *emb = qkv_build_embedding(b, "encoder.embedding", src, cfg->src_vocab, E, error);
   QkvValue *x = emb ? qkv_permute(emb, perm_tb, 3, error) : NULL;
   QkvValue *state = NULL;
-  QkvValue *enc = x ? qkv_build_gru(b, "encoder.rnn", x, NULL, H, cfg->num_layers, cfg->dropout,
-                                    &state, error)
-                    : NULL;
+  QkvValue *enc =
+      x ? qkv_build_gru(b, "encoder.rnn", x, NULL, H, cfg->num_layers, cfg->dropout, &state, error)
+        : NULL;
   QkvValue *enc_outputs = enc ? qkv_permute(enc, perm_tb, 3, error) : NULL; /* (B, T, H) */
   if (enc_outputs == NULL)
     return NULL;
 
   /* decoder parameters, in the book's order */
   QkvShape hh = QKV_SHAPE(H, H), vh = QKV_SHAPE(1, H);
-  QkvValue *w_k = qkv_build_param(b, "decoder.attention.W_k.weight", &hh, "linear_weight", H, error);
-  QkvValue *w_q = w_k ? qkv_build_param(b, "decoder.attention.W_q.weight", &hh, "linear_weight", H, error) : NULL;
-  QkvValue *w_v = w_q ? qkv_build_param(b, "decoder.attention.w_v.weight", &vh, "linear_weight", H, error) : NULL;
-  QkvValue *demb = w_v ? qkv_build_embedding(b, "decoder.embedding", dec_in, cfg->tgt_vocab, E, error) : NULL;
+  QkvValue *w_k =
+      qkv_build_param(b, "decoder.attention.W_k.weight", &hh, "linear_weight", H, error);
+  QkvValue *w_q =
+      w_k ? qkv_build_param(b, "decoder.attention.W_q.weight", &hh, "linear_weight", H, error)
+          : NULL;
+  QkvValue *w_v =
+      w_q ? qkv_build_param(b, "decoder.attention.w_v.weight", &vh, "linear_weight", H, error)
+          : NULL;
+  QkvValue *demb =
+      w_v ? qkv_build_embedding(b, "decoder.embedding", dec_in, cfg->tgt_vocab, E, error) : NULL;
   if (demb == NULL)
     return NULL;
   g_autofree GruLayer *layers = g_new0(GruLayer, cfg->num_layers);
@@ -210,5 +216,6 @@ qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvVal
     if (*weights == NULL)
       return NULL;
   }
-  return dec_out ? qkv_build_linear(b, "decoder.dense", dec_out, cfg->tgt_vocab, TRUE, error) : NULL;
+  return dec_out ? qkv_build_linear(b, "decoder.dense", dec_out, cfg->tgt_vocab, TRUE, error)
+                 : NULL;
 }

@@ -57,8 +57,8 @@ last_dim(QkvValue *x)
 }
 
 QkvValue *
-qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features,
-                 gboolean bias, GError **error)
+qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gboolean bias,
+                 GError **error)
 {
   if (x == NULL)
     return NULL;
@@ -88,9 +88,9 @@ qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
 }
 
 QkvValue *
-qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
-              QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
-              gboolean causal, double dropout, QkvValue **weights, GError **error)
+qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys, QkvValue *values,
+              gint64 num_hiddens, gint num_heads, QkvValue *valid_lens, gboolean causal,
+              double dropout, QkvValue **weights, GError **error)
 {
   if (queries == NULL || keys == NULL || values == NULL)
     return NULL;

@@ -3,9 +3,9 @@
 #include <qkv/qkv-builders.h>
 
 QkvValue *
-qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
-                        QkvValue *queries, QkvValue *keys, QkvValue *values, guint64 seed,
-                        QkvValue **weights, GError **error)
+qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix, QkvValue *queries,
+                        QkvValue *keys, QkvValue *values, guint64 seed, QkvValue **weights,
+                        GError **error)
 {
   g_return_val_if_fail(graph != NULL && params != NULL && queries != NULL, NULL);
   g_autofree gchar *w_name = g_strconcat(prefix ? prefix : "", "w", NULL);

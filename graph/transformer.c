@@ -55,9 +55,9 @@ qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, Qk
                                  cfg->dropout, NULL, error);
     QkvValue *y = qkv_build_addnorm(b, an1, x, a1, cfg->dropout, error);
     QkvValue **weights = (cross_weights != NULL && i == cfg->num_layers - 1) ? cross_weights : NULL;
-    QkvValue *a2 = qkv_build_mha(b, att2, y, enc_outputs, enc_outputs, cfg->num_hiddens,
-                                 cfg->num_heads, enc_valid_lens, FALSE, cfg->dropout, weights,
-                                 error);
+    QkvValue *a2 =
+        qkv_build_mha(b, att2, y, enc_outputs, enc_outputs, cfg->num_hiddens, cfg->num_heads,
+                      enc_valid_lens, FALSE, cfg->dropout, weights, error);
     QkvValue *z = qkv_build_addnorm(b, an2, y, a2, cfg->dropout, error);
     QkvValue *f = qkv_build_ffn(b, ffn, z, cfg->ffn_hiddens, cfg->num_hiddens, error);
     x = qkv_build_addnorm(b, an3, z, f, cfg->dropout, error);

@@ -3,7 +3,8 @@
 
 void qkv_register_builtin_ops(void);
 
-void qkv_register_builtin_ops(void)
+void
+qkv_register_builtin_ops(void)
 {
   qkv_register_ops_matmul();
   qkv_register_ops_elementwise();

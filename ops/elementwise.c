@@ -23,7 +23,8 @@
 typedef void (*EwChunkFunc)(const QkvKernelCtx *ctx, gconstpointer data, gint64 begin, gint64 end);
 
 /* Run chunk over [0, n) split into contiguous, aligned chunks, one per thread. */
-static void ew_parallel(const QkvKernelCtx *ctx, gint64 n, EwChunkFunc chunk, gconstpointer data)
+static void
+ew_parallel(const QkvKernelCtx *ctx, gint64 n, EwChunkFunc chunk, gconstpointer data)
 {
   if (n == 0)
     return;
@@ -79,7 +80,8 @@ typedef struct {
 
 /* TRUE if x's dims, less its leading 1s, are the trailing dims of out: x then
  * repeats whole along the leading axes of out. */
-static gboolean repeats_along_leading_axes(const QkvShape *x, const QkvShape *out)
+static gboolean
+repeats_along_leading_axes(const QkvShape *x, const QkvShape *out)
 {
   gint lead = 0;
   while (lead < x->rank && x->dims[lead] == 1)
@@ -94,7 +96,8 @@ static gboolean repeats_along_leading_axes(const QkvShape *x, const QkvShape *ou
 }
 
 /* x's strides aligned to the right of out's rank, 0 where x is broadcast. */
-static void broadcast_strides(const QkvShape *x, const QkvShape *out, gint64 *strides)
+static void
+broadcast_strides(const QkvShape *x, const QkvShape *out, gint64 *strides)
 {
   gint64 own[QKV_MAX_RANK];
   qkv_shape_strides(x, own);
@@ -105,7 +108,8 @@ static void broadcast_strides(const QkvShape *x, const QkvShape *out, gint64 *st
   }
 }
 
-static void bcast_layout(const QkvShape *a, const QkvShape *b, const QkvShape *out, BcastLayout *l)
+static void
+bcast_layout(const QkvShape *a, const QkvShape *b, const QkvShape *out, BcastLayout *l)
 {
   gint64 n = qkv_shape_numel(out);
   gint64 na = qkv_shape_numel(a), nb = qkv_shape_numel(b);
@@ -138,9 +142,9 @@ typedef float (*BinaryFunc)(float x, float y);
 /* out[i] = op(a[·], b[·]) over output elements [begin, end). Always inlined
  * into one small function per op, so op becomes a direct, inlined call and
  * each loop vectorises. */
-G_ALWAYS_INLINE static inline void binary_chunk(const BcastLayout *l, float *out, const float *a,
-                                                const float *b, gint64 begin, gint64 end,
-                                                BinaryFunc op)
+G_ALWAYS_INLINE static inline void
+binary_chunk(const BcastLayout *l, float *out, const float *a, const float *b, gint64 begin,
+             gint64 end, BinaryFunc op)
 {
   switch (l->kind) {
   case BCAST_SAME:
@@ -229,22 +233,26 @@ G_ALWAYS_INLINE static inline void binary_chunk(const BcastLayout *l, float *out
   }
 }
 
-static inline float op_add(float x, float y)
+static inline float
+op_add(float x, float y)
 {
   return x + y;
 }
 
-static inline float op_sub(float x, float y)
+static inline float
+op_sub(float x, float y)
 {
   return x - y;
 }
 
-static inline float op_mul(float x, float y)
+static inline float
+op_mul(float x, float y)
 {
   return x * y;
 }
 
-static inline float op_div(float x, float y)
+static inline float
+op_div(float x, float y)
 {
   return x / y;
 }
@@ -269,7 +277,8 @@ DEFINE_BINARY_KERNEL(mul)
 DEFINE_BINARY_KERNEL(div)
 
 /* names: the op's input names, for the message. */
-static gboolean check_f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GError **error)
+static gboolean
+check_f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GError **error)
 {
   for (guint i = 0; i < ctx->n_inputs; i++)
     if (ctx->in_dtypes[i] != QKV_F32)
@@ -278,7 +287,8 @@ static gboolean check_f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GE
   return TRUE;
 }
 
-static gboolean binary_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+binary_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (!check_f32_inputs(ctx, binary_inputs, error))
     return FALSE;
@@ -301,7 +311,8 @@ static gboolean binary_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* grad summed down to input's shape where input was broadcast. */
-static QkvValue *reduce_to_input(QkvValue *grad, QkvValue *input, GError **error)
+static QkvValue *
+reduce_to_input(QkvValue *grad, QkvValue *input, GError **error)
 {
   if (grad == NULL)
     return NULL;
@@ -310,7 +321,8 @@ static QkvValue *reduce_to_input(QkvValue *grad, QkvValue *input, GError **error
   return qkv_sum_to(grad, qkv_value_shape(input), error);
 }
 
-static gboolean add_grad(QkvGradCtx *g, GError **error)
+static gboolean
+add_grad(QkvGradCtx *g, GError **error)
 {
   for (guint i = 0; i < 2; i++) {
     if (!g->needs_grad[i])
@@ -322,7 +334,8 @@ static gboolean add_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static gboolean sub_grad(QkvGradCtx *g, GError **error)
+static gboolean
+sub_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dy = g->out_grads[0];
   if (g->needs_grad[0]) {
@@ -339,7 +352,8 @@ static gboolean sub_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static gboolean mul_grad(QkvGradCtx *g, GError **error)
+static gboolean
+mul_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dy = g->out_grads[0];
   for (guint i = 0; i < 2; i++) {
@@ -352,7 +366,8 @@ static gboolean mul_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static gboolean div_grad(QkvGradCtx *g, GError **error)
+static gboolean
+div_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dy = g->out_grads[0], *b = g->inputs[1], *y = g->outputs[0];
   if (g->needs_grad[0]) {
@@ -374,7 +389,8 @@ static gboolean div_grad(QkvGradCtx *g, GError **error)
  * Unary ops
  * ------------------------------------------------------------------------- */
 
-static gboolean unary_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+unary_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (!check_f32_inputs(ctx, unary_inputs, error))
     return FALSE;
@@ -382,12 +398,14 @@ static gboolean unary_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void unary_run(const QkvKernelCtx *ctx, EwChunkFunc chunk)
+static void
+unary_run(const QkvKernelCtx *ctx, EwChunkFunc chunk)
 {
   ew_parallel(ctx, qkv_shape_numel(&ctx->out[0].shape), chunk, NULL);
 }
 
-static void scale_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+scale_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
@@ -397,7 +415,8 @@ static void scale_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 be
     y[i] = x[i] * factor;
 }
 
-static void neg_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+neg_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
@@ -407,7 +426,8 @@ static void neg_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begi
 }
 
 /* Written so that a NaN passes through instead of turning into 0. */
-static void relu_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+relu_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
@@ -420,7 +440,8 @@ static void relu_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 beg
  * place the output buffer cannot hold both. */
 #define SIGMOID_BLOCK 512
 
-static void sigmoid_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+sigmoid_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
@@ -444,21 +465,24 @@ static void sigmoid_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 
   }
 }
 
-static void tanh_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+tanh_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   qkv_vec_tanh(y + begin, x + begin, (gsize)(end - begin));
 }
 
-static void exp_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+exp_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   qkv_vec_exp(y + begin, x + begin, (gsize)(end - begin));
 }
 
-static void log_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
+static void
+log_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
@@ -467,49 +491,58 @@ static void log_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begi
     y[i] = logf(x[i]);
 }
 
-static void scale_forward(const QkvKernelCtx *ctx)
+static void
+scale_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, scale_chunk);
 }
 
-static void neg_forward(const QkvKernelCtx *ctx)
+static void
+neg_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, neg_chunk);
 }
 
-static void relu_forward(const QkvKernelCtx *ctx)
+static void
+relu_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, relu_chunk);
 }
 
-static void sigmoid_forward(const QkvKernelCtx *ctx)
+static void
+sigmoid_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, sigmoid_chunk);
 }
 
-static void tanh_forward(const QkvKernelCtx *ctx)
+static void
+tanh_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, tanh_chunk);
 }
 
-static void exp_forward(const QkvKernelCtx *ctx)
+static void
+exp_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, exp_chunk);
 }
 
-static void log_forward(const QkvKernelCtx *ctx)
+static void
+log_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, log_chunk);
 }
 
-static gboolean scale_grad(QkvGradCtx *g, GError **error)
+static gboolean
+scale_grad(QkvGradCtx *g, GError **error)
 {
   double factor = qkv_attrs_get_float(g->attrs, "factor");
   g->in_grads[0] = qkv_scale(g->out_grads[0], factor, error);
   return g->in_grads[0] != NULL;
 }
 
-static gboolean neg_grad(QkvGradCtx *g, GError **error)
+static gboolean
+neg_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_neg(g->out_grads[0], error);
   return g->in_grads[0] != NULL;
@@ -517,31 +550,36 @@ static gboolean neg_grad(QkvGradCtx *g, GError **error)
 
 /* The activations differentiate through their output y, which the forward
  * pass keeps anyway, so x need not stay alive for the backward pass. */
-static gboolean relu_grad(QkvGradCtx *g, GError **error)
+static gboolean
+relu_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_relu_backward(g->out_grads[0], g->outputs[0], error);
   return g->in_grads[0] != NULL;
 }
 
-static gboolean sigmoid_grad(QkvGradCtx *g, GError **error)
+static gboolean
+sigmoid_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_sigmoid_backward(g->out_grads[0], g->outputs[0], error);
   return g->in_grads[0] != NULL;
 }
 
-static gboolean tanh_grad(QkvGradCtx *g, GError **error)
+static gboolean
+tanh_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_tanh_backward(g->out_grads[0], g->outputs[0], error);
   return g->in_grads[0] != NULL;
 }
 
-static gboolean exp_grad(QkvGradCtx *g, GError **error)
+static gboolean
+exp_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_mul(g->out_grads[0], g->outputs[0], error);
   return g->in_grads[0] != NULL;
 }
 
-static gboolean log_grad(QkvGradCtx *g, GError **error)
+static gboolean
+log_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_div(g->out_grads[0], g->inputs[0], error);
   return g->in_grads[0] != NULL;
@@ -551,7 +589,8 @@ static gboolean log_grad(QkvGradCtx *g, GError **error)
  * Activation gradients: dx from dy and the forward output y
  * ------------------------------------------------------------------------- */
 
-static gboolean backward_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (!check_f32_inputs(ctx, backward_inputs, error))
     return FALSE;
@@ -561,8 +600,8 @@ static gboolean backward_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void relu_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin,
-                                gint64 end)
+static void
+relu_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
@@ -574,8 +613,8 @@ static void relu_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, g
   }
 }
 
-static void sigmoid_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin,
-                                   gint64 end)
+static void
+sigmoid_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
@@ -584,8 +623,8 @@ static void sigmoid_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused
     dx[i] = dy[i] * y[i] * (1.0f - y[i]);
 }
 
-static void tanh_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin,
-                                gint64 end)
+static void
+tanh_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 end)
 {
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
@@ -594,17 +633,20 @@ static void tanh_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, g
     dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
-static void relu_backward_forward(const QkvKernelCtx *ctx)
+static void
+relu_backward_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, relu_backward_chunk);
 }
 
-static void sigmoid_backward_forward(const QkvKernelCtx *ctx)
+static void
+sigmoid_backward_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, sigmoid_backward_chunk);
 }
 
-static void tanh_backward_forward(const QkvKernelCtx *ctx)
+static void
+tanh_backward_forward(const QkvKernelCtx *ctx)
 {
   unary_run(ctx, tanh_backward_chunk);
 }
@@ -612,7 +654,8 @@ static void tanh_backward_forward(const QkvKernelCtx *ctx)
 /* Second derivatives, so that a gradient of a gradient works too. Each op is
  * linear in dy, so d/d(dy) is the same op applied to the incoming gradient. */
 
-static gboolean relu_backward_grad(QkvGradCtx *g, GError **error)
+static gboolean
+relu_backward_grad(QkvGradCtx *g, GError **error)
 {
   /* y only selects; away from y = 0 the output does not depend on it. */
   if (g->needs_grad[0]) {
@@ -623,7 +666,8 @@ static gboolean relu_backward_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static gboolean sigmoid_backward_grad(QkvGradCtx *g, GError **error)
+static gboolean
+sigmoid_backward_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *ddx = g->out_grads[0], *dy = g->inputs[0], *y = g->inputs[1];
   if (g->needs_grad[0]) {
@@ -641,7 +685,8 @@ static gboolean sigmoid_backward_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static gboolean tanh_backward_grad(QkvGradCtx *g, GError **error)
+static gboolean
+tanh_backward_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *ddx = g->out_grads[0], *dy = g->inputs[0], *y = g->inputs[1];
   if (g->needs_grad[0]) {
@@ -726,7 +771,8 @@ static const QkvOpDef elementwise_ops[] = {
     BACKWARD_DEF(tanh_backward, "dy · (1 - y²), given tanh's output y"),
 };
 
-void qkv_register_ops_elementwise(void)
+void
+qkv_register_ops_elementwise(void)
 {
   for (gsize i = 0; i < G_N_ELEMENTS(elementwise_ops); i++)
     qkv_register_builtin(&elementwise_ops[i]);
@@ -736,40 +782,47 @@ void qkv_register_ops_elementwise(void)
  * Typed functions
  * ------------------------------------------------------------------------- */
 
-static QkvValue *binary_call(const gchar *op_name, QkvValue *a, QkvValue *b, GError **error)
+static QkvValue *
+binary_call(const gchar *op_name, QkvValue *a, QkvValue *b, GError **error)
 {
   g_return_val_if_fail(a != NULL && b != NULL, NULL);
   QkvValue *inputs[] = {a, b};
   return qkv_op_call(op_name, inputs, 2, NULL, error);
 }
 
-static QkvValue *unary_call(const gchar *op_name, QkvValue *x, GError **error)
+static QkvValue *
+unary_call(const gchar *op_name, QkvValue *x, GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   return qkv_op_call(op_name, &x, 1, NULL, error);
 }
 
-QkvValue *qkv_add(QkvValue *a, QkvValue *b, GError **error)
+QkvValue *
+qkv_add(QkvValue *a, QkvValue *b, GError **error)
 {
   return binary_call("add", a, b, error);
 }
 
-QkvValue *qkv_sub(QkvValue *a, QkvValue *b, GError **error)
+QkvValue *
+qkv_sub(QkvValue *a, QkvValue *b, GError **error)
 {
   return binary_call("sub", a, b, error);
 }
 
-QkvValue *qkv_mul(QkvValue *a, QkvValue *b, GError **error)
+QkvValue *
+qkv_mul(QkvValue *a, QkvValue *b, GError **error)
 {
   return binary_call("mul", a, b, error);
 }
 
-QkvValue *qkv_div(QkvValue *a, QkvValue *b, GError **error)
+QkvValue *
+qkv_div(QkvValue *a, QkvValue *b, GError **error)
 {
   return binary_call("div", a, b, error);
 }
 
-QkvValue *qkv_scale(QkvValue *x, double factor, GError **error)
+QkvValue *
+qkv_scale(QkvValue *x, double factor, GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   GVariantBuilder attrs;
@@ -778,47 +831,56 @@ QkvValue *qkv_scale(QkvValue *x, double factor, GError **error)
   return qkv_op_call("scale", &x, 1, g_variant_builder_end(&attrs), error);
 }
 
-QkvValue *qkv_neg(QkvValue *x, GError **error)
+QkvValue *
+qkv_neg(QkvValue *x, GError **error)
 {
   return unary_call("neg", x, error);
 }
 
-QkvValue *qkv_relu(QkvValue *x, GError **error)
+QkvValue *
+qkv_relu(QkvValue *x, GError **error)
 {
   return unary_call("relu", x, error);
 }
 
-QkvValue *qkv_sigmoid(QkvValue *x, GError **error)
+QkvValue *
+qkv_sigmoid(QkvValue *x, GError **error)
 {
   return unary_call("sigmoid", x, error);
 }
 
-QkvValue *qkv_tanh(QkvValue *x, GError **error)
+QkvValue *
+qkv_tanh(QkvValue *x, GError **error)
 {
   return unary_call("tanh", x, error);
 }
 
-QkvValue *qkv_exp(QkvValue *x, GError **error)
+QkvValue *
+qkv_exp(QkvValue *x, GError **error)
 {
   return unary_call("exp", x, error);
 }
 
-QkvValue *qkv_log(QkvValue *x, GError **error)
+QkvValue *
+qkv_log(QkvValue *x, GError **error)
 {
   return unary_call("log", x, error);
 }
 
-QkvValue *qkv_relu_backward(QkvValue *dy, QkvValue *y, GError **error)
+QkvValue *
+qkv_relu_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
   return binary_call("relu_backward", dy, y, error);
 }
 
-QkvValue *qkv_sigmoid_backward(QkvValue *dy, QkvValue *y, GError **error)
+QkvValue *
+qkv_sigmoid_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
   return binary_call("sigmoid_backward", dy, y, error);
 }
 
-QkvValue *qkv_tanh_backward(QkvValue *dy, QkvValue *y, GError **error)
+QkvValue *
+qkv_tanh_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
   return binary_call("tanh_backward", dy, y, error);
 }

@@ -23,7 +23,8 @@ static const QkvAttrSpec backward_attrs[] = {
      .doc = "V, the number of rows of the table"},
 };
 
-static gboolean embedding_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+embedding_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *ids = &ctx->in_shapes[0], *weight = &ctx->in_shapes[1];
   if (ctx->in_dtypes[0] != QKV_I32)
@@ -45,7 +46,8 @@ static gboolean embedding_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void embedding_forward(const QkvKernelCtx *ctx)
+static void
+embedding_forward(const QkvKernelCtx *ctx)
 {
   const gint32 *ids = ctx->in[0].data;
   const float *weight = ctx->in[1].data;
@@ -64,7 +66,8 @@ static void embedding_forward(const QkvKernelCtx *ctx)
   }
 }
 
-static gboolean embedding_grad(QkvGradCtx *g, GError **error)
+static gboolean
+embedding_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[1])
     return TRUE;
@@ -73,7 +76,8 @@ static gboolean embedding_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[1] != NULL;
 }
 
-static gboolean embedding_backward_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+embedding_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *dy = &ctx->in_shapes[0], *ids = &ctx->in_shapes[1];
   gint64 v = qkv_attrs_get_int(ctx->attrs, "num_embeddings");
@@ -100,7 +104,8 @@ static gboolean embedding_backward_shape(QkvShapeCtx *ctx, GError **error)
  * the D columns between them: each thread owns whole columns and no two
  * threads ever write the same element, and the sum over tokens keeps one
  * order whatever the thread count (deterministic results). */
-static void embedding_backward_forward(const QkvKernelCtx *ctx)
+static void
+embedding_backward_forward(const QkvKernelCtx *ctx)
 {
   const float *dy = ctx->in[0].data;
   const gint32 *ids = ctx->in[1].data;
@@ -134,7 +139,8 @@ static void embedding_backward_forward(const QkvKernelCtx *ctx)
 
 /* The op is linear in dy: its gradient is the lookup of the incoming
  * gradient's rows. */
-static gboolean embedding_backward_grad(QkvGradCtx *g, GError **error)
+static gboolean
+embedding_backward_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
@@ -174,20 +180,23 @@ static const QkvOpDef embedding_backward_def = {
     .gradient = embedding_backward_grad,
 };
 
-void qkv_register_ops_embedding(void)
+void
+qkv_register_ops_embedding(void)
 {
   qkv_register_builtin(&embedding_def);
   qkv_register_builtin(&embedding_backward_def);
 }
 
-QkvValue *qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
+QkvValue *
+qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
 {
   g_return_val_if_fail(ids != NULL && weight != NULL, NULL);
   QkvValue *inputs[] = {ids, weight};
   return qkv_op_call("embedding", inputs, 2, NULL, error);
 }
 
-QkvValue *qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddings, GError **error)
+QkvValue *
+qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddings, GError **error)
 {
   g_return_val_if_fail(dy != NULL && ids != NULL, NULL);
   GVariantBuilder attrs;

@@ -21,7 +21,8 @@ static const QkvAttrSpec reduction_attrs[] = {
      .doc = "\"none\", \"sum\" or \"mean\""},
 };
 
-static const gchar *reduction_name(QkvReduction reduction)
+static const gchar *
+reduction_name(QkvReduction reduction)
 {
   switch (reduction) {
   case QKV_REDUCTION_NONE:
@@ -35,7 +36,8 @@ static const gchar *reduction_name(QkvReduction reduction)
 }
 
 /* The reduction named by the node's attribute; FALSE for an unknown name. */
-static gboolean reduction_parse(const QkvAttrs *attrs, QkvReduction *reduction)
+static gboolean
+reduction_parse(const QkvAttrs *attrs, QkvReduction *reduction)
 {
   const gchar *name = qkv_attrs_get_string(attrs, "reduction");
   for (QkvReduction r = QKV_REDUCTION_NONE; r <= QKV_REDUCTION_MEAN; r++) {
@@ -47,7 +49,8 @@ static gboolean reduction_parse(const QkvAttrs *attrs, QkvReduction *reduction)
   return FALSE;
 }
 
-static gboolean check_reduction(QkvShapeCtx *ctx, QkvReduction *reduction, GError **error)
+static gboolean
+check_reduction(QkvShapeCtx *ctx, QkvReduction *reduction, GError **error)
 {
   if (reduction_parse(ctx->attrs, reduction))
     return TRUE;
@@ -56,7 +59,8 @@ static gboolean check_reduction(QkvShapeCtx *ctx, QkvReduction *reduction, GErro
                          qkv_attrs_get_string(ctx->attrs, "reduction"));
 }
 
-static GVariant *reduction_attrs_variant(QkvReduction reduction)
+static GVariant *
+reduction_attrs_variant(QkvReduction reduction)
 {
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
@@ -65,7 +69,8 @@ static GVariant *reduction_attrs_variant(QkvReduction reduction)
   return g_variant_builder_end(&attrs);
 }
 
-static inline gint thread_index(void)
+static inline gint
+thread_index(void)
 {
 #ifdef _OPENMP
   return omp_get_thread_num();
@@ -83,7 +88,8 @@ static const gchar *const ce_backward_input_names[] = {"dloss", "logits", "targe
 static const gchar *const ce_backward_output_names[] = {"dlogits", NULL};
 
 /* Check logits (…, C), targets i32 (…) and the optional weight f32 (…). */
-static gboolean check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
+static gboolean
+check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
 {
   const QkvShape *logits = &ctx->in_shapes[first], *targets = &ctx->in_shapes[first + 1];
   if (ctx->in_dtypes[first] != QKV_F32)
@@ -111,7 +117,8 @@ static gboolean check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
   return TRUE;
 }
 
-static gboolean ce_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+ce_shape(QkvShapeCtx *ctx, GError **error)
 {
   QkvReduction reduction;
   if (!check_ce_inputs(ctx, 0, error) || !check_reduction(ctx, &reduction, error))
@@ -122,7 +129,8 @@ static gboolean ce_shape(QkvShapeCtx *ctx, GError **error)
 
 /* Each thread stages one row of exp(logits − max) in scratch, and the
  * per-token losses follow so that a sum adds them in one fixed order. */
-static gsize ce_scratch_size(const QkvShapeCtx *ctx, gint n_threads)
+static gsize
+ce_scratch_size(const QkvShapeCtx *ctx, gint n_threads)
 {
   const QkvShape *logits = &ctx->in_shapes[0];
   gint64 c = logits->dims[logits->rank - 1];
@@ -131,7 +139,8 @@ static gsize ce_scratch_size(const QkvShapeCtx *ctx, gint n_threads)
 }
 
 /* −log softmax(x)[target] over one row of c logits, using buf (c floats). */
-static float ce_row(const float *x, gint64 c, gint64 target, float *buf)
+static float
+ce_row(const float *x, gint64 c, gint64 target, float *buf)
 {
   if (target < 0 || target >= c)
     return 0.0f;
@@ -147,7 +156,8 @@ static float ce_row(const float *x, gint64 c, gint64 target, float *buf)
   return logf(sum) - (x[target] - m);
 }
 
-static void ce_forward(const QkvKernelCtx *ctx)
+static void
+ce_forward(const QkvKernelCtx *ctx)
 {
   const float *logits = ctx->in[0].data;
   const gint32 *targets = ctx->in[1].data;
@@ -182,7 +192,8 @@ static void ce_forward(const QkvKernelCtx *ctx)
   }
 }
 
-static gboolean ce_grad(QkvGradCtx *g, GError **error)
+static gboolean
+ce_grad(QkvGradCtx *g, GError **error)
 {
   QkvReduction reduction = QKV_REDUCTION_MEAN;
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
@@ -194,7 +205,8 @@ static gboolean ce_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-static gboolean ce_backward_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+ce_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   QkvReduction reduction;
   if (!check_ce_inputs(ctx, 1, error) || !check_reduction(ctx, &reduction, error))
@@ -214,7 +226,8 @@ static gboolean ce_backward_shape(QkvShapeCtx *ctx, GError **error)
 
 /* dlogits = (softmax(logits) − onehot(target)) · weight · dloss, and / N for
  * "mean"; a row whose target is out of range gets zeros. */
-static void ce_backward_forward(const QkvKernelCtx *ctx)
+static void
+ce_backward_forward(const QkvKernelCtx *ctx)
 {
   const float *dloss = ctx->in[0].data;
   const float *logits = ctx->in[1].data;
@@ -260,7 +273,8 @@ static void ce_backward_forward(const QkvKernelCtx *ctx)
 static const gchar *const mse_input_names[] = {"pred", "target", NULL};
 static const gchar *const mse_output_names[] = {"loss", NULL};
 
-static gboolean mse_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+mse_shape(QkvShapeCtx *ctx, GError **error)
 {
   QkvReduction reduction;
   if (ctx->in_dtypes[0] != QKV_F32 || ctx->in_dtypes[1] != QKV_F32)
@@ -275,7 +289,8 @@ static gboolean mse_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void mse_forward(const QkvKernelCtx *ctx)
+static void
+mse_forward(const QkvKernelCtx *ctx)
 {
   const float *pred = ctx->in[0].data, *target = ctx->in[1].data;
   float *out = ctx->out[0].data;
@@ -304,7 +319,8 @@ static void mse_forward(const QkvKernelCtx *ctx)
 
 /* d loss / d pred = 2 (pred − target) · dloss (/ N for "mean"), and the
  * negative of that for target. */
-static gboolean mse_grad(QkvGradCtx *g, GError **error)
+static gboolean
+mse_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *pred = g->inputs[0], *target = g->inputs[1], *dloss = g->out_grads[0];
   QkvReduction reduction = QKV_REDUCTION_MEAN;
@@ -390,7 +406,8 @@ static const QkvOpDef mse_def = {
     .gradient = mse_grad,
 };
 
-void qkv_register_ops_loss(void)
+void
+qkv_register_ops_loss(void)
 {
   qkv_register_builtin(&cross_entropy_def);
   qkv_register_builtin(&cross_entropy_backward_def);
@@ -399,8 +416,9 @@ void qkv_register_ops_loss(void)
 
 /* ---- typed functions ---------------------------------------------------- */
 
-QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight,
-                            QkvReduction reduction, GError **error)
+QkvValue *
+qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight, QkvReduction reduction,
+                  GError **error)
 {
   g_return_val_if_fail(logits != NULL && targets != NULL, NULL);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
@@ -409,8 +427,9 @@ QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weigh
                      reduction_attrs_variant(reduction), error);
 }
 
-QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
-                                     QkvValue *weight, QkvReduction reduction, GError **error)
+QkvValue *
+qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                           QkvReduction reduction, GError **error)
 {
   g_return_val_if_fail(dloss != NULL && logits != NULL && targets != NULL, NULL);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
@@ -419,7 +438,8 @@ QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue
                      reduction_attrs_variant(reduction), error);
 }
 
-QkvValue *qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error)
+QkvValue *
+qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error)
 {
   g_return_val_if_fail(pred != NULL && target != NULL, NULL);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);

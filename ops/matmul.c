@@ -34,8 +34,8 @@ typedef struct {
   gint64 m, k, n;
 } MatmulDims;
 
-static MatmulDims matmul_dims(const QkvShape *a, const QkvShape *b, gboolean ta, gboolean tb,
-                              gint64 *kb)
+static MatmulDims
+matmul_dims(const QkvShape *a, const QkvShape *b, gboolean ta, gboolean tb, gint64 *kb)
 {
   MatmulDims d;
   d.m = ta ? a->dims[a->rank - 1] : a->dims[a->rank - 2];
@@ -46,7 +46,8 @@ static MatmulDims matmul_dims(const QkvShape *a, const QkvShape *b, gboolean ta,
   return d;
 }
 
-static gboolean matmul_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+matmul_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *a = &ctx->in_shapes[0], *b = &ctx->in_shapes[1];
   gboolean ta = qkv_attrs_get_bool(ctx->attrs, "transpose_a");
@@ -86,8 +87,9 @@ static gboolean matmul_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a,
-                  const float *b, float *c)
+static void
+sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, const float *b,
+      float *c)
 {
   /* Leading dimensions of the stored (not transposed) matrices; BLAS wants
    * them ≥ 1 even for empty matrices. */
@@ -97,7 +99,8 @@ static void sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const 
               (blasint)MAX(ldb, 1), 0.0f, c, (blasint)MAX(n, 1));
 }
 
-static void matmul_forward(const QkvKernelCtx *ctx)
+static void
+matmul_forward(const QkvKernelCtx *ctx)
 {
   const QkvView *a = &ctx->in[0], *b = &ctx->in[1];
   QkvView *c = &ctx->out[0];
@@ -140,7 +143,8 @@ static void matmul_forward(const QkvKernelCtx *ctx)
 
 /* Sum x over its leading (batch) axes, leaving the last two: the gradient of
  * a matrix shared across the batch. */
-static QkvValue *sum_batch_axes(QkvValue *x, GError **error)
+static QkvValue *
+sum_batch_axes(QkvValue *x, GError **error)
 {
   gint axes[QKV_MAX_RANK];
   gint rank = qkv_value_shape(x)->rank;
@@ -150,7 +154,8 @@ static QkvValue *sum_batch_axes(QkvValue *x, GError **error)
 }
 
 /* x (…, R, C) as one (rows, C) matrix. */
-static QkvValue *fold_rows(QkvValue *x, GError **error)
+static QkvValue *
+fold_rows(QkvValue *x, GError **error)
 {
   const QkvShape *s = qkv_value_shape(x);
   gint64 rows = 1;
@@ -162,7 +167,8 @@ static QkvValue *fold_rows(QkvValue *x, GError **error)
 
 /* With C = op(A) · op(B): d op(A) = dC · op(B)ᵀ and d op(B) = op(A)ᵀ · dC, and
  * a transposed input takes the transpose of that. */
-static gboolean matmul_grad(QkvGradCtx *g, GError **error)
+static gboolean
+matmul_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *a = g->inputs[0], *b = g->inputs[1], *dc = g->out_grads[0];
   gboolean ta = qkv_attrs_get_bool(g->attrs, "transpose_a");
@@ -219,13 +225,14 @@ static const QkvOpDef matmul_def = {
     .gradient = matmul_grad,
 };
 
-void qkv_register_ops_matmul(void)
+void
+qkv_register_ops_matmul(void)
 {
   qkv_register_builtin(&matmul_def);
 }
 
-QkvValue *qkv_matmul(QkvValue *a, QkvValue *b, gboolean transpose_a, gboolean transpose_b,
-                     GError **error)
+QkvValue *
+qkv_matmul(QkvValue *a, QkvValue *b, gboolean transpose_a, gboolean transpose_b, GError **error)
 {
   g_return_val_if_fail(a != NULL && b != NULL, NULL);
   GVariantBuilder attrs;

@@ -21,7 +21,8 @@
 static const gchar *const x_input[] = {"x", NULL};
 static const gchar *const y_output[] = {"y", NULL};
 
-static gint reduce_n_threads(const QkvKernelCtx *ctx, gint64 work)
+static gint
+reduce_n_threads(const QkvKernelCtx *ctx, gint64 work)
 {
   return (work > REDUCE_PARALLEL_MIN && ctx->n_threads > 1) ? ctx->n_threads : 1;
 }
@@ -41,7 +42,8 @@ typedef struct {
   gint64 out_strides[QKV_MAX_RANK];
 } ReduceLayout;
 
-static void reduce_layout(const QkvShape *in, const gboolean *reduced_axis, ReduceLayout *l)
+static void
+reduce_layout(const QkvShape *in, const gboolean *reduced_axis, ReduceLayout *l)
 {
   gint64 sizes[QKV_MAX_RANK];
   gboolean red[QKV_MAX_RANK];
@@ -84,7 +86,8 @@ static void reduce_layout(const QkvShape *in, const gboolean *reduced_axis, Redu
 
 /* Σ x[0..n) in double: a float sum of many terms drifts, and the vectorised
  * double sum costs little more. */
-static double sum_contiguous(const float *x, gint64 n)
+static double
+sum_contiguous(const float *x, gint64 n)
 {
   double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
@@ -95,8 +98,9 @@ static double sum_contiguous(const float *x, gint64 n)
 
 /* out = x summed over the axes flagged in reduced_axis; out has the kept axes'
  * elements in order. Allocates nothing. */
-static void reduce_sum(const QkvKernelCtx *ctx, const float *x, const QkvShape *in_shape,
-                       const gboolean *reduced_axis, float *out)
+static void
+reduce_sum(const QkvKernelCtx *ctx, const float *x, const QkvShape *in_shape,
+           const gboolean *reduced_axis, float *out)
 {
   ReduceLayout l;
   reduce_layout(in_shape, reduced_axis, &l);
@@ -184,7 +188,8 @@ static const QkvAttrSpec reduce_attrs[] = {
 
 /* Flag the axes named by the "axes" attribute (all when it is empty). Returns
  * the index into the attribute of a bad (out of range or repeated) axis, or -1. */
-static gint axes_mask(const QkvAttrs *attrs, gint rank, gboolean *mask)
+static gint
+axes_mask(const QkvAttrs *attrs, gint rank, gboolean *mask)
 {
   guint n_axes = 0;
   const gint64 *axes = qkv_attrs_get_ints(attrs, "axes", &n_axes);
@@ -202,7 +207,8 @@ static gint axes_mask(const QkvAttrs *attrs, gint rank, gboolean *mask)
   return -1;
 }
 
-static gboolean reduce_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+reduce_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (ctx->in_dtypes[0] != QKV_F32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x is %s, expected f32",
@@ -233,14 +239,16 @@ static gboolean reduce_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void sum_forward(const QkvKernelCtx *ctx)
+static void
+sum_forward(const QkvKernelCtx *ctx)
 {
   gboolean mask[QKV_MAX_RANK];
   axes_mask(ctx->attrs, ctx->in[0].shape.rank, mask);
   reduce_sum(ctx, ctx->in[0].data, &ctx->in[0].shape, mask, ctx->out[0].data);
 }
 
-static void mean_forward(const QkvKernelCtx *ctx)
+static void
+mean_forward(const QkvKernelCtx *ctx)
 {
   sum_forward(ctx);
   gint64 n_in = qkv_shape_numel(&ctx->in[0].shape);
@@ -256,7 +264,8 @@ static void mean_forward(const QkvKernelCtx *ctx)
 
 /* Gradient of a reduction over axes: dy put back on the kept axes and repeated
  * along the reduced ones, times factor (1 for sum, 1/count for mean). */
-static gboolean reduce_grad(QkvGradCtx *g, gboolean mean, GError **error)
+static gboolean
+reduce_grad(QkvGradCtx *g, gboolean mean, GError **error)
 {
   QkvValue *x = g->inputs[0], *dy = g->out_grads[0];
   const QkvShape *in = qkv_value_shape(x);
@@ -291,12 +300,14 @@ static gboolean reduce_grad(QkvGradCtx *g, gboolean mean, GError **error)
   return TRUE;
 }
 
-static gboolean sum_grad(QkvGradCtx *g, GError **error)
+static gboolean
+sum_grad(QkvGradCtx *g, GError **error)
 {
   return reduce_grad(g, FALSE, error);
 }
 
-static gboolean mean_grad(QkvGradCtx *g, GError **error)
+static gboolean
+mean_grad(QkvGradCtx *g, GError **error)
 {
   return reduce_grad(g, TRUE, error);
 }
@@ -310,7 +321,8 @@ static const QkvAttrSpec shape_attrs[] = {
 };
 
 /* The "shape" attribute as a QkvShape, or an error. */
-static gboolean target_shape(QkvShapeCtx *ctx, QkvShape *shape, GError **error)
+static gboolean
+target_shape(QkvShapeCtx *ctx, QkvShape *shape, GError **error)
 {
   guint n = 0;
   const gint64 *dims = qkv_attrs_get_ints(ctx->attrs, "shape", &n);
@@ -326,7 +338,8 @@ static gboolean target_shape(QkvShapeCtx *ctx, QkvShape *shape, GError **error)
 }
 
 /* TRUE if small broadcasts to big under NumPy rules and the result is big. */
-static gboolean broadcasts_to(const QkvShape *small, const QkvShape *big)
+static gboolean
+broadcasts_to(const QkvShape *small, const QkvShape *big)
 {
   if (small->rank > big->rank)
     return FALSE;
@@ -338,7 +351,8 @@ static gboolean broadcasts_to(const QkvShape *small, const QkvShape *big)
   return TRUE;
 }
 
-static gboolean sum_to_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+sum_to_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (ctx->in_dtypes[0] != QKV_F32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x is %s, expected f32",
@@ -355,7 +369,8 @@ static gboolean sum_to_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void sum_to_forward(const QkvKernelCtx *ctx)
+static void
+sum_to_forward(const QkvKernelCtx *ctx)
 {
   const QkvShape *in = &ctx->in[0].shape, *out = &ctx->out[0].shape;
   gboolean mask[QKV_MAX_RANK];
@@ -366,13 +381,15 @@ static void sum_to_forward(const QkvKernelCtx *ctx)
   reduce_sum(ctx, ctx->in[0].data, in, mask, ctx->out[0].data);
 }
 
-static gboolean sum_to_grad(QkvGradCtx *g, GError **error)
+static gboolean
+sum_to_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_broadcast_to(g->out_grads[0], qkv_value_shape(g->inputs[0]), error);
   return g->in_grads[0] != NULL;
 }
 
-static gboolean broadcast_to_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+broadcast_to_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (ctx->in_dtypes[0] != QKV_F32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x is %s, expected f32",
@@ -388,7 +405,8 @@ static gboolean broadcast_to_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void broadcast_to_forward(const QkvKernelCtx *ctx)
+static void
+broadcast_to_forward(const QkvKernelCtx *ctx)
 {
   const QkvShape *in = &ctx->in[0].shape, *out = &ctx->out[0].shape;
   const float *x = ctx->in[0].data;
@@ -449,7 +467,8 @@ static void broadcast_to_forward(const QkvKernelCtx *ctx)
   }
 }
 
-static gboolean broadcast_to_grad(QkvGradCtx *g, GError **error)
+static gboolean
+broadcast_to_grad(QkvGradCtx *g, GError **error)
 {
   g->in_grads[0] = qkv_sum_to(g->out_grads[0], qkv_value_shape(g->inputs[0]), error);
   return g->in_grads[0] != NULL;
@@ -518,7 +537,8 @@ static const QkvOpDef reduce_ops[] = {
     },
 };
 
-void qkv_register_ops_reduce(void)
+void
+qkv_register_ops_reduce(void)
 {
   for (gsize i = 0; i < G_N_ELEMENTS(reduce_ops); i++)
     qkv_register_builtin(&reduce_ops[i]);
@@ -528,8 +548,9 @@ void qkv_register_ops_reduce(void)
  * Typed functions
  * ------------------------------------------------------------------------- */
 
-static QkvValue *reduce_call(const gchar *op_name, QkvValue *x, const gint *axes, guint n_axes,
-                             gboolean keepdims, GError **error)
+static QkvValue *
+reduce_call(const gchar *op_name, QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims,
+            GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   g_return_val_if_fail(n_axes == 0 || axes != NULL, NULL);
@@ -543,8 +564,8 @@ static QkvValue *reduce_call(const gchar *op_name, QkvValue *x, const gint *axes
   return qkv_op_call(op_name, &x, 1, g_variant_builder_end(&attrs), error);
 }
 
-static QkvValue *shape_call(const gchar *op_name, QkvValue *x, const QkvShape *shape,
-                            GError **error)
+static QkvValue *
+shape_call(const gchar *op_name, QkvValue *x, const QkvShape *shape, GError **error)
 {
   g_return_val_if_fail(x != NULL && shape != NULL, NULL);
   GVariantBuilder attrs;
@@ -554,22 +575,26 @@ static QkvValue *shape_call(const gchar *op_name, QkvValue *x, const QkvShape *s
   return qkv_op_call(op_name, &x, 1, g_variant_builder_end(&attrs), error);
 }
 
-QkvValue *qkv_sum(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
+QkvValue *
+qkv_sum(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
 {
   return reduce_call("sum", x, axes, n_axes, keepdims, error);
 }
 
-QkvValue *qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
+QkvValue *
+qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
 {
   return reduce_call("mean", x, axes, n_axes, keepdims, error);
 }
 
-QkvValue *qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error)
+QkvValue *
+qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error)
 {
   return shape_call("sum_to", x, shape, error);
 }
 
-QkvValue *qkv_broadcast_to(QkvValue *x, const QkvShape *shape, GError **error)
+QkvValue *
+qkv_broadcast_to(QkvValue *x, const QkvShape *shape, GError **error)
 {
   return shape_call("broadcast_to", x, shape, error);
 }

@@ -10,8 +10,8 @@ static const gchar *const x_input_names[] = {"x", NULL};
 static const gchar *const y_output_names[] = {"y", NULL};
 
 /* Element counts around an axis: dims before it, the axis, dims after it. */
-static void split_at_axis(const QkvShape *shape, gint axis, gint64 *outer, gint64 *len,
-                          gint64 *inner)
+static void
+split_at_axis(const QkvShape *shape, gint axis, gint64 *outer, gint64 *len, gint64 *inner)
 {
   *outer = 1;
   *inner = 1;
@@ -31,7 +31,8 @@ static const QkvAttrSpec reshape_attrs[] = {
      .doc = "the new shape; one dimension may be -1 (inferred)"},
 };
 
-static gboolean reshape_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+reshape_shape(QkvShapeCtx *ctx, GError **error)
 {
   guint n;
   const gint64 *dims = qkv_attrs_get_ints(ctx->attrs, "shape", &n);
@@ -77,7 +78,8 @@ static gboolean reshape_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void reshape_forward(const QkvKernelCtx *ctx)
+static void
+reshape_forward(const QkvKernelCtx *ctx)
 {
   /* Run in place, the data is already where it belongs. */
   if (ctx->out[0].data != ctx->in[0].data)
@@ -85,7 +87,8 @@ static void reshape_forward(const QkvKernelCtx *ctx)
            (gsize)qkv_shape_numel(&ctx->in[0].shape) * qkv_dtype_size(ctx->in[0].dtype));
 }
 
-static gboolean reshape_grad(QkvGradCtx *g, GError **error)
+static gboolean
+reshape_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
@@ -104,7 +107,8 @@ static const QkvAttrSpec permute_attrs[] = {
 
 /* Validate perm against rank and normalise it into out; FALSE if it is not a
  * permutation of the axes. */
-static gboolean permute_normalize(const gint64 *perm, guint n, gint rank, gint *out)
+static gboolean
+permute_normalize(const gint64 *perm, guint n, gint rank, gint *out)
 {
   gboolean seen[QKV_MAX_RANK] = {FALSE};
   if ((gint)n != rank)
@@ -119,7 +123,8 @@ static gboolean permute_normalize(const gint64 *perm, guint n, gint rank, gint *
   return TRUE;
 }
 
-static gboolean permute_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+permute_shape(QkvShapeCtx *ctx, GError **error)
 {
   guint n;
   const gint64 *perm = qkv_attrs_get_ints(ctx->attrs, "perm", &n);
@@ -142,7 +147,8 @@ static gboolean permute_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void permute_forward(const QkvKernelCtx *ctx)
+static void
+permute_forward(const QkvKernelCtx *ctx)
 {
   const QkvView *x = &ctx->in[0];
   QkvView *y = &ctx->out[0];
@@ -205,7 +211,8 @@ static void permute_forward(const QkvKernelCtx *ctx)
   }
 }
 
-static gboolean permute_grad(QkvGradCtx *g, GError **error)
+static gboolean
+permute_grad(QkvGradCtx *g, GError **error)
 {
   guint n;
   const gint64 *perm_attr = qkv_attrs_get_ints(g->attrs, "perm", &n);
@@ -241,8 +248,9 @@ static const QkvAttrSpec slice_attrs[] = {
 /* The slice's axis and [start, end) after normalisation; FALSE with an
  * error if they are out of range (no clamping: a wrong index is a bug in the
  * caller, better reported than hidden). */
-static gboolean slice_resolve(const QkvShapeCtx *ctx, const QkvShape *in, const QkvAttrs *attrs,
-                              gint *axis, gint64 *start, gint64 *end, GError **error)
+static gboolean
+slice_resolve(const QkvShapeCtx *ctx, const QkvShape *in, const QkvAttrs *attrs, gint *axis,
+              gint64 *start, gint64 *end, GError **error)
 {
   gint64 axis_attr = qkv_attrs_get_int(attrs, "axis");
   *axis = (axis_attr < -in->rank || axis_attr >= in->rank)
@@ -265,7 +273,8 @@ static gboolean slice_resolve(const QkvShapeCtx *ctx, const QkvShape *in, const 
   return TRUE;
 }
 
-static gboolean slice_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+slice_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *in = &ctx->in_shapes[0];
   gint axis;
@@ -278,7 +287,8 @@ static gboolean slice_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void slice_forward(const QkvKernelCtx *ctx)
+static void
+slice_forward(const QkvKernelCtx *ctx)
 {
   const QkvView *x = &ctx->in[0];
   gint axis;
@@ -296,7 +306,8 @@ static void slice_forward(const QkvKernelCtx *ctx)
     memcpy(dst + o * chunk, src + (o * len + start) * inner, (gsize)chunk * sizeof(guint32));
 }
 
-static gboolean slice_grad(QkvGradCtx *g, GError **error)
+static gboolean
+slice_grad(QkvGradCtx *g, GError **error)
 {
   const QkvShape *in = qkv_value_shape(g->inputs[0]);
   gint axis;
@@ -327,9 +338,9 @@ static const QkvAttrSpec slice_backward_attrs[] = {
 
 /* The output shape, axis and start of a slice_backward; FALSE with an error
  * when dy does not fit in the shape at start. */
-static gboolean slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *dy,
-                                       const QkvAttrs *attrs, QkvShape *out, gint *axis,
-                                       gint64 *start, GError **error)
+static gboolean
+slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *dy, const QkvAttrs *attrs,
+                       QkvShape *out, gint *axis, gint64 *start, GError **error)
 {
   guint n;
   const gint64 *dims = qkv_attrs_get_ints(attrs, "shape", &n);
@@ -363,7 +374,8 @@ static gboolean slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *d
   return TRUE;
 }
 
-static gboolean slice_backward_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+slice_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   gint axis;
   gint64 start;
@@ -374,7 +386,8 @@ static gboolean slice_backward_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void slice_backward_forward(const QkvKernelCtx *ctx)
+static void
+slice_backward_forward(const QkvKernelCtx *ctx)
 {
   const QkvView *dy = &ctx->in[0];
   QkvShape shape;
@@ -399,7 +412,8 @@ static void slice_backward_forward(const QkvKernelCtx *ctx)
   }
 }
 
-static gboolean slice_backward_grad(QkvGradCtx *g, GError **error)
+static gboolean
+slice_backward_grad(QkvGradCtx *g, GError **error)
 {
   const QkvShape *dy = qkv_value_shape(g->inputs[0]);
   QkvShape shape;
@@ -423,13 +437,15 @@ static const QkvAttrSpec concat_attrs[] = {
      .doc = "the axis to join along (negative counts from the end)"},
 };
 
-static gint concat_axis(const QkvAttrs *attrs, gint rank)
+static gint
+concat_axis(const QkvAttrs *attrs, gint rank)
 {
   gint64 axis = qkv_attrs_get_int(attrs, "axis");
   return (axis < -rank || axis >= rank) ? -1 : qkv_normalize_axis((gint)axis, rank);
 }
 
-static gboolean concat_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+concat_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *first = &ctx->in_shapes[0];
   gint axis = concat_axis(ctx->attrs, first->rank);
@@ -462,7 +478,8 @@ static gboolean concat_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void concat_forward(const QkvKernelCtx *ctx)
+static void
+concat_forward(const QkvKernelCtx *ctx)
 {
   QkvView *y = &ctx->out[0];
   gint axis = concat_axis(ctx->attrs, y->shape.rank);
@@ -485,7 +502,8 @@ static void concat_forward(const QkvKernelCtx *ctx)
   }
 }
 
-static gboolean concat_grad(QkvGradCtx *g, GError **error)
+static gboolean
+concat_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dy = g->out_grads[0];
   gint axis = concat_axis(g->attrs, qkv_value_shape(g->outputs[0])->rank);
@@ -583,7 +601,8 @@ static const QkvOpDef concat_def = {
     .gradient = concat_grad,
 };
 
-void qkv_register_ops_shape(void)
+void
+qkv_register_ops_shape(void)
 {
   qkv_register_builtin(&reshape_def);
   qkv_register_builtin(&permute_def);
@@ -594,7 +613,8 @@ void qkv_register_ops_shape(void)
 
 /* ---- typed functions ---------------------------------------------------- */
 
-QkvValue *qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
+QkvValue *
+qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
 {
   g_return_val_if_fail(x != NULL && shape != NULL, NULL);
   GVariantBuilder attrs;
@@ -604,7 +624,8 @@ QkvValue *qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
   return qkv_op_call("reshape", &x, 1, g_variant_builder_end(&attrs), error);
 }
 
-QkvValue *qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
+QkvValue *
+qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
 {
   g_return_val_if_fail(x != NULL && (perm != NULL || n == 0), NULL);
   g_autofree gint64 *values = g_new(gint64, MAX(n, 1));
@@ -616,7 +637,8 @@ QkvValue *qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
   return qkv_op_call("permute", &x, 1, g_variant_builder_end(&attrs), error);
 }
 
-QkvValue *qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
+QkvValue *
+qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   gint rank = qkv_value_shape(x)->rank;
@@ -635,7 +657,8 @@ QkvValue *qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
   return qkv_permute(x, perm, (guint)rank, error);
 }
 
-QkvValue *qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **error)
+QkvValue *
+qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   GVariantBuilder attrs;
@@ -646,7 +669,8 @@ QkvValue *qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **e
   return qkv_op_call("slice", &x, 1, g_variant_builder_end(&attrs), error);
 }
 
-QkvValue *qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error)
+QkvValue *
+qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error)
 {
   g_return_val_if_fail(xs != NULL && n > 0, NULL);
   GVariantBuilder attrs;
@@ -655,8 +679,9 @@ QkvValue *qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error)
   return qkv_op_call("concat", xs, n, g_variant_builder_end(&attrs), error);
 }
 
-QkvValue *qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
-                             GError **error)
+QkvValue *
+qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
+                   GError **error)
 {
   g_return_val_if_fail(dy != NULL && input_shape != NULL, NULL);
   GVariantBuilder attrs;

@@ -13,7 +13,8 @@ static const gchar *const y_output_names[] = {"y", NULL};
 static const gchar *const backward_input_names[] = {"dy", "y", NULL};
 static const gchar *const backward_output_names[] = {"dx", NULL};
 
-static float row_max(const float *x, gint64 n)
+static float
+row_max(const float *x, gint64 n)
 {
   float m = -INFINITY;
   for (gint64 j = 0; j < n; j++)
@@ -23,7 +24,8 @@ static float row_max(const float *x, gint64 n)
 
 /* y = softmax(x) over one row; y may equal x. A row of -inf only (fully
  * masked) gives zeros rather than NaN. */
-static void softmax_row(float *y, const float *x, gint64 n)
+static void
+softmax_row(float *y, const float *x, gint64 n)
 {
   float m = row_max(x, n);
   if (m == -INFINITY) {
@@ -43,7 +45,8 @@ static void softmax_row(float *y, const float *x, gint64 n)
 
 /* y = log_softmax(x) over one row; y must not alias x (exp(x - max) is
  * staged in y while x is still needed). */
-static void log_softmax_row(float *y, const float *x, gint64 n)
+static void
+log_softmax_row(float *y, const float *x, gint64 n)
 {
   float m = row_max(x, n);
   if (m == -INFINITY) {
@@ -64,7 +67,8 @@ static void log_softmax_row(float *y, const float *x, gint64 n)
     y[j] = (x[j] - m) - log_sum;
 }
 
-static gboolean softmax_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+softmax_shape(QkvShapeCtx *ctx, GError **error)
 {
   if (ctx->in_dtypes[0] != QKV_F32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "x must be f32, got %s",
@@ -76,7 +80,8 @@ static gboolean softmax_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void softmax_forward(const QkvKernelCtx *ctx)
+static void
+softmax_forward(const QkvKernelCtx *ctx)
 {
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[0], &rows, &cols);
@@ -87,7 +92,8 @@ static void softmax_forward(const QkvKernelCtx *ctx)
     softmax_row(y + r * cols, x + r * cols, cols);
 }
 
-static void log_softmax_forward(const QkvKernelCtx *ctx)
+static void
+log_softmax_forward(const QkvKernelCtx *ctx)
 {
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[0], &rows, &cols);
@@ -98,7 +104,8 @@ static void log_softmax_forward(const QkvKernelCtx *ctx)
     log_softmax_row(y + r * cols, x + r * cols, cols);
 }
 
-static gboolean softmax_grad(QkvGradCtx *g, GError **error)
+static gboolean
+softmax_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
@@ -106,7 +113,8 @@ static gboolean softmax_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-static gboolean log_softmax_grad(QkvGradCtx *g, GError **error)
+static gboolean
+log_softmax_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
@@ -116,7 +124,8 @@ static gboolean log_softmax_grad(QkvGradCtx *g, GError **error)
 
 /* ---- backward ops ------------------------------------------------------- */
 
-static gboolean backward_shape(QkvShapeCtx *ctx, GError **error)
+static gboolean
+backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *dy = &ctx->in_shapes[0], *y = &ctx->in_shapes[1];
   if (ctx->in_dtypes[0] != QKV_F32 || ctx->in_dtypes[1] != QKV_F32)
@@ -130,7 +139,8 @@ static gboolean backward_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* dx = y · (dy − Σ dy·y), the softmax Jacobian-vector product per row. */
-static void softmax_backward_forward(const QkvKernelCtx *ctx)
+static void
+softmax_backward_forward(const QkvKernelCtx *ctx)
 {
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[1], &rows, &cols);
@@ -149,7 +159,8 @@ static void softmax_backward_forward(const QkvKernelCtx *ctx)
 }
 
 /* dx = dy − exp(y) · Σ dy, since exp(log_softmax) is the softmax. */
-static void log_softmax_backward_forward(const QkvKernelCtx *ctx)
+static void
+log_softmax_backward_forward(const QkvKernelCtx *ctx)
 {
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[1], &rows, &cols);
@@ -223,7 +234,8 @@ static const QkvOpDef log_softmax_backward_def = {
     .forward = log_softmax_backward_forward,
 };
 
-void qkv_register_ops_softmax(void)
+void
+qkv_register_ops_softmax(void)
 {
   qkv_register_builtin(&softmax_def);
   qkv_register_builtin(&log_softmax_def);
@@ -233,26 +245,30 @@ void qkv_register_ops_softmax(void)
 
 /* ---- typed functions ---------------------------------------------------- */
 
-QkvValue *qkv_softmax(QkvValue *x, GError **error)
+QkvValue *
+qkv_softmax(QkvValue *x, GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   return qkv_op_call("softmax", &x, 1, NULL, error);
 }
 
-QkvValue *qkv_log_softmax(QkvValue *x, GError **error)
+QkvValue *
+qkv_log_softmax(QkvValue *x, GError **error)
 {
   g_return_val_if_fail(x != NULL, NULL);
   return qkv_op_call("log_softmax", &x, 1, NULL, error);
 }
 
-QkvValue *qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
+QkvValue *
+qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
   g_return_val_if_fail(dy != NULL && y != NULL, NULL);
   QkvValue *inputs[] = {dy, y};
   return qkv_op_call("softmax_backward", inputs, 2, NULL, error);
 }
 
-QkvValue *qkv_log_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
+QkvValue *
+qkv_log_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
   g_return_val_if_fail(dy != NULL && y != NULL, NULL);
   QkvValue *inputs[] = {dy, y};

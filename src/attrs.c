@@ -85,8 +85,8 @@ qkv_attrs_parse(const QkvOpDef *def, const gchar *node_name, GVariant *variant, 
 {
   if (variant != NULL && !g_variant_is_of_type(variant, G_VARIANT_TYPE_VARDICT)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_ATTRIBUTE,
-                "op '%s' (node %s): attributes must be a GVariant of type a{sv}, not %s",
-                def->name, node_name, g_variant_get_type_string(variant));
+                "op '%s' (node %s): attributes must be a GVariant of type a{sv}, not %s", def->name,
+                node_name, g_variant_get_type_string(variant));
     return NULL;
   }
   QkvAttrs *attrs = g_new0(QkvAttrs, 1);

@@ -318,20 +318,20 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
   }
 
   const guint n_values = graph->values->len, n_nodes = graph->nodes->len;
-  gboolean *requires = g_new0(gboolean, n_values);
+  gboolean *wants_grad = g_new0(gboolean, n_values);
   gboolean *reaches = g_new0(gboolean, n_values);
   GPtrArray **contrib = g_new0(GPtrArray *, n_values);
   gboolean ok = TRUE;
 
   for (guint i = 0; i < n_values; i++)
-    requires[i] = is_grad_source(g_ptr_array_index(graph->values, i));
+    wants_grad[i] = is_grad_source(g_ptr_array_index(graph->values, i));
   for (guint n = 0; n < n_nodes; n++) {
     QkvNode *node = g_ptr_array_index(graph->nodes, n);
     gboolean any = FALSE;
     for (guint i = 0; i < node->n_inputs; i++)
-      any |= requires[node->inputs[i]->id] && input_differentiable(node, i);
+      any |= wants_grad[node->inputs[i]->id] && input_differentiable(node, i);
     for (guint o = 0; o < node->n_outputs; o++)
-      requires[node->outputs[o]->id] = any && node->outputs[o]->dtype == QKV_F32;
+      wants_grad[node->outputs[o]->id] = any && node->outputs[o]->dtype == QKV_F32;
   }
   reaches[loss->id] = TRUE;
   for (guint n = n_nodes; n-- > 0;) {
@@ -344,7 +344,7 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
         reaches[node->inputs[i]->id] = TRUE;
   }
 
-  if (requires[loss->id]) {
+  if (wants_grad[loss->id]) {
     g_autoptr(QkvTensor) ones = qkv_tensor_new(QKV_F32, &loss->shape);
     qkv_tensor_fill(ones, 1.0);
     add_contribution(contrib, loss, qkv_graph_constant(graph, ones, NULL));
@@ -356,7 +356,7 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
     gboolean any_out = FALSE;
     for (guint o = 0; ok && o < node->n_outputs; o++) {
       QkvValue *v = node->outputs[o];
-      if (!requires[v->id] || contrib[v->id] == NULL)
+      if (!wants_grad[v->id] || contrib[v->id] == NULL)
         continue;
       out_grads[o] = sum_contributions(contrib[v->id], error);
       ok = out_grads[o] != NULL;
@@ -367,7 +367,7 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
     gboolean *needs = g_newa(gboolean, MAX(node->n_inputs, 1));
     gboolean any_in = FALSE;
     for (guint i = 0; i < node->n_inputs; i++) {
-      needs[i] = requires[node->inputs[i]->id] && input_differentiable(node, i);
+      needs[i] = wants_grad[node->inputs[i]->id] && input_differentiable(node, i);
       any_in |= needs[i];
     }
     if (!any_in)
@@ -432,7 +432,7 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
       g_ptr_array_unref(contrib[i]);
   g_free(contrib);
   g_free(reaches);
-  g_free(requires);
+  g_free(wants_grad);
   return ok;
 }
 

@@ -22,18 +22,17 @@ typedef struct {
 } Built;
 
 static gboolean
-build_graph(Built *b, guint n_inputs, QkvTensor *const *inputs, const gboolean *requires,
+build_graph(Built *b, guint n_inputs, QkvTensor *const *inputs, const gboolean *wants_grad,
             QkvCheckBuildFunc build, gpointer user_data, GError **error)
 {
   b->graph = qkv_graph_new();
   b->inputs = g_new0(QkvValue *, MAX(n_inputs, 1));
   for (guint i = 0; i < n_inputs; i++) {
     g_autofree gchar *name = g_strdup_printf("in%u", i);
-    b->inputs[i] =
-        qkv_graph_input(b->graph, name, inputs[i]->dtype, &inputs[i]->shape, error);
+    b->inputs[i] = qkv_graph_input(b->graph, name, inputs[i]->dtype, &inputs[i]->shape, error);
     if (b->inputs[i] == NULL)
       return FALSE;
-    if (requires != NULL && requires[i])
+    if (wants_grad != NULL && wants_grad[i])
       qkv_value_set_requires_grad(b->inputs[i], TRUE);
   }
   b->output = build(b->graph, b->inputs, user_data, error);
@@ -87,9 +86,9 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
                     double *max_rel_err, GError **error)
 {
   QkvCheckOptions opt = options ? *options : qkv_check_options_default();
-  gboolean *requires = g_new0(gboolean, MAX(n_inputs, 1));
+  gboolean *wants_grad = g_new0(gboolean, MAX(n_inputs, 1));
   for (guint i = 0; i < n_inputs; i++)
-    requires[i] = inputs[i]->dtype == QKV_F32 && (check == NULL || check[i]);
+    wants_grad[i] = inputs[i]->dtype == QKV_F32 && (check == NULL || check[i]);
 
   Built b = {0};
   QkvPlan *plan = NULL;
@@ -98,7 +97,7 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
   gboolean ok = FALSE;
   double worst = 0;
 
-  if (!build_graph(&b, n_inputs, inputs, requires, build, user_data, error))
+  if (!build_graph(&b, n_inputs, inputs, wants_grad, build, user_data, error))
     goto out;
   if (qkv_value_dtype(b.output) != QKV_F32) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE, "gradient check: the output is not f32");
@@ -124,7 +123,7 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
   gint *grad_slot = g_new0(gint, MAX(n_inputs, 1));
   for (guint i = 0; i < n_inputs; i++) {
     grad_slot[i] = -1;
-    if (!requires[i])
+    if (!wants_grad[i])
       continue;
     QkvValue *gv = qkv_graph_gradient(b.graph, b.inputs[i]);
     if (gv != NULL) {
@@ -151,14 +150,14 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
    * overwrite the plan's outputs */
   QkvTensor **analytic = g_new0(QkvTensor *, MAX(n_inputs, 1));
   for (guint i = 0; i < n_inputs; i++) {
-    if (!requires[i])
+    if (!wants_grad[i])
       continue;
     analytic[i] = grad_slot[i] >= 0 ? qkv_tensor_copy(qkv_plan_output(plan, (guint)grad_slot[i]))
                                     : qkv_tensor_new(QKV_F32, qkv_tensor_shape(inputs[i]));
   }
   ok = TRUE;
   for (guint i = 0; ok && i < n_inputs; i++) {
-    if (!requires[i])
+    if (!wants_grad[i])
       continue;
     float *x = qkv_tensor_f32(work[i]);
     for (gint64 e = 0; ok && e < qkv_tensor_numel(work[i]); e++) {
@@ -205,6 +204,6 @@ out:
   g_free(work);
   qkv_tensor_free(weights);
   built_clear(&b);
-  g_free(requires);
+  g_free(wants_grad);
   return ok;
 }

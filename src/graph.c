@@ -73,8 +73,8 @@ check_shape(const QkvShape *shape, const gchar *what, const gchar *name, GError 
   for (gint i = 0; ok && i < shape->rank; i++)
     ok = shape->dims[i] >= 0;
   if (!ok)
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "%s '%s': invalid shape (rank %d)", what,
-                name, shape->rank);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "%s '%s': invalid shape (rank %d)", what, name,
+                shape->rank);
   return ok;
 }
 
@@ -107,8 +107,7 @@ qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **
   g_return_val_if_fail(graph != NULL && params != NULL && name != NULL, NULL);
   QkvParam *p = qkv_params_lookup(params, name);
   if (p == NULL) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND, "parameter '%s' is not in the store",
-                name);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND, "parameter '%s' is not in the store", name);
     return NULL;
   }
   QkvValue *v = g_hash_table_lookup(graph->param_values, p);
@@ -196,8 +195,8 @@ make_node_name(QkvGraph *graph, const gchar *op_name)
 }
 
 QkvNode *
-qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs,
-                   guint n_inputs, GVariant *attrs, GError **error)
+qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs, guint n_inputs,
+                   GVariant *attrs, GError **error)
 {
   g_return_val_if_fail(graph != NULL && op_name != NULL, NULL);
   g_return_val_if_fail(n_inputs == 0 || inputs != NULL, NULL);
@@ -218,9 +217,8 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
                   "op '%s' (node %s): expects at least %u inputs, got %u", op_name, node_name,
                   op->min_inputs, n_inputs);
     else if ((guint)op->max_inputs == op->min_inputs)
-      g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY,
-                  "op '%s' (node %s): expects %u inputs, got %u", op_name, node_name,
-                  op->min_inputs, n_inputs);
+      g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY, "op '%s' (node %s): expects %u inputs, got %u",
+                  op_name, node_name, op->min_inputs, n_inputs);
     else
       g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY,
                   "op '%s' (node %s): expects %u to %d inputs, got %u", op_name, node_name,
@@ -236,8 +234,8 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
     }
     if (inputs[i]->graph != graph) {
       g_set_error(error, QKV_ERROR, QKV_ERROR_GRAPH_MISMATCH,
-                  "op '%s' (node %s): input %u ('%s') belongs to another graph", op_name,
-                  node_name, i, inputs[i]->name ? inputs[i]->name : "?");
+                  "op '%s' (node %s): input %u ('%s') belongs to another graph", op_name, node_name,
+                  i, inputs[i]->name ? inputs[i]->name : "?");
       return NULL;
     }
   }
@@ -301,8 +299,7 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
     QkvValue *v = value_new(graph, QKV_VALUE_OP, ctx.out_dtypes[i], &ctx.out_shapes[i]);
     v->node = node;
     v->output_index = i;
-    v->name = ctx.n_outputs == 1 ? g_strdup(node->name)
-                                 : g_strdup_printf("%s:%u", node->name, i);
+    v->name = ctx.n_outputs == 1 ? g_strdup(node->name) : g_strdup_printf("%s:%u", node->name, i);
     node->outputs[i] = v;
   }
   g_ptr_array_add(graph->nodes, node);

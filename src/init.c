@@ -1,7 +1,7 @@
 /* init.c: library initialisation, version and the error domain. */
 #include "qkv-private.h"
 
-G_DEFINE_QUARK(qkv-error-quark, qkv_error)
+G_DEFINE_QUARK(qkv - error - quark, qkv_error)
 
 void
 qkv_init(void)

@@ -41,8 +41,8 @@ qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape, GErr
     return NULL;
   }
   if (shape->rank < 0 || shape->rank > QKV_MAX_RANK) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "parameter '%s': rank %d is out of range",
-                name, shape->rank);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "parameter '%s': rank %d is out of range", name,
+                shape->rank);
     return NULL;
   }
   for (gint i = 0; i < shape->rank; i++) {

@@ -304,8 +304,8 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
         gsize in_bytes = (gsize)qkv_shape_numel(&in0->shape) * qkv_dtype_size(in0->dtype);
         gboolean shared_with_other_input = FALSE;
         for (guint i = 1; i < node->n_inputs; i++)
-          shared_with_other_input |= node->inputs[i]->kind == QKV_VALUE_OP &&
-                                     value_buffer[node->inputs[i]->id] == b;
+          shared_with_other_input |=
+              node->inputs[i]->kind == QKV_VALUE_OP && value_buffer[node->inputs[i]->id] == b;
         if (!buf->pinned && buf->last_use == (gint)s && in_bytes == bytes &&
             in0->dtype == out->dtype && !shared_with_other_input)
           reuse = b;
@@ -404,8 +404,8 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   plan->outputs = g_new0(QkvTensor *, MAX(n_outputs, 1));
   for (guint i = 0; i < n_outputs; i++) {
     plan->output_values[i] = outputs[i];
-    plan->outputs[i] =
-        qkv_tensor_new_borrowed(outputs[i]->dtype, &outputs[i]->shape, value_pointer(plan, outputs[i]));
+    plan->outputs[i] = qkv_tensor_new_borrowed(outputs[i]->dtype, &outputs[i]->shape,
+                                               value_pointer(plan, outputs[i]));
   }
 
   g_free(scratch_size);

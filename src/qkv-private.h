@@ -43,7 +43,7 @@ struct _QkvParam {
 };
 
 struct _QkvParams {
-  GPtrArray *list;    /* QkvParam*, insertion order, owned */
+  GPtrArray *list;     /* QkvParam*, insertion order, owned */
   GHashTable *by_name; /* name -> QkvParam* */
 };
 
@@ -82,8 +82,8 @@ struct _QkvGraph {
   GHashTable *param_values; /* QkvParam* -> QkvValue* */
   gchar *scope;
   gboolean has_backward;
-  GHashTable *grads;       /* QkvValue* (param or input) -> gradient QkvValue* */
-  GPtrArray *param_grads;  /* QkvValue* param values that have a gradient, in order */
+  GHashTable *grads;      /* QkvValue* (param or input) -> gradient QkvValue* */
+  GPtrArray *param_grads; /* QkvValue* param values that have a gradient, in order */
 };
 
 /* Build the shape context of a node from its input values. */

@@ -37,8 +37,8 @@ register_locked(const QkvOpDef *def, GError **error)
   const gchar *name = def->name ? def->name : "(null)";
   if (def->abi_major != QKV_OP_ABI_MAJOR) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "op '%s': built for op ABI %u.%u, but this qkv has ABI %d.%d (major differs)",
-                name, def->abi_major, def->abi_minor, QKV_OP_ABI_MAJOR, QKV_OP_ABI_MINOR);
+                "op '%s': built for op ABI %u.%u, but this qkv has ABI %d.%d (major differs)", name,
+                def->abi_major, def->abi_minor, QKV_OP_ABI_MAJOR, QKV_OP_ABI_MINOR);
     return FALSE;
   }
   if (def->abi_minor > QKV_OP_ABI_MINOR) {
@@ -77,15 +77,15 @@ register_locked(const QkvOpDef *def, GError **error)
   }
   for (guint i = 0; i < def->n_attrs; i++) {
     if (def->attrs[i].name == NULL) {
-      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                  "op '%s': attribute %u has no name", name, i);
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "op '%s': attribute %u has no name",
+                  name, i);
       return FALSE;
     }
   }
   if (g_hash_table_contains(ops, def->name)) {
     OpEntry *old = g_hash_table_lookup(ops, def->name);
-    g_set_error(error, QKV_ERROR, QKV_ERROR_EXISTS, "op '%s' is already registered (by %s)",
-                name, old->origin);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_EXISTS, "op '%s' is already registered (by %s)", name,
+                old->origin);
     return FALSE;
   }
   OpEntry *entry = g_new0(OpEntry, 1);

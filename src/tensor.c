@@ -260,8 +260,8 @@ qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **error)
     g_autofree gchar *a = qkv_shape_to_string(&dst->shape);
     g_autofree gchar *b = qkv_shape_to_string(&src->shape);
     g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
-                "tensor copy: destination is %s %s but source is %s %s",
-                qkv_dtype_name(dst->dtype), a, qkv_dtype_name(src->dtype), b);
+                "tensor copy: destination is %s %s but source is %s %s", qkv_dtype_name(dst->dtype),
+                a, qkv_dtype_name(src->dtype), b);
     return FALSE;
   }
   memmove(dst->data, src->data, qkv_tensor_nbytes(dst));

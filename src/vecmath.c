@@ -183,7 +183,6 @@ qkv_vec_isa(void)
   return vec_isa;
 }
 
-
 guint64
 qkv_random_key(guint64 seed, guint64 step, guint32 node_id)
 {

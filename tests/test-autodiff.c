@@ -30,7 +30,8 @@ test_value_used_twice(void)
   QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, NULL);
   qkv_value_set_requires_grad(x, TRUE);
   QkvValue *sq = qkv_mul(x, x, NULL);
-  QkvValue *loss = qkv_add(qkv_sum(sq, NULL, 0, FALSE, NULL), qkv_sum(x, NULL, 0, FALSE, NULL), NULL);
+  QkvValue *loss =
+      qkv_add(qkv_sum(sq, NULL, 0, FALSE, NULL), qkv_sum(x, NULL, 0, FALSE, NULL), NULL);
   float xv[] = {1, -2, 0.5f};
   g_autoptr(QkvTensor) xt = qkv_tensor_new_f32(&s, xv);
   g_autoptr(QkvTensor) gx = grad_of(g, loss, x, "x", xt);
@@ -128,12 +129,8 @@ static void
 test_op_without_gradient(void)
 {
   static const QkvOpDef def = {
-      QKV_OP_DEF_INIT,
-      .name = "test.opaque",
-      .min_inputs = 1,
-      .max_inputs = 1,
-      .shape = nograd_shape,
-      .forward = nograd_forward,
+      QKV_OP_DEF_INIT, .name = "test.opaque", .min_inputs = 1,
+      .max_inputs = 1, .shape = nograd_shape, .forward = nograd_forward,
   };
   if (qkv_op_lookup("test.opaque") == NULL)
     g_assert_true(qkv_op_register(&def, NULL));

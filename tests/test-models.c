@@ -10,9 +10,9 @@
 
 /* Build the training graph of one model into g; returns logits and loss. */
 static void
-build_model(const gchar *model, QkvGraph *g, QkvParams *params, gint64 src_vocab,
-            gint64 tgt_vocab, gint64 d, gint64 ffn, gint heads, gint64 embed, gint B, gint T,
-            double dropout, QkvValue **logits, QkvValue **loss)
+build_model(const gchar *model, QkvGraph *g, QkvParams *params, gint64 src_vocab, gint64 tgt_vocab,
+            gint64 d, gint64 ffn, gint heads, gint64 embed, gint B, gint T, double dropout,
+            QkvValue **logits, QkvValue **loss)
 {
   g_autoptr(GError) error = NULL;
   QkvShape bt = QKV_SHAPE(B, T), bs = QKV_SHAPE(B);
@@ -95,8 +95,8 @@ check_against_pytorch(const gchar *model, gint64 d, gint64 ffn, gint heads, gint
   QkvValue *logits, *loss;
   build_model(model, g, params, 19, tgt_vocab, d, ffn, heads, embed, B, T, 0.0, &logits, &loss);
   /* the book's state_dict, saved by PyTorch, loads as is */
-  g_assert_true(qkv_checkpoint_load(ppath, params, NULL, NULL, QKV_CHECKPOINT_STRICT, NULL, NULL,
-                                    &error));
+  g_assert_true(
+      qkv_checkpoint_load(ppath, params, NULL, NULL, QKV_CHECKPOINT_STRICT, NULL, NULL, &error));
   g_assert_no_error(error);
   g_assert_true(qkv_graph_backward(g, loss, &error));
   QkvValue *outs[] = {loss, logits};
@@ -113,7 +113,8 @@ check_against_pytorch(const gchar *model, gint64 d, gint64 ffn, gint heads, gint
   double got_loss = qkv_plan_output_scalar(plan, 0);
   g_test_message("%s: loss %.7f (PyTorch %.7f)", model, got_loss, want_loss);
   g_assert_cmpfloat(fabs(got_loss - want_loss), <=, 1e-4 * fabs(want_loss));
-  double worst_logit = qkv_tensor_max_rel_diff(qkv_plan_output(plan, 1), qkv_test_ref(io, "logits"), 1e-2);
+  double worst_logit =
+      qkv_tensor_max_rel_diff(qkv_plan_output(plan, 1), qkv_test_ref(io, "logits"), 1e-2);
   g_test_message("%s: logits max rel err %.3g", model, worst_logit);
   g_assert_cmpfloat(worst_logit, <=, 1e-4);
   double worst_grad = 0;
@@ -172,9 +173,10 @@ test_transformer_learns_reverse(void)
   g_autoptr(QkvTensor) dec = qkv_tensor_new(QKV_I32, &bt);
   g_autoptr(QkvTensor) lab = qkv_tensor_new(QKV_I32, &bt);
   g_autoptr(QkvTensor) mask = qkv_tensor_new(QKV_F32, &bt);
-  g_assert_true(qkv_plan_bind(plan, "src", src, NULL) && qkv_plan_bind(plan, "src_valid", valid, NULL) &&
-                qkv_plan_bind(plan, "dec_in", dec, NULL) && qkv_plan_bind(plan, "labels", lab, NULL) &&
-                qkv_plan_bind(plan, "mask", mask, NULL));
+  g_assert_true(
+      qkv_plan_bind(plan, "src", src, NULL) && qkv_plan_bind(plan, "src_valid", valid, NULL) &&
+      qkv_plan_bind(plan, "dec_in", dec, NULL) && qkv_plan_bind(plan, "labels", lab, NULL) &&
+      qkv_plan_bind(plan, "mask", mask, NULL));
   GRand *rand = g_rand_new_with_seed(5);
   float first = 0, last = 0;
   for (gint step = 0; step < steps; step++) {
@@ -215,7 +217,8 @@ test_transformer_learns_reverse(void)
   g_autoptr(QkvTensor) es = qkv_tensor_new(QKV_I32, &one_t);
   g_autoptr(QkvTensor) ev = qkv_tensor_new(QKV_I32, &one);
   g_autoptr(QkvTensor) ed = qkv_tensor_new(QKV_I32, &one_t);
-  g_assert_true(qkv_plan_bind(eplan, "src", es, NULL) && qkv_plan_bind(eplan, "src_valid", ev, NULL) &&
+  g_assert_true(qkv_plan_bind(eplan, "src", es, NULL) &&
+                qkv_plan_bind(eplan, "src_valid", ev, NULL) &&
                 qkv_plan_bind(eplan, "dec_in", ed, NULL));
   gint right = 0, total = 0, stopped = 0, n_test = 50;
   for (gint n = 0; n < n_test; n++) {

@@ -20,22 +20,26 @@ typedef struct {
   float (*ref)(float x);
 } UnaryCase;
 
-static float ref_add(float a, float b)
+static float
+ref_add(float a, float b)
 {
   return a + b;
 }
 
-static float ref_sub(float a, float b)
+static float
+ref_sub(float a, float b)
 {
   return a - b;
 }
 
-static float ref_mul(float a, float b)
+static float
+ref_mul(float a, float b)
 {
   return a * b;
 }
 
-static float ref_div(float a, float b)
+static float
+ref_div(float a, float b)
 {
   return a / b;
 }
@@ -47,29 +51,30 @@ static const BinaryCase binary_cases[] = {
     {"div", qkv_div, ref_div},
 };
 
-static QkvValue *build_binary(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                              GError **error)
+static QkvValue *
+build_binary(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const BinaryCase *c = user_data;
   return c->fn(in[0], in[1], error);
 }
 
-static QkvValue *build_unary(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                             GError **error)
+static QkvValue *
+build_unary(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const UnaryCase *c = user_data;
   return c->fn(in[0], error);
 }
 
-static QkvValue *build_scale(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                             GError **error)
+static QkvValue *
+build_scale(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   return qkv_scale(in[0], *(const double *)user_data, error);
 }
 
 /* Evaluate a binary op on two literal tensors and compare with literal values. */
-static void check_binary_values(BinaryFn fn, const QkvShape *sa, const float *a, const QkvShape *sb,
-                                const float *b, const QkvShape *s_out, const float *want)
+static void
+check_binary_values(BinaryFn fn, const QkvShape *sa, const float *a, const QkvShape *sb,
+                    const float *b, const QkvShape *s_out, const float *want)
 {
   BinaryCase c = {"?", fn, NULL};
   g_autoptr(QkvTensor) ta = qkv_tensor_new_f32(sa, a);
@@ -80,8 +85,8 @@ static void check_binary_values(BinaryFn fn, const QkvShape *sa, const float *a,
   qkv_assert_values(out, want, (gsize)qkv_shape_numel(s_out), 1e-6);
 }
 
-static void check_unary_values(UnaryFn fn, const QkvShape *s, const float *x, const float *want,
-                               double tol)
+static void
+check_unary_values(UnaryFn fn, const QkvShape *s, const float *x, const float *want, double tol)
 {
   UnaryCase c = {"?", fn, NULL};
   g_autoptr(QkvTensor) tx = qkv_tensor_new_f32(s, x);
@@ -92,7 +97,8 @@ static void check_unary_values(UnaryFn fn, const QkvShape *s, const float *x, co
 
 /* ---- forward values worked out by hand ---- */
 
-static void test_add_values(void)
+static void
+test_add_values(void)
 {
   QkvShape s23 = QKV_SHAPE(2, 3), s3 = QKV_SHAPE(3);
   const float a[] = {1, 2, 3, 4, 5, 6}, b[] = {10, 20, 30};
@@ -106,7 +112,8 @@ static void test_add_values(void)
   check_binary_values(qkv_add, &s3, b, &s3, c, &s3, want_same);
 }
 
-static void test_sub_values(void)
+static void
+test_sub_values(void)
 {
   QkvShape s23 = QKV_SHAPE(2, 3), s21 = QKV_SHAPE(2, 1), s3 = QKV_SHAPE(3),
            scalar = qkv_shape_scalar();
@@ -122,7 +129,8 @@ static void test_sub_values(void)
   check_binary_values(qkv_sub, &s3, x, &scalar, ten, &s3, want_right);
 }
 
-static void test_mul_values(void)
+static void
+test_mul_values(void)
 {
   QkvShape s21 = QKV_SHAPE(2, 1), s13 = QKV_SHAPE(1, 3), s23 = QKV_SHAPE(2, 3), s3 = QKV_SHAPE(3),
            scalar = qkv_shape_scalar();
@@ -142,7 +150,8 @@ static void test_mul_values(void)
   check_binary_values(qkv_mul, &scalar, p, &scalar, q, &scalar, pq);
 }
 
-static void test_div_values(void)
+static void
+test_div_values(void)
 {
   QkvShape s4 = QKV_SHAPE(4), s2 = QKV_SHAPE(2), s22 = QKV_SHAPE(2, 2), s21 = QKV_SHAPE(2, 1),
            scalar = qkv_shape_scalar();
@@ -155,7 +164,8 @@ static void test_div_values(void)
   check_binary_values(qkv_div, &s22, m, &s21, col, &s22, want_col);
 }
 
-static void test_scale_neg_values(void)
+static void
+test_scale_neg_values(void)
 {
   QkvShape s3 = QKV_SHAPE(3);
   const float x[] = {1, -2, 3};
@@ -169,7 +179,8 @@ static void test_scale_neg_values(void)
   check_unary_values(qkv_neg, &s3, y, want_neg, 0);
 }
 
-static void test_activation_values(void)
+static void
+test_activation_values(void)
 {
   QkvShape s4 = QKV_SHAPE(4), s5 = QKV_SHAPE(5);
   const float r[] = {-1, 0.5f, 2, -0.1f}, want_relu[] = {0, 0.5f, 2, 0};
@@ -192,7 +203,8 @@ static void test_activation_values(void)
   check_unary_values(qkv_log, &s4, l, want_log, 1e-6);
 }
 
-static void test_sigmoid_tails(void)
+static void
+test_sigmoid_tails(void)
 {
   /* Far in the negative tail the result must keep its relative precision
    * (0.5·(1 + tanh(x/2)) rounds to 0 there), and must not overflow. */
@@ -213,15 +225,15 @@ typedef struct {
   BinaryFn fn;
 } BackwardCase;
 
-static QkvValue *build_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                GError **error)
+static QkvValue *
+build_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const BackwardCase *c = user_data;
   return c->fn(in[0], in[1], error);
 }
 
-static void check_backward_values(BinaryFn fn, const float *dy, const float *y, const float *want,
-                                  gsize n)
+static void
+check_backward_values(BinaryFn fn, const float *dy, const float *y, const float *want, gsize n)
 {
   QkvShape s = qkv_shape_from_array(1, (const gint64[]){(gint64)n});
   g_autoptr(QkvTensor) tdy = qkv_tensor_new_f32(&s, dy);
@@ -232,7 +244,8 @@ static void check_backward_values(BinaryFn fn, const float *dy, const float *y, 
   qkv_assert_values(out, want, n, 1e-6);
 }
 
-static void test_backward_values(void)
+static void
+test_backward_values(void)
 {
   const float dy4[] = {1, 2, 3, 4}, y4[] = {0, 0.5f, 0, 2}, want_relu[] = {0, 2, 0, 4};
   check_backward_values(qkv_relu_backward, dy4, y4, want_relu, 4);
@@ -246,7 +259,8 @@ static void test_backward_values(void)
 /* ---- every broadcasting path against a naive reference, small and large ---- */
 
 /* Flat index into x of output element flat, under NumPy broadcasting. */
-static gint64 broadcast_index(const QkvShape *x, const QkvShape *out, gint64 flat)
+static gint64
+broadcast_index(const QkvShape *x, const QkvShape *out, gint64 flat)
 {
   gint64 index = 0, stride = 1;
   for (gint d = out->rank - 1, xd = x->rank - 1; d >= 0; d--, xd--) {
@@ -261,7 +275,8 @@ static gint64 broadcast_index(const QkvShape *x, const QkvShape *out, gint64 fla
   return index;
 }
 
-static void test_broadcast_paths(void)
+static void
+test_broadcast_paths(void)
 {
   /* Shape pairs that reach each kernel path (same, scalar either side, rows
    * either side, general), below and above the threshold for threads. */
@@ -304,17 +319,20 @@ static void test_broadcast_paths(void)
   }
 }
 
-static float ref_relu(float x)
+static float
+ref_relu(float x)
 {
   return x < 0 ? 0 : x;
 }
 
-static float ref_sigmoid(float x)
+static float
+ref_sigmoid(float x)
 {
   return (float)(1.0 / (1.0 + exp(-(double)x)));
 }
 
-static float ref_neg(float x)
+static float
+ref_neg(float x)
 {
   return -x;
 }
@@ -324,7 +342,8 @@ static const UnaryCase unary_cases[] = {
     {"tanh", qkv_tanh, tanhf}, {"exp", qkv_exp, expf},       {"log", qkv_log, logf},
 };
 
-static void test_unary_large(void)
+static void
+test_unary_large(void)
 {
   /* Odd sizes split into chunks that do not end on a vector boundary. */
   const QkvShape shapes[] = {QKV_SHAPE(37), QKV_SHAPE(301, 199)};
@@ -348,8 +367,8 @@ static void test_unary_large(void)
 
 /* A chain whose intermediates the planner may overwrite in place:
  * y = -exp(-relu(2x + b)) · 0.5, then y / c (c a scalar). */
-static QkvValue *build_chain(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                             GError **error)
+static QkvValue *
+build_chain(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   QkvValue *v = qkv_scale(in[0], 2.0, error);
   v = v ? qkv_add(v, in[1], error) : NULL;
@@ -364,7 +383,8 @@ static QkvValue *build_chain(QkvGraph *graph, QkvValue *const *in, gpointer user
   return v;
 }
 
-static void test_inplace_chain(void)
+static void
+test_inplace_chain(void)
 {
   const QkvShape shapes[] = {QKV_SHAPE(3, 5), QKV_SHAPE(250, 160)};
   for (gsize s = 0; s < G_N_ELEMENTS(shapes); s++) {
@@ -393,8 +413,9 @@ static void test_inplace_chain(void)
 
 /* Check one input at a time: each pass also covers the rule with needs_grad
  * false for the other inputs. */
-static void gradcheck_each_input(const char *label, guint n_inputs, QkvTensor *const *inputs,
-                                 QkvCheckBuildFunc build, gpointer user_data)
+static void
+gradcheck_each_input(const char *label, guint n_inputs, QkvTensor *const *inputs,
+                     QkvCheckBuildFunc build, gpointer user_data)
 {
   g_assert_cmpuint(n_inputs, <=, 4);
   for (guint i = 0; i < n_inputs; i++) {
@@ -406,7 +427,8 @@ static void gradcheck_each_input(const char *label, guint n_inputs, QkvTensor *c
 }
 
 /* Push values off the kink of relu: |x| < margin becomes ±(margin + |x|). */
-static void avoid_zero(QkvTensor *t, float margin)
+static void
+avoid_zero(QkvTensor *t, float margin)
 {
   float *v = qkv_tensor_f32(t);
   for (gint64 i = 0; i < qkv_tensor_numel(t); i++)
@@ -414,7 +436,8 @@ static void avoid_zero(QkvTensor *t, float margin)
       v[i] = v[i] < 0 ? -(margin + fabsf(v[i])) : margin + fabsf(v[i]);
 }
 
-static void test_binary_gradients(void)
+static void
+test_binary_gradients(void)
 {
   const struct {
     QkvShape a, b;
@@ -441,15 +464,16 @@ static void test_binary_gradients(void)
   }
 }
 
-static QkvValue *build_square(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                              GError **error)
+static QkvValue *
+build_square(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   /* The same value as both operands: the two contributions must add up. */
   const BinaryCase *c = user_data;
   return c->fn(in[0], in[0], error);
 }
 
-static void test_same_value_both_operands(void)
+static void
+test_same_value_both_operands(void)
 {
   QkvShape s = QKV_SHAPE(2, 5);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 5, 0.5f, 2);
@@ -466,7 +490,8 @@ static void test_same_value_both_operands(void)
   qkv_assert_values(sq, want, 2, 1e-7);
 }
 
-static void test_unary_gradients(void)
+static void
+test_unary_gradients(void)
 {
   const QkvShape shapes[] = {qkv_shape_scalar(), QKV_SHAPE(5), QKV_SHAPE(3, 4), QKV_SHAPE(2, 3, 4)};
   for (gsize s = 0; s < G_N_ELEMENTS(shapes); s++) {
@@ -489,7 +514,8 @@ static void test_unary_gradients(void)
   }
 }
 
-static void test_backward_op_gradients(void)
+static void
+test_backward_op_gradients(void)
 {
   /* Gradients of the gradient ops (second derivatives), in dy and in y. */
   QkvShape s = QKV_SHAPE(3, 4);
@@ -510,8 +536,8 @@ static void test_backward_op_gradients(void)
   gradcheck_each_input("tanh_backward", 2, in_tanh, build_backward, &tanh_case);
 }
 
-static QkvValue *build_activation_stack(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                        GError **error)
+static QkvValue *
+build_activation_stack(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   /* log(sigmoid(tanh(x · w) + b) · exp(x)) exercises the rules together. */
   QkvValue *v = qkv_mul(in[0], in[1], error);
@@ -523,7 +549,8 @@ static QkvValue *build_activation_stack(QkvGraph *graph, QkvValue *const *in, gp
   return v ? qkv_log(v, error) : NULL;
 }
 
-static void test_composite_gradient(void)
+static void
+test_composite_gradient(void)
 {
   QkvShape sx = QKV_SHAPE(4, 3), sw = QKV_SHAPE(3), sb = QKV_SHAPE(4, 1);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&sx, 71, -1, 1);
@@ -535,14 +562,16 @@ static void test_composite_gradient(void)
 
 /* ---- bad input ---- */
 
-static void assert_error_names_op(GError *error, gint code, const char *op)
+static void
+assert_error_names_op(GError *error, gint code, const char *op)
 {
   g_assert_error(error, QKV_ERROR, code);
   g_test_message("%s", error->message);
   g_assert_nonnull(strstr(error->message, op));
 }
 
-static void test_errors(void)
+static void
+test_errors(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvShape s34 = QKV_SHAPE(3, 4), s5 = QKV_SHAPE(5), s43 = QKV_SHAPE(4, 3), s4 = QKV_SHAPE(4);
@@ -646,7 +675,8 @@ static void test_errors(void)
   g_assert_true(qkv_shape_equal(qkv_value_shape(sum), &s34));
 }
 
-static void test_registered(void)
+static void
+test_registered(void)
 {
   const char *names[] = {"add",
                          "sub",
@@ -673,7 +703,8 @@ static void test_registered(void)
   }
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/ops/elementwise/registered", test_registered);

@@ -3,19 +3,20 @@
 
 #include <string.h>
 
-static QkvValue *build_embedding(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                 GError **error)
+static QkvValue *
+build_embedding(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   return qkv_embedding(in[0], in[1], error);
 }
 
-static QkvValue *build_embedding_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                          GError **error)
+static QkvValue *
+build_embedding_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   return qkv_embedding_backward(in[0], in[1], GPOINTER_TO_INT(user_data), error);
 }
 
-static void test_forward(void)
+static void
+test_forward(void)
 {
   /* weight rows [1 2], [3 4], [5 6]; ids -1 and 3 are out of range. */
   QkvShape sw = QKV_SHAPE(3, 2), si = QKV_SHAPE(2, 2);
@@ -41,7 +42,8 @@ static void test_forward(void)
   qkv_assert_values(y0, want0, 2, 0);
 }
 
-static void test_backward_forward(void)
+static void
+test_backward_forward(void)
 {
   /* ids 2, 0, 2, 7 (out of range): row 0 = dy1, row 1 = 0, row 2 = dy0 + dy2. */
   QkvShape sd = QKV_SHAPE(4, 2), si = QKV_SHAPE(4);
@@ -59,7 +61,8 @@ static void test_backward_forward(void)
 
 /* Big enough for the threaded scatter-add (threads own column ranges), with
  * many repeated ids: compare with a serial sum. */
-static void test_backward_large(void)
+static void
+test_backward_large(void)
 {
   const gint64 n = 300, v = 40, d = 257;
   QkvShape sd = QKV_SHAPE(3, n / 3, d), si = QKV_SHAPE(3, n / 3);
@@ -92,7 +95,8 @@ static void test_backward_large(void)
   }
 }
 
-static void test_grad(void)
+static void
+test_grad(void)
 {
   /* Repeated ids (gradient rows add up) and one id out of range. */
   QkvShape si = QKV_SHAPE(2, 3), sw = QKV_SHAPE(5, 4);
@@ -118,7 +122,8 @@ static void test_grad(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+static QkvValue *
+input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
 {
   g_autoptr(GError) error = NULL;
   QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
@@ -142,7 +147,8 @@ static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape 
   }                                                                                                \
   G_STMT_END
 
-static void test_bad_input(void)
+static void
+test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvValue *ids = input(g, "ids", QKV_I32, QKV_SHAPE(2, 3));
@@ -169,7 +175,8 @@ static void test_bad_input(void)
                   qkv_graph_op(g, "embedding_backward", pair, 2, NULL, &error_));
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/embedding/forward", test_forward);

@@ -9,22 +9,24 @@ typedef struct {
   gboolean weighted; /* inputs[2] is the weight */
 } LossSpec;
 
-static QkvValue *build_ce(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+static QkvValue *
+build_ce(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const LossSpec *s = user_data;
   return qkv_cross_entropy(in[0], in[1], s->weighted ? in[2] : NULL, s->reduction, error);
 }
 
 /* inputs: dloss, logits, targets, [weight] */
-static QkvValue *build_ce_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                   GError **error)
+static QkvValue *
+build_ce_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const LossSpec *s = user_data;
   return qkv_cross_entropy_backward(in[0], in[1], in[2], s->weighted ? in[3] : NULL, s->reduction,
                                     error);
 }
 
-static QkvValue *build_mse(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+static QkvValue *
+build_mse(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const LossSpec *s = user_data;
   return qkv_mse(in[0], in[1], s->reduction, error);
@@ -37,7 +39,8 @@ static const QkvReduction reductions[] = {QKV_REDUCTION_NONE, QKV_REDUCTION_SUM,
 
 /* logits rows [1 2 3] and [1 1 1], targets 2 and 0:
  * loss0 = −log softmax([1 2 3])[2] = 0.40760596, loss1 = log 3 = 1.09861229. */
-static void test_ce_forward(void)
+static void
+test_ce_forward(void)
 {
   QkvShape sl = QKV_SHAPE(2, 3), st = QKV_SHAPE(2);
   float logits[] = {1, 2, 3, 1, 1, 1}, weight[] = {1, 0.5f};
@@ -70,7 +73,8 @@ static void test_ce_forward(void)
 }
 
 /* Large logits do not overflow, and a target out of range adds nothing. */
-static void test_ce_edge(void)
+static void
+test_ce_edge(void)
 {
   QkvShape sl = QKV_SHAPE(3, 3), st = QKV_SHAPE(3);
   float logits[] = {1001, 1002, 1003, 5, 6, 7, 1, 1, 1};
@@ -100,7 +104,8 @@ static void test_ce_edge(void)
 
 /* Many tokens (the parallel path with per-thread scratch rows) against a
  * reference in double. */
-static void test_ce_large(void)
+static void
+test_ce_large(void)
 {
   const gint64 n = 200, c = 301;
   QkvShape sl = QKV_SHAPE(4, n / 4, c), st = QKV_SHAPE(4, n / 4);
@@ -138,7 +143,8 @@ static void test_ce_large(void)
 
 /* ---- cross_entropy_backward ------------------------------------------- */
 
-static void test_ce_backward_forward(void)
+static void
+test_ce_backward_forward(void)
 {
   QkvShape sl = QKV_SHAPE(2, 3), st = QKV_SHAPE(2), s0 = qkv_shape_scalar();
   float logits[] = {1, 2, 3, 1, 1, 1}, one = 1, weight[] = {1, 0.5f}, dl[] = {2, -1};
@@ -167,7 +173,8 @@ static void test_ce_backward_forward(void)
 
 /* ---- gradients ---------------------------------------------------------- */
 
-static void test_ce_grad(void)
+static void
+test_ce_grad(void)
 {
   const struct {
     QkvShape logits, targets;
@@ -196,7 +203,8 @@ static void test_ce_grad(void)
   }
 }
 
-static void test_mse(void)
+static void
+test_mse(void)
 {
   QkvShape s = QKV_SHAPE(3);
   float pred[] = {1, 2, 3}, target[] = {0, 2, 5};
@@ -233,7 +241,8 @@ static void test_mse(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+static QkvValue *
+input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
 {
   g_autoptr(GError) error = NULL;
   QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
@@ -257,7 +266,8 @@ static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape 
   }                                                                                                \
   G_STMT_END
 
-static void test_bad_input(void)
+static void
+test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvValue *logits = input(g, "logits", QKV_F32, QKV_SHAPE(4, 5));
@@ -306,7 +316,8 @@ static void test_bad_input(void)
   g_assert_cmpint(qkv_value_shape(loss)->rank, ==, 0);
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/loss/cross_entropy/forward", test_ce_forward);

@@ -8,22 +8,24 @@ typedef struct {
   gboolean ta, tb;
 } Transposes;
 
-static QkvValue *build_matmul(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                              GError **error)
+static QkvValue *
+build_matmul(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const Transposes *t = user_data;
   return qkv_matmul(in[0], in[1], t->ta, t->tb, error);
 }
 
 /* Evaluate matmul on the given tensors. */
-static QkvTensor *eval_matmul(QkvTensor *a, QkvTensor *b, gboolean ta, gboolean tb)
+static QkvTensor *
+eval_matmul(QkvTensor *a, QkvTensor *b, gboolean ta, gboolean tb)
 {
   Transposes t = {ta, tb};
   QkvTensor *in[] = {a, b};
   return qkv_test_eval(2, in, build_matmul, &t);
 }
 
-static void assert_shape(const QkvTensor *t, const QkvShape *want)
+static void
+assert_shape(const QkvTensor *t, const QkvShape *want)
 {
   g_autofree gchar *got = qkv_shape_to_string(qkv_tensor_shape(t));
   g_autofree gchar *exp = qkv_shape_to_string(want);
@@ -32,8 +34,8 @@ static void assert_shape(const QkvTensor *t, const QkvShape *want)
 
 /* A shape with batch axes batch[0..nb), then (rows, cols), or (cols, rows)
  * when transposed: how a matrix of op(x) = (rows, cols) is stored. */
-static QkvShape stored_shape(const gint64 *batch, gint nb, gint64 rows, gint64 cols,
-                             gboolean transposed)
+static QkvShape
+stored_shape(const gint64 *batch, gint nb, gint64 rows, gint64 cols, gboolean transposed)
 {
   QkvShape s = {.rank = nb + 2};
   for (gint i = 0; i < nb; i++)
@@ -45,7 +47,8 @@ static QkvShape stored_shape(const gint64 *batch, gint nb, gint64 rows, gint64 c
 
 /* ---- forward values -------------------------------------------------- */
 
-static void test_forward_2d(void)
+static void
+test_forward_2d(void)
 {
   /* [[1 2 3] [4 5 6]] · [[7 8] [9 10] [11 12]] = [[58 64] [139 154]] */
   float a[] = {1, 2, 3, 4, 5, 6}, b[] = {7, 8, 9, 10, 11, 12};
@@ -68,7 +71,8 @@ static void test_forward_2d(void)
   }
 }
 
-static void test_forward_batched(void)
+static void
+test_forward_batched(void)
 {
   /* batch 0: [[1 2] [3 4]] · [[5 6] [7 8]] = [[19 22] [43 50]];
    * batch 1: I · [[2 3] [4 5]] */
@@ -87,7 +91,8 @@ static void test_forward_batched(void)
   qkv_assert_values(ctb, want_tb, 8, 1e-5);
 }
 
-static void test_forward_shared(void)
+static void
+test_forward_shared(void)
 {
   float a[] = {1, 2, 3, 4, 5, 6, 1, 0, 0, 0, 1, 0};
   float b[] = {7, 8, 9, 10, 11, 12};
@@ -113,9 +118,9 @@ static void test_forward_shared(void)
 }
 
 /* Naive reference: c[b] = op(a[b or 0]) · op(b[b or 0]). */
-static QkvTensor *reference_matmul(QkvTensor *a, QkvTensor *b, gboolean ta, gboolean tb,
-                                   gint64 batch, gint64 m, gint64 k, gint64 n,
-                                   const QkvShape *out_shape)
+static QkvTensor *
+reference_matmul(QkvTensor *a, QkvTensor *b, gboolean ta, gboolean tb, gint64 batch, gint64 m,
+                 gint64 k, gint64 n, const QkvShape *out_shape)
 {
   QkvTensor *c = qkv_tensor_new(QKV_F32, out_shape);
   const float *pa = qkv_tensor_f32(a), *pb = qkv_tensor_f32(b);
@@ -137,7 +142,8 @@ static QkvTensor *reference_matmul(QkvTensor *a, QkvTensor *b, gboolean ta, gboo
 
 /* Larger products (batched, shared, both threading strategies) against the
  * naive loop, in every transpose combination. */
-static void test_forward_reference(void)
+static void
+test_forward_reference(void)
 {
   const struct {
     gint64 batch, m, k, n;
@@ -172,8 +178,9 @@ static void test_forward_reference(void)
 
 /* ---- gradients -------------------------------------------------------- */
 
-static void gradcheck_case(const gchar *what, const gint64 *batch_a, gint nba,
-                           const gint64 *batch_b, gint nbb, gint64 m, gint64 k, gint64 n)
+static void
+gradcheck_case(const gchar *what, const gint64 *batch_a, gint nba, const gint64 *batch_b, gint nbb,
+               gint64 m, gint64 k, gint64 n)
 {
   for (gint combo = 0; combo < 4; combo++) {
     Transposes t = {combo & 1, (combo >> 1) & 1};
@@ -187,27 +194,31 @@ static void gradcheck_case(const gchar *what, const gint64 *batch_a, gint nba,
   }
 }
 
-static void test_grad_2d(void)
+static void
+test_grad_2d(void)
 {
   gradcheck_case("2d", NULL, 0, NULL, 0, 3, 5, 4);
   gradcheck_case("2d outer", NULL, 0, NULL, 0, 7, 1, 6);
 }
 
-static void test_grad_batched(void)
+static void
+test_grad_batched(void)
 {
   gint64 b2[] = {2}, b22[] = {2, 2};
   gradcheck_case("batched", b2, 1, b2, 1, 3, 5, 4);
   gradcheck_case("rank 4", b22, 2, b22, 2, 3, 2, 3);
 }
 
-static void test_grad_shared_b(void)
+static void
+test_grad_shared_b(void)
 {
   gint64 b2[] = {2}, b32[] = {3, 2};
   gradcheck_case("shared b", b2, 1, NULL, 0, 3, 5, 4);
   gradcheck_case("shared b rank 4", b32, 2, NULL, 0, 2, 3, 5);
 }
 
-static void test_grad_shared_a(void)
+static void
+test_grad_shared_a(void)
 {
   gint64 b2[] = {2}, b23[] = {2, 3};
   gradcheck_case("shared a", NULL, 0, b2, 1, 3, 5, 4);
@@ -215,7 +226,8 @@ static void test_grad_shared_a(void)
 }
 
 /* Only one side needs a gradient: the rule must leave the other alone. */
-static void test_grad_one_side(void)
+static void
+test_grad_one_side(void)
 {
   Transposes t = {FALSE, TRUE};
   QkvShape sa = QKV_SHAPE(2, 3, 5), sb = QKV_SHAPE(4, 5);
@@ -229,7 +241,8 @@ static void test_grad_one_side(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+static QkvValue *
+input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
 {
   g_autoptr(GError) error = NULL;
   QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
@@ -254,7 +267,8 @@ static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape 
   }                                                                                                \
   G_STMT_END
 
-static void test_bad_input(void)
+static void
+test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvValue *a23 = input(g, "a23", QKV_F32, QKV_SHAPE(2, 3));
@@ -291,7 +305,8 @@ static void test_bad_input(void)
   g_assert_true(qkv_shape_equal(qkv_value_shape(c), &want));
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/matmul/forward/2d", test_forward_2d);

@@ -22,8 +22,8 @@ typedef struct {
   QkvShape shape;
 } ReduceCase;
 
-static QkvValue *build_reduce(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                              GError **error)
+static QkvValue *
+build_reduce(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const ReduceCase *c = user_data;
   switch (c->op) {
@@ -39,7 +39,8 @@ static QkvValue *build_reduce(QkvGraph *graph, QkvValue *const *in, gpointer use
   return NULL;
 }
 
-static gchar *case_label(const ReduceCase *c, const QkvShape *in)
+static gchar *
+case_label(const ReduceCase *c, const QkvShape *in)
 {
   g_autofree gchar *si = qkv_shape_to_string(in);
   if (c->op == OP_SUM_TO || c->op == OP_BROADCAST_TO) {
@@ -55,8 +56,9 @@ static gchar *case_label(const ReduceCase *c, const QkvShape *in)
 }
 
 /* Evaluate c on x (given as values) and compare shape and values. */
-static void check_values(const ReduceCase *c, const QkvShape *sx, const float *x,
-                         const QkvShape *s_out, const float *want, double tol)
+static void
+check_values(const ReduceCase *c, const QkvShape *sx, const float *x, const QkvShape *s_out,
+             const float *want, double tol)
 {
   g_autoptr(QkvTensor) tx = qkv_tensor_new_f32(sx, x);
   g_autoptr(QkvTensor) out = qkv_test_eval(1, &tx, build_reduce, (gpointer)c);
@@ -72,7 +74,8 @@ static const float iota6[] = {1, 2, 3, 4, 5, 6};
 
 static float iota24[24];
 
-static void fill_iota24(void)
+static void
+fill_iota24(void)
 {
   for (int i = 0; i < 24; i++)
     iota24[i] = (float)i;
@@ -80,7 +83,8 @@ static void fill_iota24(void)
 
 /* ---- forward values worked out by hand ---- */
 
-static void test_sum_values(void)
+static void
+test_sum_values(void)
 {
   QkvShape s23 = QKV_SHAPE(2, 3), scalar = qkv_shape_scalar();
   {
@@ -158,7 +162,8 @@ static void test_sum_values(void)
   }
 }
 
-static void test_mean_values(void)
+static void
+test_mean_values(void)
 {
   QkvShape s23 = QKV_SHAPE(2, 3), scalar = qkv_shape_scalar();
   {
@@ -192,7 +197,8 @@ static void test_mean_values(void)
   }
 }
 
-static void test_sum_to_values(void)
+static void
+test_sum_to_values(void)
 {
   QkvShape s23 = QKV_SHAPE(2, 3), scalar = qkv_shape_scalar();
   {
@@ -233,7 +239,8 @@ static void test_sum_to_values(void)
   }
 }
 
-static void test_broadcast_to_values(void)
+static void
+test_broadcast_to_values(void)
 {
   {
     ReduceCase c = {.op = OP_BROADCAST_TO, .shape = QKV_SHAPE(2, 3)};
@@ -276,7 +283,8 @@ static void test_broadcast_to_values(void)
   }
 }
 
-static void test_attrs_by_name(void)
+static void
+test_attrs_by_name(void)
 {
   /* The generic path: axes given as "ai" (what GVariant text makes of [1]). */
   QkvShape s23 = QKV_SHAPE(2, 3);
@@ -308,7 +316,8 @@ static void test_attrs_by_name(void)
 /* ---- every kernel path against a naive reference, small and large ---- */
 
 /* Σ of x over the flagged axes, in double, laid out like keepdims output. */
-static QkvTensor *naive_sum(const QkvTensor *x, const gboolean *reduced, gboolean mean)
+static QkvTensor *
+naive_sum(const QkvTensor *x, const gboolean *reduced, gboolean mean)
 {
   const QkvShape *s = qkv_tensor_shape(x);
   QkvShape kept = *s;
@@ -338,7 +347,8 @@ static QkvTensor *naive_sum(const QkvTensor *x, const gboolean *reduced, gboolea
   return out;
 }
 
-static void test_reduce_paths(void)
+static void
+test_reduce_paths(void)
 {
   const QkvShape shapes[] = {QKV_SHAPE(4, 5, 6), QKV_SHAPE(40, 30, 52), QKV_SHAPE(3, 1, 7000, 2)};
   for (gsize s = 0; s < G_N_ELEMENTS(shapes); s++) {
@@ -372,7 +382,8 @@ static void test_reduce_paths(void)
   }
 }
 
-static void test_broadcast_paths(void)
+static void
+test_broadcast_paths(void)
 {
   const struct {
     QkvShape from, to;
@@ -409,14 +420,16 @@ static void test_broadcast_paths(void)
 
 /* ---- gradients by finite differences ---- */
 
-static void gradcheck_case(const ReduceCase *c, const QkvShape *sx, guint32 seed)
+static void
+gradcheck_case(const ReduceCase *c, const QkvShape *sx, guint32 seed)
 {
   g_autoptr(QkvTensor) x = qkv_test_uniform(sx, seed, -1, 1);
   g_autofree gchar *label = case_label(c, sx);
   qkv_test_gradcheck(label, 1, &x, NULL, build_reduce, (gpointer)c);
 }
 
-static void test_reduce_gradients(void)
+static void
+test_reduce_gradients(void)
 {
   const struct {
     QkvShape x;
@@ -440,7 +453,8 @@ static void test_reduce_gradients(void)
   }
 }
 
-static void test_sum_to_broadcast_to_gradients(void)
+static void
+test_sum_to_broadcast_to_gradients(void)
 {
   const struct {
     QkvShape big, small;
@@ -458,8 +472,8 @@ static void test_sum_to_broadcast_to_gradients(void)
   }
 }
 
-static QkvValue *build_normalise(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                 GError **error)
+static QkvValue *
+build_normalise(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   /* (x - mean(x, -1)) / sum(x², -1): reductions feeding broadcasts both ways. */
   gint last = -1;
@@ -470,7 +484,8 @@ static QkvValue *build_normalise(QkvGraph *graph, QkvValue *const *in, gpointer 
   return ss ? qkv_div(centred, ss, error) : NULL;
 }
 
-static void test_composite_gradient(void)
+static void
+test_composite_gradient(void)
 {
   QkvShape s = QKV_SHAPE(3, 5);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 400, 0.5f, 1.5f);
@@ -479,14 +494,16 @@ static void test_composite_gradient(void)
 
 /* ---- bad input ---- */
 
-static void assert_error_names_op(GError *error, gint code, const char *op)
+static void
+assert_error_names_op(GError *error, gint code, const char *op)
 {
   g_assert_error(error, QKV_ERROR, code);
   g_test_message("%s", error->message);
   g_assert_nonnull(strstr(error->message, op));
 }
 
-static void test_errors(void)
+static void
+test_errors(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvShape s23 = QKV_SHAPE(2, 3), s3 = QKV_SHAPE(3);
@@ -577,7 +594,8 @@ static void test_errors(void)
   g_assert_cmpuint(qkv_graph_n_nodes(g), ==, n_nodes);
 }
 
-static void test_registered(void)
+static void
+test_registered(void)
 {
   const char *names[] = {"sum", "mean", "sum_to", "broadcast_to"};
   qkv_init();
@@ -589,7 +607,8 @@ static void test_registered(void)
   }
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   fill_iota24();

@@ -4,7 +4,8 @@
 
 #include <string.h>
 
-static QkvTensor *arange(const QkvShape *shape, QkvDType dtype)
+static QkvTensor *
+arange(const QkvShape *shape, QkvDType dtype)
 {
   QkvTensor *t = qkv_tensor_new(dtype, shape);
   for (gint64 i = 0; i < qkv_tensor_numel(t); i++) {
@@ -16,14 +17,16 @@ static QkvTensor *arange(const QkvShape *shape, QkvDType dtype)
   return t;
 }
 
-static void assert_shape(const QkvTensor *t, const QkvShape *want)
+static void
+assert_shape(const QkvTensor *t, const QkvShape *want)
 {
   g_autofree gchar *got = qkv_shape_to_string(qkv_tensor_shape(t));
   g_autofree gchar *exp = qkv_shape_to_string(want);
   g_assert_cmpstr(got, ==, exp);
 }
 
-static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+static QkvValue *
+input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
 {
   g_autoptr(GError) error = NULL;
   QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
@@ -51,22 +54,23 @@ static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape 
 
 /* ---- reshape ---------------------------------------------------------- */
 
-static QkvValue *build_reshape(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                               GError **error)
+static QkvValue *
+build_reshape(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   return qkv_reshape(in[0], user_data, error);
 }
 
 /* reshape of an intermediate, which the planner may run in place. */
-static QkvValue *build_scaled_reshape(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                      GError **error)
+static QkvValue *
+build_scaled_reshape(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   QkvValue *x = qkv_scale(in[0], 2.0, error);
   QkvValue *y = x != NULL ? qkv_reshape(x, user_data, error) : NULL;
   return y != NULL ? qkv_scale(y, 0.5, error) : NULL;
 }
 
-static void test_reshape_forward(void)
+static void
+test_reshape_forward(void)
 {
   QkvShape s23 = QKV_SHAPE(2, 3), s32 = QKV_SHAPE(3, 2), s3m = QKV_SHAPE(3, -1);
   QkvShape s6 = QKV_SHAPE(6), s1231 = QKV_SHAPE(1, 2, 3, 1);
@@ -101,7 +105,8 @@ static void test_reshape_forward(void)
   qkv_assert_values(ys, &v, 1, 0);
 }
 
-static void test_reshape_grad(void)
+static void
+test_reshape_grad(void)
 {
   QkvShape s = QKV_SHAPE(2, 3, 4), to[] = {QKV_SHAPE(4, -1), QKV_SHAPE(24), QKV_SHAPE(3, 2, 2, 2)};
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 1, -1, 1);
@@ -119,15 +124,16 @@ typedef struct {
   guint n;
 } Perm;
 
-static QkvValue *build_permute(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                               GError **error)
+static QkvValue *
+build_permute(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const Perm *p = user_data;
   return qkv_permute(in[0], p->perm, p->n, error);
 }
 
 /* Reference: y[i0..] = x[index with axis perm[k] = ik]. */
-static QkvTensor *reference_permute(QkvTensor *x, const Perm *p)
+static QkvTensor *
+reference_permute(QkvTensor *x, const Perm *p)
 {
   const QkvShape *xs = qkv_tensor_shape(x);
   QkvShape ys = {.rank = xs->rank};
@@ -152,7 +158,8 @@ static QkvTensor *reference_permute(QkvTensor *x, const Perm *p)
   return y;
 }
 
-static void test_permute_forward(void)
+static void
+test_permute_forward(void)
 {
   /* A plain transpose. */
   QkvShape s23 = QKV_SHAPE(2, 3), s32 = QKV_SHAPE(3, 2);
@@ -192,7 +199,8 @@ static void test_permute_forward(void)
 }
 
 /* Big enough for the parallel paths, against the reference. */
-static void test_permute_large(void)
+static void
+test_permute_large(void)
 {
   const struct {
     QkvShape shape;
@@ -212,14 +220,15 @@ static void test_permute_large(void)
   }
 }
 
-static QkvValue *build_transpose(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                 GError **error)
+static QkvValue *
+build_transpose(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const gint *axes = user_data;
   return qkv_transpose(in[0], axes[0], axes[1], error);
 }
 
-static void test_permute_grad(void)
+static void
+test_permute_grad(void)
 {
   QkvShape s = QKV_SHAPE(2, 3, 2, 4);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 3, -1, 1);
@@ -242,14 +251,15 @@ typedef struct {
   gint64 start, end;
 } Slice;
 
-static QkvValue *build_slice(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                             GError **error)
+static QkvValue *
+build_slice(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const Slice *s = user_data;
   return qkv_slice(in[0], s->axis, s->start, s->end, error);
 }
 
-static void test_slice_forward(void)
+static void
+test_slice_forward(void)
 {
   QkvShape s34 = QKV_SHAPE(3, 4);
   g_autoptr(QkvTensor) x = arange(&s34, QKV_F32);
@@ -275,7 +285,8 @@ static void test_slice_forward(void)
   qkv_assert_values(y3, want3, 9, 0);
 }
 
-static void test_slice_grad(void)
+static void
+test_slice_grad(void)
 {
   QkvShape s = QKV_SHAPE(3, 5, 4);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 4, -1, 1);
@@ -293,14 +304,15 @@ typedef struct {
   gint64 start;
 } SliceBackward;
 
-static QkvValue *build_slice_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                      GError **error)
+static QkvValue *
+build_slice_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const SliceBackward *s = user_data;
   return qkv_slice_backward(in[0], &s->shape, s->axis, s->start, error);
 }
 
-static void test_slice_backward_forward(void)
+static void
+test_slice_backward_forward(void)
 {
   QkvShape s22 = QKV_SHAPE(2, 2);
   float dy[] = {1, 2, 3, 4};
@@ -319,7 +331,8 @@ static void test_slice_backward_forward(void)
   qkv_assert_values(y2, want2, 6, 0);
 }
 
-static void test_slice_backward_grad(void)
+static void
+test_slice_backward_grad(void)
 {
   QkvShape s = QKV_SHAPE(3, 2, 4);
   g_autoptr(QkvTensor) dy = qkv_test_uniform(&s, 5, -1, 1);
@@ -331,14 +344,15 @@ static void test_slice_backward_grad(void)
 
 /* ---- concat ----------------------------------------------------------- */
 
-static QkvValue *build_concat(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                              GError **error)
+static QkvValue *
+build_concat(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const gint *spec = user_data; /* axis, n */
   return qkv_concat(in, (guint)spec[1], spec[0], error);
 }
 
-static void test_concat_forward(void)
+static void
+test_concat_forward(void)
 {
   QkvShape s21 = QKV_SHAPE(2, 1), s22 = QKV_SHAPE(2, 2);
   float a[] = {1, 2}, b[] = {3, 4, 5, 6};
@@ -371,7 +385,8 @@ static void test_concat_forward(void)
   qkv_assert_values(y1, b, 4, 0);
 }
 
-static void test_concat_grad(void)
+static void
+test_concat_grad(void)
 {
   QkvShape sa = QKV_SHAPE(2, 3, 4), sb = QKV_SHAPE(2, 1, 4), sc = QKV_SHAPE(2, 5, 4);
   g_autoptr(QkvTensor) a = qkv_test_uniform(&sa, 6, -1, 1);
@@ -392,7 +407,8 @@ static void test_concat_grad(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static void test_bad_input(void)
+static void
+test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvValue *x = input(g, "x", QKV_F32, QKV_SHAPE(2, 3));
@@ -458,7 +474,8 @@ static void test_bad_input(void)
   g_assert_true(qkv_shape_equal(qkv_value_shape(ok), &want));
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/shape/reshape/forward", test_reshape_forward);

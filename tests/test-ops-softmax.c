@@ -20,35 +20,37 @@ static const Unary SOFTMAX = {qkv_softmax}, LOG_SOFTMAX = {qkv_log_softmax};
 static const Binary SOFTMAX_BACKWARD = {qkv_softmax_backward},
                     LOG_SOFTMAX_BACKWARD = {qkv_log_softmax_backward};
 
-static QkvValue *build_unary(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                             GError **error)
+static QkvValue *
+build_unary(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const Unary *u = user_data;
   return u->f(in[0], error);
 }
 
-static QkvValue *build_binary(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                              GError **error)
+static QkvValue *
+build_binary(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   const Binary *b = user_data;
   return b->f(in[0], in[1], error);
 }
 
 /* softmax of an intermediate, which the planner may overwrite in place. */
-static QkvValue *build_scaled_softmax(QkvGraph *graph, QkvValue *const *in, gpointer user_data,
-                                      GError **error)
+static QkvValue *
+build_scaled_softmax(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
   QkvValue *x = qkv_scale(in[0], 2.0, error);
   return x != NULL ? qkv_softmax(x, error) : NULL;
 }
 
-static QkvTensor *eval1(const Unary *u, QkvTensor *x)
+static QkvTensor *
+eval1(const Unary *u, QkvTensor *x)
 {
   QkvTensor *in[] = {x};
   return qkv_test_eval(1, in, build_unary, (gpointer)u);
 }
 
-static void test_softmax_forward(void)
+static void
+test_softmax_forward(void)
 {
   QkvShape s = QKV_SHAPE(3, 3);
   /* Row 1 is row 0 shifted by 1000 (overflows without the max shift); row 2
@@ -75,7 +77,8 @@ static void test_softmax_forward(void)
 
 /* A rank-1 input, and a fully masked row (all -inf) which gives zeros (and
  * -inf for log_softmax) rather than NaN. */
-static void test_softmax_edge_rows(void)
+static void
+test_softmax_edge_rows(void)
 {
   QkvShape s4 = QKV_SHAPE(4);
   float x[] = {0, 0, logf(2), logf(4)};
@@ -98,7 +101,8 @@ static void test_softmax_edge_rows(void)
 
 /* Many long rows (the parallel path): each row sums to 1, and log_softmax
  * is the log of softmax. */
-static void test_softmax_large(void)
+static void
+test_softmax_large(void)
 {
   QkvShape s = QKV_SHAPE(64, 611);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 1, -20, 20);
@@ -115,7 +119,8 @@ static void test_softmax_large(void)
   }
 }
 
-static void test_backward_forward(void)
+static void
+test_backward_forward(void)
 {
   QkvShape s = QKV_SHAPE(1, 3);
   /* dot = 0.2: dx = y (dy − 0.2) */
@@ -137,7 +142,8 @@ static void test_backward_forward(void)
   qkv_assert_values(dx2, want2, 3, 1e-6);
 }
 
-static void test_grad(void)
+static void
+test_grad(void)
 {
   QkvShape shapes[] = {QKV_SHAPE(5), QKV_SHAPE(3, 7), QKV_SHAPE(2, 3, 5), QKV_SHAPE(4, 1)};
   for (guint i = 0; i < G_N_ELEMENTS(shapes); i++) {
@@ -151,7 +157,8 @@ static void test_grad(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+static QkvValue *
+input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
 {
   g_autoptr(GError) error = NULL;
   QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
@@ -175,7 +182,8 @@ static QkvValue *input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape 
   }                                                                                                \
   G_STMT_END
 
-static void test_bad_input(void)
+static void
+test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvValue *xi = input(g, "xi", QKV_I32, QKV_SHAPE(2, 3));
@@ -193,7 +201,8 @@ static void test_bad_input(void)
   assert_op_fails(g, "softmax", QKV_ERROR_ARITY, qkv_graph_op(g, "softmax", two, 2, NULL, &error_));
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/softmax/forward", test_softmax_forward);

@@ -92,7 +92,9 @@ test_arena_smaller_than_intermediates(void)
   g_test_message("4-layer MLP training plan: %u steps, arena %" G_GSIZE_FORMAT
                  " bytes, intermediates %" G_GSIZE_FORMAT " bytes",
                  qkv_plan_n_steps(plan), arena, total);
-  g_print("# 4-layer MLP training plan: arena %" G_GSIZE_FORMAT " bytes, sum of intermediates %" G_GSIZE_FORMAT " bytes\n", arena, total);
+  g_print("# 4-layer MLP training plan: arena %" G_GSIZE_FORMAT
+          " bytes, sum of intermediates %" G_GSIZE_FORMAT " bytes\n",
+          arena, total);
   g_assert_cmpuint(arena, <, total);
   mlp_clear(&m);
 }
@@ -155,12 +157,14 @@ test_matches_unshared_evaluation(void)
     o.no_memory_reuse = TRUE;
     g_autoptr(QkvPlan) unshared = qkv_graph_compile(m.graph, &m.loss, 1, &o, NULL);
     g_assert_cmpuint(qkv_plan_arena_size(unshared), >=, qkv_plan_intermediates_size(unshared));
-    g_assert_true(qkv_plan_bind(unshared, "x", m.x, NULL) && qkv_plan_bind(unshared, "y", m.y, NULL));
+    g_assert_true(qkv_plan_bind(unshared, "x", m.x, NULL) &&
+                  qkv_plan_bind(unshared, "y", m.y, NULL));
     g_assert_true(qkv_plan_run(unshared, NULL));
     g_assert_cmpfloat(qkv_plan_output_scalar(unshared, 0), ==, lean_loss);
     g_autoptr(GPtrArray) unshared_grads = snapshot_grads(m.params);
     for (guint i = 0; i < unshared_grads->len; i++)
-      qkv_assert_tensor_close(g_ptr_array_index(unshared_grads, i), g_ptr_array_index(lean_grads, i), 0);
+      qkv_assert_tensor_close(g_ptr_array_index(unshared_grads, i),
+                              g_ptr_array_index(lean_grads, i), 0);
   }
 
   /* two threads give the same numbers */
@@ -169,7 +173,8 @@ test_matches_unshared_evaluation(void)
   g_assert_cmpfloat_with_epsilon(qkv_plan_output_scalar(two, 0), lean_loss, 1e-5);
   g_autoptr(GPtrArray) two_grads = snapshot_grads(m.params);
   for (guint i = 0; i < two_grads->len; i++)
-    qkv_assert_tensor_close(g_ptr_array_index(two_grads, i), g_ptr_array_index(lean_grads, i), 1e-4);
+    qkv_assert_tensor_close(g_ptr_array_index(two_grads, i), g_ptr_array_index(lean_grads, i),
+                            1e-4);
   mlp_clear(&m);
 }
 

@@ -8,8 +8,8 @@
 static gchar *
 fra_path(void)
 {
-  return g_build_filename(g_getenv("QKV_SOURCE_ROOT"), "examples", "data", "fra-eng",
-                          "fra.txt.gz", NULL);
+  return g_build_filename(g_getenv("QKV_SOURCE_ROOT"), "examples", "data", "fra-eng", "fra.txt.gz",
+                          NULL);
 }
 
 static void
@@ -24,7 +24,8 @@ test_nmt_like_the_book(void)
   g_assert_cmpint(vocab_size(d.src_vocab), ==, 184);
   g_assert_cmpint(vocab_size(d.tgt_vocab), ==, 201);
   const gchar *src_first[] = {"<unk>", "<pad>", "<bos>", "<eos>", ".", "!", "i", "i'm", "it", "go"};
-  const gchar *tgt_first[] = {"<unk>", "<pad>", "<bos>", "<eos>", ".", "!", "je", "suis", "tom", "?"};
+  const gchar *tgt_first[] = {"<unk>", "<pad>", "<bos>", "<eos>", ".",
+                              "!",     "je",    "suis",  "tom",   "?"};
   for (int i = 0; i < 10; i++) {
     g_assert_cmpstr(vocab_token(d.src_vocab, i), ==, src_first[i]);
     g_assert_cmpstr(vocab_token(d.tgt_vocab, i), ==, tgt_first[i]);

@@ -40,7 +40,8 @@ qkv_test_assert_close(const char *file, int line, const QkvTensor *actual,
     double a = qkv_tensor_get(actual, i), e = qkv_tensor_get(expected, i);
     double err = fabs(a - e) / fmax(fabs(e), 1e-3);
     if (!(err <= tol))
-      g_error("%s:%d: element %" G_GINT64_FORMAT " of %s: %.9g vs expected %.9g (rel err %.3g > %.3g)",
+      g_error("%s:%d: element %" G_GINT64_FORMAT
+              " of %s: %.9g vs expected %.9g (rel err %.3g > %.3g)",
               file, line, i, sa, a, e, err, tol);
   }
 }
@@ -83,8 +84,7 @@ qkv_test_gradcheck(const char *label, guint n_inputs, QkvTensor *const *inputs,
 }
 
 QkvTensor *
-qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
-              gpointer user_data)
+qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build, gpointer user_data)
 {
   g_autoptr(GError) error = NULL;
   QkvTensor *out = qkv_check_evaluate(n_inputs, inputs, build, user_data, FALSE, &error);
@@ -134,8 +134,8 @@ qkv_test_load_reference(const gchar *file_name)
       gchar *end = NULL;
       double v = g_ascii_strtod(p, &end);
       if (end == p)
-        g_error("%s:%u: %" G_GINT64_FORMAT " values expected, found %" G_GINT64_FORMAT, path,
-                i + 2, n, k);
+        g_error("%s:%u: %" G_GINT64_FORMAT " values expected, found %" G_GINT64_FORMAT, path, i + 2,
+                n, k);
       if (dtype == QKV_F32)
         qkv_tensor_f32(t)[k] = (float)v;
       else

@@ -8,14 +8,14 @@ QkvTensor *qkv_test_uniform(const QkvShape *shape, guint32 seed, float lo, float
 /* An i32 tensor of uniform integers in [lo, hi). */
 QkvTensor *qkv_test_randint(const QkvShape *shape, guint32 seed, gint32 lo, gint32 hi);
 /* Assert every element of actual is within tol (relative, with abs floor 1e-6... see .c). */
-#define qkv_assert_tensor_close(actual, expected, tol)                                              \
+#define qkv_assert_tensor_close(actual, expected, tol)                                             \
   qkv_test_assert_close(__FILE__, __LINE__, (actual), (expected), (tol))
 void qkv_test_assert_close(const char *file, int line, const QkvTensor *actual,
                            const QkvTensor *expected, double tol);
 /* Assert the data of actual equals n floats within tol (absolute). */
 void qkv_test_assert_values(const char *file, int line, const QkvTensor *actual,
                             const float *expected, gsize n, double tol);
-#define qkv_assert_values(actual, expected, n, tol)                                                 \
+#define qkv_assert_values(actual, expected, n, tol)                                                \
   qkv_test_assert_values(__FILE__, __LINE__, (actual), (expected), (n), (tol))
 /* Run qkv_check_gradients with default options and assert it passes. */
 void qkv_test_gradcheck(const char *label, guint n_inputs, QkvTensor *const *inputs,

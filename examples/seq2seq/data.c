@@ -257,7 +257,8 @@ seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guin
   guint64 state = seed;
   gint32 tokens[num_steps > 0 ? num_steps : 1];
   for (gint s = 0; s < n; s++) {
-    gint len = num_steps / 2 + (gint)(splitmix64(&state) % (guint64)(num_steps - num_steps / 2 + 1));
+    gint len =
+        num_steps / 2 + (gint)(splitmix64(&state) % (guint64)(num_steps - num_steps / 2 + 1));
     for (gint i = 0; i < len - 1; i++)
       tokens[i] = 3 + (gint32)(splitmix64(&state) % (guint64)(vocab - 3));
     gint32 *src = data->src + (gsize)s * num_steps, *tgt = data->tgt + (gsize)s * num_steps;

@@ -5,7 +5,7 @@
 #include <glib.h>
 
 typedef struct {
-  GPtrArray *idx_to_token; /* gchar* */
+  GPtrArray *idx_to_token;  /* gchar* */
   GHashTable *token_to_idx; /* gchar* -> index + 1 */
   gint unk, pad, bos, eos;
 } Vocab;

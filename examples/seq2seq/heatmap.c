@@ -42,8 +42,8 @@ heatmap_write(const gchar *path, const QkvTensor *weights, const gchar *source,
   cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
   cairo_set_font_size(cr, 13);
   cairo_set_source_rgb(cr, 0, 0, 0);
-  g_autofree gchar *title = g_strdup_printf("encoder-decoder attention: \"%s\" => \"%s\"",
-                                            source, translation);
+  g_autofree gchar *title =
+      g_strdup_printf("encoder-decoder attention: \"%s\" => \"%s\"", source, translation);
   draw_label(cr, title, 10, 22, 0);
 
   const float *w = qkv_tensor_const_data(weights);

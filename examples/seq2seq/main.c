@@ -81,8 +81,7 @@ static GOptionEntry entries[] = {
     {"num-steps", 0, 0, G_OPTION_ARG_INT, &opt_steps,
      "Tokens per sequence after truncating or padding (default 10)", "N"},
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.005)", "LR"},
-    {"dropout", 0, 0, G_OPTION_ARG_DOUBLE, &opt_dropout, "Dropout probability (default 0.1)",
-     "P"},
+    {"dropout", 0, 0, G_OPTION_ARG_DOUBLE, &opt_dropout, "Dropout probability (default 0.1)", "P"},
     {"hidden", 0, 0, G_OPTION_ARG_INT, &opt_hidden,
      "d_model of the Transformer, hidden and embedding size of the GRUs (default 32)", "N"},
     {"layers", 0, 0, G_OPTION_ARG_INT, &opt_layers, "Blocks or GRU layers (default 2)", "N"},
@@ -252,8 +251,8 @@ train(Trainer *tr, gint epochs, GError **error)
              tr->last_loss, tr->last_tokens_per_s, eta);
       fflush(stdout);
     } else if (!opt_quiet && ((epoch + 1) % 10 == 0 || epoch + 1 == epochs)) {
-      printf("epoch %d/%d loss %.3f, %.0f tokens/sec, %s left\n", epoch + 1, epochs,
-             tr->last_loss, tr->last_tokens_per_s, eta);
+      printf("epoch %d/%d loss %.3f, %.0f tokens/sec, %s left\n", epoch + 1, epochs, tr->last_loss,
+             tr->last_tokens_per_s, eta);
     }
   }
   if (tty)
@@ -264,8 +263,8 @@ train(Trainer *tr, gint epochs, GError **error)
 /* Greedy decoding of one sentence: the decoder reruns over the whole prefix
  * with the causal mask, so every token sees its true position. */
 static gchar *
-translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len,
-          gint *out_len, GError **error)
+translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len, gint *out_len,
+          GError **error)
 {
   const gint T = tr->data.num_steps;
   const Vocab *tv = tr->data.tgt_vocab;
@@ -361,8 +360,8 @@ resume(Trainer *tr, const gchar *path, GError **error)
                 path);
     return FALSE;
   }
-  if (!qkv_checkpoint_load(path, tr->params, tr->optimizer, NULL, QKV_CHECKPOINT_STRICT, NULL,
-                           NULL, error))
+  if (!qkv_checkpoint_load(path, tr->params, tr->optimizer, NULL, QKV_CHECKPOINT_STRICT, NULL, NULL,
+                           error))
     return FALSE;
   const gchar *done = g_hash_table_lookup(meta, "seq2seq.epochs_done");
   const gchar *step = g_hash_table_lookup(meta, "seq2seq.global_step");
@@ -385,8 +384,7 @@ run(GError **error)
   if (opt_model != NULL && g_str_equal(opt_model, "bahdanau"))
     tr.cfg.kind = MODEL_BAHDANAU;
   else if (opt_model != NULL && !g_str_equal(opt_model, "transformer")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --model '%s'",
-                opt_model);
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --model '%s'", opt_model);
     return FALSE;
   }
   if (opt_batch < 1 || opt_steps < 2 || opt_hidden < 1 || opt_layers < 1 || opt_heads < 1 ||
@@ -432,8 +430,7 @@ run(GError **error)
   if (opt_resume != NULL && !resume(&tr, opt_resume, error))
     goto out;
   if (!opt_quiet)
-    printf("%s on %s: %d pairs, vocabularies %d/%d, %" G_GINT64_FORMAT
-           " parameters, %d threads\n",
+    printf("%s on %s: %d pairs, vocabularies %d/%d, %" G_GINT64_FORMAT " parameters, %d threads\n",
            tr.cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau",
            reverse ? "reverse task" : "fra-eng", tr.data.n, vocab_size(tr.data.src_vocab),
            vocab_size(tr.data.tgt_vocab), qkv_params_numel(tr.params),
@@ -464,9 +461,8 @@ run(GError **error)
     const gchar *sentence = opt_translate ? opt_translate[i] : engs[i];
     g_autoptr(QkvTensor) weights = NULL;
     gint src_len = 0, out_len = 0;
-    g_autofree gchar *translation =
-        translate(&tr, sentence, i == 0 && opt_heatmap ? &weights : NULL, &src_len, &out_len,
-                  error);
+    g_autofree gchar *translation = translate(
+        &tr, sentence, i == 0 && opt_heatmap ? &weights : NULL, &src_len, &out_len, error);
     if (translation == NULL)
       goto out;
     if (opt_translate != NULL)
@@ -481,8 +477,7 @@ run(GError **error)
   if (reverse) {
     /* greedy decoding of held-out sequences, token accuracy up to <eos> */
     Seq2SeqData test;
-    seq2seq_data_reverse(&test, 100, opt_steps, opt_reverse_vocab,
-                         (guint64)opt_seed + 1000003u);
+    seq2seq_data_reverse(&test, 100, opt_steps, opt_reverse_vocab, (guint64)opt_seed + 1000003u);
     gint right = 0, total = 0;
     for (gint s = 0; s < test.n; s++) {
       GString *sentence = g_string_new(NULL);

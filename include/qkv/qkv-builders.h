@@ -43,9 +43,8 @@ QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, g
 /* The book's MultiHeadAttention (bias = FALSE): "<name>.W_q.weight", W_k, W_v,
  * W_o, all (num_hiddens, ·). *weights (may be NULL) gets (B, heads, n_q, n_k). */
 QkvValue *qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
-                        QkvValue *values, gint64 num_hiddens, gint num_heads,
-                        QkvValue *valid_lens, gboolean causal, double dropout,
-                        QkvValue **weights, GError **error);
+                        QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
+                        gboolean causal, double dropout, QkvValue **weights, GError **error);
 /* PositionWiseFFN: "<name>.dense1" (ffn_hiddens), ReLU, "<name>.dense2" (out). */
 QkvValue *qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
                         gint64 out_features, GError **error);
@@ -84,9 +83,8 @@ QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfi
  * "<name>.bias_ih_l{k}", "<name>.bias_hh_l{k}" (3H), gates ordered r, z, n;
  * dropout on every layer's output but the last. x (T, B, in), h0 (L, B, H)
  * or NULL for zeros → outputs (T, B, H); *h_n (may be NULL) gets (L, B, H). */
-QkvValue *qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0,
-                        gint64 hidden, gint num_layers, double dropout, QkvValue **h_n,
-                        GError **error);
+QkvValue *qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
+                        gint num_layers, double dropout, QkvValue **h_n, GError **error);
 
 typedef struct {
   gint64 src_vocab;
@@ -102,9 +100,9 @@ typedef struct {
  * "decoder.rnn", "decoder.dense") unrolled over the time steps, with teacher
  * forcing on dec_in (B, T). src (B, T), src_valid (B) → logits (B, T, V).
  * *weights (may be NULL) receives the attention weights (B, T, T_src). */
-QkvValue *qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg,
-                                     QkvValue *src, QkvValue *src_valid, QkvValue *dec_in,
-                                     QkvValue **weights, GError **error);
+QkvValue *qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
+                                     QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
+                                     GError **error);
 
 /* The book's MaskedSoftmaxCELoss summed over the batch: Σ_b mean_t(ce[b,t] ·
  * mask[b,t]) for logits (B, T, V), labels i32 (B, T), mask f32 (B, T). */
@@ -118,7 +116,7 @@ QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *m
  * no "<prefix>w" yet it is created as U(0, 1) from seed, like torch.rand.
  * *weights (may be NULL) receives the attention weights (n, m). */
 QkvValue *qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
-                                  QkvValue *queries, QkvValue *keys, QkvValue *values,
-                                  guint64 seed, QkvValue **weights, GError **error);
+                                  QkvValue *queries, QkvValue *keys, QkvValue *values, guint64 seed,
+                                  QkvValue **weights, GError **error);
 
 G_END_DECLS

@@ -14,15 +14,15 @@ G_BEGIN_DECLS
 
 /* Build the function under test from graph inputs (in the same order as the
  * tensors given to qkv_check_gradients()); return its output (any shape). */
-typedef QkvValue *(*QkvCheckBuildFunc)(QkvGraph *graph, QkvValue *const *inputs,
-                                       gpointer user_data, GError **error);
+typedef QkvValue *(*QkvCheckBuildFunc)(QkvGraph *graph, QkvValue *const *inputs, gpointer user_data,
+                                       GError **error);
 
 typedef struct {
-  double eps;            /* finite-difference step (default 1e-2 for f32 math in double) */
-  double rel_tol;        /* allowed |analytic - numeric| / max(|numeric|, abs_floor) */
-  double abs_floor;      /* default 1e-2 */
-  gboolean training;     /* compile for training (dropout active, fixed seed) */
-  guint64 seed;          /* seed of the reduction weights and dropout */
+  double eps;        /* finite-difference step (default 1e-2 for f32 math in double) */
+  double rel_tol;    /* allowed |analytic - numeric| / max(|numeric|, abs_floor) */
+  double abs_floor;  /* default 1e-2 */
+  gboolean training; /* compile for training (dropout active, fixed seed) */
+  guint64 seed;      /* seed of the reduction weights and dropout */
   gpointer reserved[4];
 } QkvCheckOptions;
 
@@ -34,8 +34,7 @@ QkvCheckOptions qkv_check_options_default(void);
  * mismatch; *max_rel_err (may be NULL) gets the largest relative error seen. */
 gboolean qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *check,
                              QkvCheckBuildFunc build, gpointer user_data,
-                             const QkvCheckOptions *options, double *max_rel_err,
-                             GError **error);
+                             const QkvCheckOptions *options, double *max_rel_err, GError **error);
 
 /* Evaluate the graph built by build on inputs; returns the output tensor
  * (owned by the caller), or NULL with an error. */

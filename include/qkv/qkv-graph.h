@@ -29,12 +29,11 @@ QkvGraph *qkv_graph_new(void);
 void qkv_graph_free(QkvGraph *graph);
 
 /* A named placeholder; its tensor is bound when a plan runs. */
-QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype,
-                          const QkvShape *shape, GError **error);
+QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
+                          GError **error);
 /* The parameter of that name in params. The store must outlive the graph and
  * every plan compiled from it. Adding the same name twice returns the same value. */
-QkvValue *qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name,
-                          GError **error);
+QkvValue *qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **error);
 /* A constant holding a copy of tensor. */
 QkvValue *qkv_graph_constant(QkvGraph *graph, const QkvTensor *tensor, GError **error);
 /* An f32 scalar constant. */

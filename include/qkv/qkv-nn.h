@@ -18,8 +18,7 @@ G_BEGIN_DECLS
  * is x's first axis. Keys at positions ≥ the valid length get -1e6 before the
  * softmax, as the book does (a row of valid length 0 comes out uniform).
  * causal masks keys after the query's position the same way. */
-QkvValue *qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal,
-                             GError **error);
+QkvValue *qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error);
 
 /* "dot_product_attention" {causal: b, dropout: d}: softmax(Q Kᵀ / √d) V with
  * the masks of masked_softmax and dropout on the weights.
@@ -36,8 +35,8 @@ QkvValue *qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvVa
  * w_q (h, q_size), w_k (h, k_size), w_v (1, h) → (B, n_q, v_size).
  * *weights (may be NULL) receives (B, n_q, n_k). */
 QkvValue *qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *w_q,
-                                 QkvValue *w_k, QkvValue *w_v, QkvValue *valid_lens,
-                                 double dropout, QkvValue **weights, GError **error);
+                                 QkvValue *w_k, QkvValue *w_v, QkvValue *valid_lens, double dropout,
+                                 QkvValue **weights, GError **error);
 
 /* "multi_head_attention" {num_heads: i, causal: b, dropout: d}: the book's
  * MultiHeadAttention as one op. queries (B, n_q, d_q), keys (B, n_k, d_k),
@@ -48,19 +47,18 @@ QkvValue *qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
  * *weights (may be NULL) receives the per-head weights (B, num_heads, n_q, n_k). */
 QkvValue *qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values,
                                    QkvValue *w_q, QkvValue *w_k, QkvValue *w_v, QkvValue *w_o,
-                                   QkvValue *const *biases, gint num_heads,
-                                   QkvValue *valid_lens, gboolean causal, double dropout,
-                                   QkvValue **weights, GError **error);
+                                   QkvValue *const *biases, gint num_heads, QkvValue *valid_lens,
+                                   gboolean causal, double dropout, QkvValue **weights,
+                                   GError **error);
 
 /* "layer_norm" {eps: d}: normalise over the last axis, then · gamma + beta
  * (both of the last axis' size). */
-QkvValue *qkv_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, double eps,
-                         GError **error);
+QkvValue *qkv_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, double eps, GError **error);
 
 /* "position_wise_ffn": dense (w1 (F, D), b1 (F)), ReLU, dense (w2 (D, F),
  * b2 (D)) over the last axis of x (…, D). */
-QkvValue *qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2,
-                                QkvValue *b2, GError **error);
+QkvValue *qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2, QkvValue *b2,
+                                GError **error);
 
 /* "positional_encoding" {dropout: d}: x (B, T, d) + P[:T], with
  * P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(pos / 10000^(2i/d)),

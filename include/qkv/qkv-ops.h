@@ -42,10 +42,8 @@ QkvValue *qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error);
 
 /* "sum", "mean" {axes: ax, keepdims: b}: reduce over the axes given (all
  * axes when n_axes is 0). */
-QkvValue *qkv_sum(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims,
-                  GError **error);
-QkvValue *qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims,
-                   GError **error);
+QkvValue *qkv_sum(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error);
+QkvValue *qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error);
 /* "sum_to" {shape: ax}: sum x down to a shape it was broadcast from. */
 QkvValue *qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error);
 /* "broadcast_to" {shape: ax}: repeat x to a shape it broadcasts to. */

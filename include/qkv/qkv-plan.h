@@ -40,8 +40,7 @@ void qkv_plan_free(QkvPlan *plan);
 
 /* Bind a tensor to the graph input of that name. The plan borrows it: keep it
  * alive and unchanged in shape until the last run that uses it. */
-gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor,
-                       GError **error);
+gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
 /* Run once. Every input the plan needs must be bound. */
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
 /* Requested output i, valid until the next run or qkv_plan_free(). */

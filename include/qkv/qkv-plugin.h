@@ -44,8 +44,8 @@ typedef struct {
   const gchar *name;
   QkvAttrType type;
   gboolean required;
-  gint64 default_int;     /* INT and BOOL */
-  double default_float;   /* FLOAT */
+  gint64 default_int;          /* INT and BOOL */
+  double default_float;        /* FLOAT */
   const gchar *default_string; /* STRING */
   const gchar *doc;
 } QkvAttrSpec;
@@ -81,8 +81,8 @@ typedef struct {
 
 /* Report a shape-rule failure: the message is prefixed with the op and node
  * names and suffixed with the input shapes. Always returns FALSE. */
-gboolean qkv_shape_error(const QkvShapeCtx *ctx, GError **error, QkvError code,
-                         const gchar *format, ...) G_GNUC_PRINTF(4, 5);
+gboolean qkv_shape_error(const QkvShapeCtx *ctx, GError **error, QkvError code, const gchar *format,
+                         ...) G_GNUC_PRINTF(4, 5);
 
 /* A tensor as a kernel sees it: contiguous, row-major. */
 typedef struct {
