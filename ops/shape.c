@@ -6,6 +6,13 @@
  */
 #include "ops-common.h"
 
+/* TRUE on overflow, like __builtin_mul_overflow. */
+static inline gboolean
+g_int64_checked_mul_compat(gint64 *dest, gint64 a, gint64 b)
+{
+  return __builtin_mul_overflow(a, b, dest);
+}
+
 static const gchar *const x_input_names[] = {"x", NULL};
 static const gchar *const y_output_names[] = {"y", NULL};
 
@@ -57,8 +64,9 @@ reshape_shape(QkvShapeCtx *ctx, GError **error)
       return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
                              "shape has a negative dimension %" G_GINT64_FORMAT " at axis %u",
                              dims[i], i);
-    } else {
-      known *= dims[i];
+    } else if (g_int64_checked_mul_compat(&known, known, dims[i])) {
+      return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                             "shape's element count overflows at axis %u", i);
     }
   }
 
@@ -361,7 +369,9 @@ slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *dy, const QkvAttr
                                           "axis %" G_GINT64_FORMAT " is out of range for rank %d",
                                           axis_attr, dy->rank);
   *start = start_attr < 0 ? start_attr + out->dims[*axis] : start_attr;
-  gboolean fits = *start >= 0 && *start + dy->dims[*axis] <= out->dims[*axis];
+  /* no addition: a start near G_MAXINT64 must not wrap around */
+  gboolean fits = *start >= 0 && dy->dims[*axis] <= out->dims[*axis] &&
+                  *start <= out->dims[*axis] - dy->dims[*axis];
   for (gint i = 0; fits && i < dy->rank; i++)
     fits = i == *axis || dy->dims[i] == out->dims[i];
   if (!fits) {

@@ -54,6 +54,7 @@ parse_value(QkvAttrEntry *e, GVariant *v)
     return TRUE;
   case QKV_ATTR_INTS: {
     gsize n = 0;
+    g_clear_pointer(&e->ints, g_free);
     if (g_variant_type_equal(t, G_VARIANT_TYPE("ax"))) {
       const gint64 *d = g_variant_get_fixed_array(v, &n, sizeof(gint64));
       e->ints = g_new0(gint64, MAX(n, 1));
@@ -111,24 +112,22 @@ qkv_attrs_parse(const QkvOpDef *def, const gchar *node_name, GVariant *variant, 
       for (guint i = 0; i < attrs->n; i++)
         if (g_str_equal(attrs->entries[i].name, key))
           e = &attrs->entries[i];
-      if (e == NULL) {
+      gboolean ok = FALSE;
+      if (e == NULL)
         g_set_error(error, QKV_ERROR, QKV_ERROR_ATTRIBUTE,
                     "op '%s' (node %s): unknown attribute '%s'", def->name, node_name, key);
-      } else if (!parse_value(e, value)) {
+      else if (e->given) /* an a{sv} may repeat a key */
+        g_set_error(error, QKV_ERROR, QKV_ERROR_ATTRIBUTE,
+                    "op '%s' (node %s): attribute '%s' is given twice", def->name, node_name, key);
+      else if (!parse_value(e, value))
         g_set_error(error, QKV_ERROR, QKV_ERROR_ATTRIBUTE,
                     "op '%s' (node %s): attribute '%s' must be %s, got GVariant type '%s'",
                     def->name, node_name, key, attr_type_name(e->type),
                     g_variant_get_type_string(value));
-      } else {
-        e->given = TRUE;
-      }
+      else
+        ok = e->given = TRUE;
       g_variant_unref(value);
-      if (error != NULL && *error != NULL) {
-        qkv_attrs_free(attrs);
-        return NULL;
-      }
-      if (e == NULL || !e->given) {
-        /* error == NULL: the caller does not want details, still fail */
+      if (!ok) {
         qkv_attrs_free(attrs);
         return NULL;
       }

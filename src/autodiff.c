@@ -364,7 +364,8 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
     }
     if (!ok || !any_out)
       continue;
-    gboolean *needs = g_newa(gboolean, MAX(node->n_inputs, 1));
+    /* heap, not alloca: this loop runs once per node of graphs of any size */
+    g_autofree gboolean *needs = g_new0(gboolean, MAX(node->n_inputs, 1));
     gboolean any_in = FALSE;
     for (guint i = 0; i < node->n_inputs; i++) {
       needs[i] = wants_grad[node->inputs[i]->id] && input_differentiable(node, i);
@@ -380,8 +381,7 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
       ok = FALSE;
       break;
     }
-    QkvValue **in_grads = g_newa(QkvValue *, MAX(node->n_inputs, 1));
-    memset(in_grads, 0, sizeof(QkvValue *) * MAX(node->n_inputs, 1));
+    g_autofree QkvValue **in_grads = g_new0(QkvValue *, MAX(node->n_inputs, 1));
     if (!node_gradient(graph, node, out_grads, needs, in_grads, 0, error)) {
       ok = FALSE;
       break;

@@ -39,6 +39,37 @@ typedef struct {
   GHashTable *metadata; /* gchar* -> gchar* */
 } StFile;
 
+/* Deeper nesting than any safetensors header needs is refused before parsing. */
+#define MAX_JSON_DEPTH 16
+
+/* TRUE if brackets outside strings nest deeper than limit; *where gets the
+ * offending byte's offset in text. */
+static gboolean
+json_depth_exceeds(const gchar *text, gsize n, gint limit, gsize *where)
+{
+  gint depth = 0;
+  gboolean in_string = FALSE;
+  for (gsize i = 0; i < n; i++) {
+    gchar c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_string = FALSE;
+    } else if (c == '"') {
+      in_string = TRUE;
+    } else if (c == '{' || c == '[') {
+      if (++depth > limit) {
+        *where = i;
+        return TRUE;
+      }
+    } else if (c == '}' || c == ']') {
+      depth--;
+    }
+  }
+  return FALSE;
+}
+
 static void
 entry_free(gpointer data)
 {
@@ -249,6 +280,15 @@ parse_header(StFile *f, GError **error)
   }
   if (n == 0 || header[0] != '{') {
     CORRUPT("checkpoint '%s': header at byte offset 8 is not a JSON object", path);
+    return FALSE;
+  }
+  /* json-glib parses recursively without a depth limit; a header nested a
+   * million levels deep would overflow the stack. Valid safetensors headers
+   * nest three levels. */
+  gsize deep_at = 0;
+  if (json_depth_exceeds(header, n, MAX_JSON_DEPTH, &deep_at)) {
+    CORRUPT("checkpoint '%s': header nests deeper than %d levels at byte offset %" G_GUINT64_FORMAT,
+            path, MAX_JSON_DEPTH, (guint64)(8 + deep_at));
     return FALSE;
   }
   g_autoptr(JsonParser) parser = json_parser_new();
@@ -649,6 +689,20 @@ qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimize
         g_strdup_printf("optimizer state '%s' of parameter '%s'", state, pname);
     if (existing != NULL && !check_fits(f, e, existing, what, error))
       return FALSE;
+    /* a fresh optimizer has no state to compare with: the step count is an
+     * integer scalar, every other state has the parameter's shape in f32 */
+    gboolean is_step = g_str_equal(state, "step");
+    gboolean fits = is_step ? (e->dtype == ST_I32 || e->dtype == ST_I64) && e->shape.rank == 0
+                            : e->dtype == ST_F32 && qkv_shape_equal(&e->shape, qkv_param_shape(p));
+    if (!fits) {
+      g_autofree gchar *got = qkv_shape_to_string(&e->shape);
+      g_autofree gchar *want = qkv_shape_to_string(qkv_param_shape(p));
+      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                  "checkpoint '%s': %s is %s%s at byte offset %" G_GUINT64_FORMAT ", expected %s",
+                  f->path, what, st_dtype_name(e->dtype), got, f->data_start + e->begin,
+                  is_step ? "an integer scalar" : want);
+      return FALSE;
+    }
     if (e->dtype == ST_I64 && !copy_i64_to_i32(f, e, NULL, error))
       return FALSE;
     Assignment *a = g_new0(Assignment, 1);

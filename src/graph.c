@@ -69,13 +69,12 @@ value_new(QkvGraph *graph, QkvValueKind kind, QkvDType dtype, const QkvShape *sh
 static gboolean
 check_shape(const QkvShape *shape, const gchar *what, const gchar *name, GError **error)
 {
-  gboolean ok = shape->rank >= 0 && shape->rank <= QKV_MAX_RANK;
-  for (gint i = 0; ok && i < shape->rank; i++)
-    ok = shape->dims[i] >= 0;
-  if (!ok)
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "%s '%s': invalid shape (rank %d)", what, name,
-                shape->rank);
-  return ok;
+  if (qkv_shape_is_valid(shape))
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+              "%s '%s': invalid shape (rank %d, a negative dimension, or too many elements)", what,
+              name, shape->rank);
+  return FALSE;
 }
 
 QkvValue *
@@ -273,13 +272,11 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
     return NULL;
   }
   for (guint i = 0; i < ctx.n_outputs; i++) {
-    gboolean ok = ctx.out_shapes[i].rank >= 0 && ctx.out_shapes[i].rank <= QKV_MAX_RANK &&
+    gboolean ok = qkv_shape_is_valid(&ctx.out_shapes[i]) &&
                   (ctx.out_dtypes[i] == QKV_F32 || ctx.out_dtypes[i] == QKV_I32);
-    for (gint d = 0; ok && d < ctx.out_shapes[i].rank; d++)
-      ok = ctx.out_shapes[i].dims[d] >= 0;
     if (!ok) {
-      qkv_shape_error(&ctx, error, QKV_ERROR_INVALID_ARGUMENT,
-                      "the shape rule produced an invalid output %u", i);
+      qkv_shape_error(&ctx, error, QKV_ERROR_SHAPE,
+                      "output %u would have an invalid shape (negative or too many elements)", i);
       qkv_attrs_free(parsed);
       return NULL;
     }

@@ -40,17 +40,12 @@ qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape, GErr
     g_set_error(error, QKV_ERROR, QKV_ERROR_EXISTS, "parameter '%s' already exists", name);
     return NULL;
   }
-  if (shape->rank < 0 || shape->rank > QKV_MAX_RANK) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "parameter '%s': rank %d is out of range", name,
-                shape->rank);
+  if (!qkv_shape_is_valid(shape)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "parameter '%s': invalid shape (rank %d, a negative dimension, or too many "
+                "elements)",
+                name, shape->rank);
     return NULL;
-  }
-  for (gint i = 0; i < shape->rank; i++) {
-    if (shape->dims[i] < 0) {
-      g_autofree gchar *s = qkv_shape_to_string(shape);
-      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "parameter '%s': invalid shape %s", name, s);
-      return NULL;
-    }
   }
   QkvParam *p = g_new0(QkvParam, 1);
   p->name = g_strdup(name);

@@ -327,8 +327,8 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
     }
     if (node->op->scratch_size != NULL) {
       QkvShapeCtx sctx;
-      QkvShape *ins = g_newa(QkvShape, MAX(node->n_inputs, 1));
-      QkvDType *idt = g_newa(QkvDType, MAX(node->n_inputs, 1));
+      g_autofree QkvShape *ins = g_new(QkvShape, MAX(node->n_inputs, 1));
+      g_autofree QkvDType *idt = g_new(QkvDType, MAX(node->n_inputs, 1));
       qkv_node_fill_shape_ctx(node, &sctx, ins, idt);
       scratch_size[s] = round_up(node->op->scratch_size(&sctx, plan->max_threads));
       if (scratch_size[s] > 0) {

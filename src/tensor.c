@@ -89,15 +89,17 @@ qkv_dtype_size(QkvDType dtype)
   return 4;
 }
 
-static gboolean
-shape_is_valid(const QkvShape *shape)
+gboolean
+qkv_shape_is_valid(const QkvShape *shape)
 {
   if (shape->rank < 0 || shape->rank > QKV_MAX_RANK)
     return FALSE;
+  /* every element count times 4 bytes must fit a gssize */
+  gint64 n = 4;
   for (gint i = 0; i < shape->rank; i++)
-    if (shape->dims[i] < 0)
+    if (shape->dims[i] < 0 || __builtin_mul_overflow(n, shape->dims[i], &n))
       return FALSE;
-  return TRUE;
+  return n <= G_MAXSSIZE;
 }
 
 static QkvTensor *
@@ -112,7 +114,7 @@ tensor_alloc(QkvDType dtype, const QkvShape *shape)
 QkvTensor *
 qkv_tensor_new(QkvDType dtype, const QkvShape *shape)
 {
-  g_return_val_if_fail(shape != NULL && shape_is_valid(shape), NULL);
+  g_return_val_if_fail(shape != NULL && qkv_shape_is_valid(shape), NULL);
   QkvTensor *t = tensor_alloc(dtype, shape);
   t->data = qkv_aligned_alloc0(qkv_tensor_nbytes(t));
   t->owns_data = TRUE;
@@ -131,7 +133,7 @@ qkv_tensor_new_from_data(QkvDType dtype, const QkvShape *shape, gconstpointer da
 QkvTensor *
 qkv_tensor_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data)
 {
-  g_return_val_if_fail(shape != NULL && shape_is_valid(shape), NULL);
+  g_return_val_if_fail(shape != NULL && qkv_shape_is_valid(shape), NULL);
   QkvTensor *t = tensor_alloc(dtype, shape);
   t->data = data;
   t->owns_data = FALSE;

@@ -811,6 +811,59 @@ test_corrupt_optimizer_state(void)
   remove_tmpdir(dir);
 }
 
+/* A header nested a million levels deep (json-glib would recurse until the
+ * stack overflows) and optimizer state of the wrong shape for a fresh
+ * optimizer, which has no state of its own to compare with. */
+static void
+test_hostile_headers(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *bad = g_build_filename(dir, "bad.safetensors", NULL);
+  g_autoptr(GError) error = NULL;
+  QkvShape ws = QKV_SHAPE(2);
+  g_autoptr(QkvParams) params = qkv_params_new();
+  fill_pattern(qkv_param_value(qkv_params_add(params, "w", &ws, NULL)), 1, 0);
+  g_autoptr(GBytes) before = snapshot(params);
+
+  const gsize depth = 1000000;
+  GString *json = g_string_new("{\"a\":");
+  for (gsize i = 0; i < depth; i++)
+    g_string_append_c(json, '[');
+  for (gsize i = 0; i < depth; i++)
+    g_string_append_c(json, ']');
+  g_string_append_c(json, '}');
+  write_raw(bad, json->str, NULL, 0, G_MAXUINT64);
+  g_string_free(json, TRUE);
+  g_assert_false(qkv_checkpoint_load(bad, params, NULL, NULL, 0, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_CORRUPT);
+  g_assert_nonnull(strstr(error->message, "nests deeper"));
+  g_clear_error(&error);
+  assert_unchanged(params, before);
+
+  const gchar *states[] = {
+      "\"__optim__.w.exp_avg\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}",
+      "\"__optim__.w.step\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}",
+  };
+  guint8 data[12] = {0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 128, 63};
+  for (guint i = 0; i < G_N_ELEMENTS(states); i++) {
+    QkvOptimConfig c = qkv_optim_config_adam(0.1);
+    g_autoptr(QkvOptimizer) fresh = qkv_optimizer_new_adam(params, &c, NULL);
+    g_autofree gchar *header = g_strdup_printf(
+        "{\"__metadata__\":{\"qkv.optimizer.kind\":\"adam\",\"qkv.optimizer.step\":\"1\"},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},%s}",
+        states[i]);
+    write_raw(bad, header, data, sizeof data, G_MAXUINT64);
+    g_assert_false(qkv_checkpoint_load(bad, params, fresh, NULL, 0, NULL, NULL, &error));
+    g_test_message("%s", error->message);
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+    g_assert_nonnull(strstr(error->message, "optimizer state"));
+    g_clear_error(&error);
+    assert_unchanged(params, before);
+    g_assert_null(qkv_param_lookup_state(qkv_params_lookup(params, "w"), "exp_avg"));
+  }
+  remove_tmpdir(dir);
+}
+
 /* ---- failed saves ---- */
 
 static void
@@ -877,6 +930,7 @@ main(int argc, char **argv)
   g_test_add_func("/checkpoint/reserved-names", test_reserved_names);
   g_test_add_func("/checkpoint/corrupt-files", test_corrupt_files);
   g_test_add_func("/checkpoint/corrupt-optimizer-state", test_corrupt_optimizer_state);
+  g_test_add_func("/checkpoint/hostile-headers", test_hostile_headers);
   g_test_add_func("/checkpoint/save-failures", test_save_failures);
   return g_test_run();
 }

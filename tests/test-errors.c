@@ -157,6 +157,50 @@ test_null_input(Fixture *f, gconstpointer data)
   assert_graph_usable(f, n);
 }
 
+/* Attributes whose arithmetic would overflow: the shape rule must refuse
+ * them, since kernels trust the shapes it lets through. */
+static void
+test_overflowing_attributes(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  g_autoptr(GError) error = NULL;
+  /* slice_backward with start + length past G_MAXINT64 */
+  GVariantBuilder b;
+  g_variant_builder_init(&b, G_VARIANT_TYPE_VARDICT);
+  const gint64 shape23[] = {2, 3};
+  g_variant_builder_add(
+      &b, "{sv}", "shape",
+      g_variant_new_fixed_array(G_VARIANT_TYPE_INT64, shape23, 2, sizeof(gint64)));
+  g_variant_builder_add(&b, "{sv}", "axis", g_variant_new_int64(1));
+  g_variant_builder_add(&b, "{sv}", "start", g_variant_new_int64(G_MAXINT64 - 1));
+  g_assert_null(
+      qkv_graph_op(f->graph, "slice_backward", &f->a, 1, g_variant_builder_end(&b), &error));
+  assert_error_names(error, QKV_ERROR_SHAPE, "slice_backward");
+  g_clear_error(&error);
+  /* reshape to a shape whose element count wraps around to the input's */
+  QkvShape huge = QKV_SHAPE((G_GINT64_CONSTANT(1) << 62) + 1, 6);
+  g_assert_null(qkv_reshape(f->a, &huge, &error));
+  assert_error_names(error, QKV_ERROR_ATTRIBUTE, "reshape");
+  g_clear_error(&error);
+  /* broadcast_to a shape too large to address */
+  QkvShape big = QKV_SHAPE(G_GINT64_CONSTANT(1) << 40, G_GINT64_CONSTANT(1) << 30, 3);
+  g_assert_null(qkv_broadcast_to(f->a, &big, &error));
+  g_assert_nonnull(error);
+  g_clear_error(&error);
+  /* a graph input that large */
+  QkvShape bigger = QKV_SHAPE(G_GINT64_CONSTANT(1) << 62, 4);
+  g_assert_null(qkv_graph_input(f->graph, "huge", QKV_F32, &bigger, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_clear_error(&error);
+  /* a key given twice in the attribute dictionary */
+  g_variant_builder_init(&b, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&b, "{sv}", "factor", g_variant_new_double(2.0));
+  g_variant_builder_add(&b, "{sv}", "factor", g_variant_new_double(3.0));
+  g_assert_null(qkv_graph_op(f->graph, "scale", &f->a, 1, g_variant_builder_end(&b), &error));
+  assert_error_names(error, QKV_ERROR_ATTRIBUTE, "twice");
+  assert_graph_usable(f, n);
+}
+
 static void
 test_bad_registration(void)
 {
@@ -186,6 +230,7 @@ main(int argc, char **argv)
   ADD("/errors/attributes", test_attributes);
   ADD("/errors/value-from-another-graph", test_value_from_another_graph);
   ADD("/errors/null-input", test_null_input);
+  ADD("/errors/overflowing-attributes", test_overflowing_attributes);
   g_test_add_func("/errors/bad-registration", test_bad_registration);
   return g_test_run();
 }

@@ -32,6 +32,9 @@ typedef struct {
 
 QkvShape qkv_shape_from_array(gint rank, const gint64 *dims);
 QkvShape qkv_shape_scalar(void);
+/* Rank 0 to QKV_MAX_RANK, no negative dimension, and a byte size (4 bytes an
+ * element) that fits in a gssize. */
+gboolean qkv_shape_is_valid(const QkvShape *shape);
 /* Number of elements (1 for a scalar). */
 gint64 qkv_shape_numel(const QkvShape *shape);
 gboolean qkv_shape_equal(const QkvShape *a, const QkvShape *b);
