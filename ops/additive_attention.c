@@ -104,7 +104,7 @@ aa_dims_from_views(const QkvView *in)
 static gboolean
 aa_shape(QkvShapeCtx *ctx, GError **error)
 {
-  AaDims d;
+  AaDims d = {0};
   gboolean per_query;
   if (!aa_check_operands(ctx, 0, &d, error))
     return FALSE;
@@ -128,7 +128,7 @@ aa_shape(QkvShapeCtx *ctx, GError **error)
 static gsize
 aa_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
-  AaDims d;
+  AaDims d = {0};
   if (!aa_check_operands(ctx, 0, &d, NULL))
     return 0;
   gint64 n = d.batch * (d.n_q + d.n_k) * d.h;
@@ -238,7 +238,7 @@ aa_backward_layout(const QkvAttrs *attrs)
 static gboolean
 aa_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  AaDims d;
+  AaDims d = {0};
   gboolean per_query;
   AaBackwardLayout l = aa_backward_layout(ctx->attrs);
   if (ctx->n_inputs != l.n_inputs && ctx->n_inputs != l.n_inputs + 1)
@@ -284,7 +284,7 @@ aa_backward_floats(const AaDims *d, gboolean has_mask)
 static gsize
 aa_backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
-  AaDims d;
+  AaDims d = {0};
   if (!aa_check_operands(ctx, 1, &d, NULL))
     return 0;
   gboolean has_mask = qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0;

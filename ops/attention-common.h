@@ -214,11 +214,7 @@ static inline void
 qkv_attn_sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
                gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc)
 {
-  if (m == 0 || n == 0)
-    return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)MAX(lda, 1), b,
-              (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(ldc, 1));
+  qkv_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0);
 }
 
 /* Forward of problem index `index` (its rows are rows index·n_q … of the

@@ -61,10 +61,7 @@ static void
 sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, const float *b,
       float beta, float *c)
 {
-  gint64 lda = ta ? m : k, ldb = tb ? k : n;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)MAX(lda, 1), b,
-              (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(n, 1));
+  qkv_sgemm(ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n, 0);
 }
 
 /* Every row of c (rows × cols) set to bias. */

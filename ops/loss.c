@@ -120,7 +120,7 @@ check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
 static gboolean
 ce_shape(QkvShapeCtx *ctx, GError **error)
 {
-  QkvReduction reduction;
+  QkvReduction reduction = QKV_REDUCTION_MEAN;
   if (!check_ce_inputs(ctx, 0, error) || !check_reduction(ctx, &reduction, error))
     return FALSE;
   ctx->out_shapes[0] = reduction == QKV_REDUCTION_NONE ? ctx->in_shapes[1] : qkv_shape_scalar();
@@ -208,7 +208,7 @@ ce_grad(QkvGradCtx *g, GError **error)
 static gboolean
 ce_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  QkvReduction reduction;
+  QkvReduction reduction = QKV_REDUCTION_MEAN;
   if (!check_ce_inputs(ctx, 1, error) || !check_reduction(ctx, &reduction, error))
     return FALSE;
   const QkvShape *dloss = &ctx->in_shapes[0];
@@ -276,7 +276,7 @@ static const gchar *const mse_output_names[] = {"loss", NULL};
 static gboolean
 mse_shape(QkvShapeCtx *ctx, GError **error)
 {
-  QkvReduction reduction;
+  QkvReduction reduction = QKV_REDUCTION_MEAN;
   if (ctx->in_dtypes[0] != QKV_F32 || ctx->in_dtypes[1] != QKV_F32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE,
                            "pred and target must be f32, got %s and %s",

@@ -91,12 +91,8 @@ static void
 sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, const float *b,
       float *c)
 {
-  /* Leading dimensions of the stored (not transposed) matrices; BLAS wants
-   * them ≥ 1 even for empty matrices. */
-  gint64 lda = ta ? m : k, ldb = tb ? k : n;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)MAX(lda, 1), b,
-              (blasint)MAX(ldb, 1), 0.0f, c, (blasint)MAX(n, 1));
+  /* leading dimensions of the stored (not transposed) matrices */
+  qkv_sgemm(ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n, 0);
 }
 
 static void

@@ -286,7 +286,7 @@ slice_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *in = &ctx->in_shapes[0];
   gint axis;
-  gint64 start, end;
+  gint64 start = 0, end = 0;
   if (!slice_resolve(ctx, in, ctx->attrs, &axis, &start, &end, error))
     return FALSE;
   ctx->out_shapes[0] = *in;
@@ -300,7 +300,7 @@ slice_forward(const QkvKernelCtx *ctx)
 {
   const QkvView *x = &ctx->in[0];
   gint axis;
-  gint64 start, end, outer, len, inner;
+  gint64 start = 0, end = 0, outer, len, inner;
   slice_resolve(NULL, &x->shape, ctx->attrs, &axis, &start, &end, NULL);
   split_at_axis(&x->shape, axis, &outer, &len, &inner);
 
@@ -319,7 +319,7 @@ slice_grad(QkvGradCtx *g, GError **error)
 {
   const QkvShape *in = qkv_value_shape(g->inputs[0]);
   gint axis;
-  gint64 start, end;
+  gint64 start = 0, end = 0;
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
   slice_resolve(NULL, in, g->attrs, &axis, &start, &end, NULL);
@@ -388,7 +388,7 @@ static gboolean
 slice_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   gint axis;
-  gint64 start;
+  gint64 start = 0;
   if (!slice_backward_resolve(ctx, &ctx->in_shapes[0], ctx->attrs, &ctx->out_shapes[0], &axis,
                               &start, error))
     return FALSE;
@@ -428,7 +428,7 @@ slice_backward_grad(QkvGradCtx *g, GError **error)
   const QkvShape *dy = qkv_value_shape(g->inputs[0]);
   QkvShape shape;
   gint axis;
-  gint64 start;
+  gint64 start = 0;
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
   slice_backward_resolve(NULL, dy, g->attrs, &shape, &axis, &start, NULL);

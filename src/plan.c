@@ -3,7 +3,6 @@
  * fixed at compile time, except graph inputs, which are patched in on bind. */
 #include "qkv-private.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
@@ -145,8 +144,9 @@ struct _QkvPlan {
   guint8 *arena;
   gsize arena_size;
   gsize intermediates_size;
-  gsize *value_offset; /* per value id: arena offset, or G_MAXSIZE if not in the arena */
-  Binding *bindings;   /* one per graph input */
+  gsize *value_offset;      /* per value id: arena offset, or G_MAXSIZE if not in the arena */
+  gpointer *value_external; /* per value id: memory outside the arena (a param's gradient) */
+  Binding *bindings;        /* one per graph input */
   guint n_bindings;
   QkvValue **output_values;
   QkvTensor **outputs;
@@ -166,6 +166,8 @@ value_pointer(QkvPlan *plan, QkvValue *v)
 {
   switch (v->kind) {
   case QKV_VALUE_OP:
+    if (plan->value_external[v->id] != NULL)
+      return plan->value_external[v->id];
     return plan->arena + plan->value_offset[v->id];
   case QKV_VALUE_PARAM:
     return qkv_tensor_data(qkv_param_value(v->param));
@@ -240,6 +242,15 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
       last_use[gv->id] = G_MAXINT;
     }
   }
+  /* A node that computes a parameter's gradient writes it straight into the
+   * store: no arena space, no copy after the run. (A value that is the
+   * gradient of two parameters goes to the first; the other gets a copy.) */
+  plan->value_external = g_new0(gpointer, n_values);
+  for (guint i = 0; i < plan->n_param_grads && !opts.no_memory_reuse; i++) {
+    QkvValue *gv = plan->param_grads[i].grad;
+    if (gv->kind == QKV_VALUE_OP && plan->value_external[gv->id] == NULL)
+      plan->value_external[gv->id] = qkv_tensor_data(qkv_param_grad(plan->param_grads[i].param));
+  }
   /* prune: walk back from the roots */
   gboolean *node_needed = g_new0(gboolean, n_nodes);
   guint n_steps = 0;
@@ -294,19 +305,21 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
       gsize bytes = (gsize)qkv_shape_numel(&out->shape) * qkv_dtype_size(out->dtype);
       if (last_use[out->id] < (gint)s)
         last_use[out->id] = (gint)s; /* written, never read: dies at once */
+      if (plan->value_external[out->id] != NULL)
+        continue;
       plan->intermediates_size += round_up(bytes);
       gint reuse = -1;
       if (o == 0 && (node->op->flags & QKV_OP_INPLACE) && node->n_inputs > 0 &&
           node->inputs[0]->kind == QKV_VALUE_OP) {
         QkvValue *in0 = node->inputs[0];
         gint b = value_buffer[in0->id];
-        Buffer *buf = &g_array_index(buffers, Buffer, b);
+        Buffer *buf = &g_array_index(buffers, Buffer, MAX(b, 0));
         gsize in_bytes = (gsize)qkv_shape_numel(&in0->shape) * qkv_dtype_size(in0->dtype);
         gboolean shared_with_other_input = FALSE;
         for (guint i = 1; i < node->n_inputs; i++)
           shared_with_other_input |=
               node->inputs[i]->kind == QKV_VALUE_OP && value_buffer[node->inputs[i]->id] == b;
-        if (!buf->pinned && buf->last_use == (gint)s && in_bytes == bytes &&
+        if (b >= 0 && !buf->pinned && buf->last_use == (gint)s && in_bytes == bytes &&
             in0->dtype == out->dtype && !shared_with_other_input)
           reuse = b;
       }
@@ -339,7 +352,7 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
     /* release what this step was the last to touch */
     for (guint k = 0; k < node->n_inputs + node->n_outputs; k++) {
       QkvValue *v = k < node->n_inputs ? node->inputs[k] : node->outputs[k - node->n_inputs];
-      if (v->kind != QKV_VALUE_OP)
+      if (v->kind != QKV_VALUE_OP || value_buffer[v->id] < 0)
         continue;
       Buffer *buf = &g_array_index(buffers, Buffer, value_buffer[v->id]);
       if (!buf->pinned && !buf->freed && buf->last_use <= (gint)s) {
@@ -437,6 +450,7 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->output_values);
   g_free(plan->param_grads);
   g_free(plan->value_offset);
+  g_free(plan->value_external);
   qkv_aligned_free(plan->arena);
   g_free(plan);
 }
@@ -489,11 +503,7 @@ qkv_plan_run(QkvPlan *plan, GError **error)
       return FALSE;
     }
   }
-  static gint blas_threads = -1;
-  if (blas_threads != plan->n_threads) {
-    openblas_set_num_threads(plan->n_threads);
-    blas_threads = plan->n_threads;
-  }
+  qkv_set_running_plan_threads(plan->n_threads);
   for (guint s = 0; s < plan->n_steps; s++) {
     Step *st = &plan->steps[s];
     st->ctx.n_threads = plan->n_threads;
@@ -501,6 +511,7 @@ qkv_plan_run(QkvPlan *plan, GError **error)
     st->ctx.step = plan->step;
     st->node->op->forward(&st->ctx);
   }
+  qkv_set_running_plan_threads(0);
   for (guint i = 0; i < plan->n_param_grads; i++) {
     ParamGrad *pg = &plan->param_grads[i];
     QkvTensor *dst = qkv_param_grad(pg->param);

@@ -105,3 +105,6 @@ void qkv_plugins_init(void);
 /* Aligned allocation that counts calls (see qkv_alloc_count()). */
 gpointer qkv_aligned_alloc0(gsize size);
 void qkv_aligned_free(gpointer ptr);
+
+/* The executor tells qkv_sgemm() the thread count of the plan it runs. */
+void qkv_set_running_plan_threads(gint n_threads);

@@ -224,6 +224,16 @@ typedef void (*QkvRangeFunc)(gint64 begin, gint64 end, gint thread_index, gpoint
 void qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body,
                              gpointer user_data);
 
+/* c = alpha·op(a)·op(b) + beta·c, row-major, through OpenBLAS. Products below
+ * about 4 M multiply-adds run on one thread (splitting them costs more than it
+ * saves); larger ones use up to n_threads (≤ 0: the thread count of the plan
+ * running on this thread, else qkv_get_num_threads()). Inside a parallel
+ * region it always runs on the calling thread. lda, ldb, ldc are the stored
+ * rows' lengths. */
+void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+               float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+               float *c, gint64 ldc, gint n_threads);
+
 /* Vector math over n floats (dst may equal src), through SLEEF's widest
  * vector functions the CPU supports, with a scalar fallback. */
 void qkv_vec_exp(float *dst, const float *src, gsize n);
