@@ -13,31 +13,6 @@
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static QkvValue *
-input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
-{
-  g_autoptr(GError) error = NULL;
-  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
-  g_assert_no_error(error);
-  return v;
-}
-
-#define assert_op_fails(graph, op, code, call)                                                     \
-  G_STMT_START                                                                                     \
-  {                                                                                                \
-    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
-    GError *error_ = NULL;                                                                         \
-    QkvValue *v_ = (call);                                                                         \
-    g_assert_null(v_);                                                                             \
-    g_assert_error(error_, QKV_ERROR, code);                                                       \
-    if (strstr(error_->message, op) == NULL)                                                       \
-      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
-    g_test_message("%s", error_->message);                                                         \
-    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
-    g_clear_error(&error_);                                                                        \
-  }                                                                                                \
-  G_STMT_END
-
 /* Assert |a - e| ≤ tol · max(|e|, floor) for every element, floor = max(0.1 ·
  * max|e|, 1e-2): relative error, where elements near zero (sums of cancelling
  * terms, or gradients that vanish identically, such as that of the key bias,
@@ -292,7 +267,8 @@ run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckBuildFunc build, gpoi
   QkvValue *inputs[16];
   for (guint i = 0; i < n; i++) {
     g_autofree gchar *name = g_strdup_printf("in%u", i);
-    inputs[i] = input(g, name, qkv_tensor_dtype(tensors[i]), *qkv_tensor_shape(tensors[i]));
+    inputs[i] =
+        qkv_test_input(g, name, qkv_tensor_dtype(tensors[i]), *qkv_tensor_shape(tensors[i]));
     if (qkv_tensor_dtype(tensors[i]) == QKV_F32)
       qkv_value_set_requires_grad(inputs[i], TRUE);
   }
@@ -561,8 +537,9 @@ test_dot_attention_dropout(void)
 
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *iq = input(g, "q", QKV_F32, qs), *ik = input(g, "k", QKV_F32, ks),
-           *iv = input(g, "v", QKV_F32, vs), *ivl = input(g, "vl", QKV_I32, QKV_SHAPE(2));
+  QkvValue *iq = qkv_test_input(g, "q", QKV_F32, qs), *ik = qkv_test_input(g, "k", QKV_F32, ks),
+           *iv = qkv_test_input(g, "v", QKV_F32, vs),
+           *ivl = qkv_test_input(g, "vl", QKV_I32, QKV_SHAPE(2));
   QkvValue *weights = NULL;
   QkvValue *out = qkv_dot_product_attention(iq, ik, iv, ivl, FALSE, 0.4, &weights, &error);
   g_assert_no_error(error);
@@ -717,7 +694,7 @@ run_threads(guint n, QkvTensor *const *t, QkvCheckBuildFunc build, Spec *spec, g
   QkvValue *in[16], *outs[17];
   for (guint i = 0; i < n; i++) {
     g_autofree gchar *name = g_strdup_printf("in%u", i);
-    in[i] = input(g, name, qkv_tensor_dtype(t[i]), *qkv_tensor_shape(t[i]));
+    in[i] = qkv_test_input(g, name, qkv_tensor_dtype(t[i]), *qkv_tensor_shape(t[i]));
     qkv_value_set_requires_grad(in[i], qkv_tensor_dtype(t[i]) == QKV_F32);
   }
   outs[0] = build(g, in, spec, &error);
@@ -833,7 +810,7 @@ dropout_plan(QkvGraph *g, double p, gboolean training, guint64 seed, QkvTensor *
   g_autoptr(GError) error = NULL;
   QkvValue *in = qkv_graph_lookup_input(g, "x");
   if (in == NULL)
-    in = input(g, "x", QKV_F32, *qkv_tensor_shape(x));
+    in = qkv_test_input(g, "x", QKV_F32, *qkv_tensor_shape(x));
   QkvValue *y = qkv_dropout(in, p, &error);
   g_assert_no_error(error);
   QkvPlanOptions opts = qkv_plan_options_default();
@@ -904,7 +881,7 @@ test_dropout(void)
   /* The saved mask (output 1) is what multiplies x: y = x · mask. */
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvGraph) g4 = qkv_graph_new();
-  QkvValue *in = input(g4, "x", QKV_F32, s);
+  QkvValue *in = qkv_test_input(g4, "x", QKV_F32, s);
   QkvValue *y = qkv_dropout(in, p, &error);
   g_assert_no_error(error);
   QkvNode *node = qkv_value_node(y);
@@ -1091,99 +1068,99 @@ static void
 test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *q = input(g, "q", QKV_F32, QKV_SHAPE(2, 3, 6));
-  QkvValue *k = input(g, "k", QKV_F32, QKV_SHAPE(2, 5, 6));
-  QkvValue *v = input(g, "v", QKV_F32, QKV_SHAPE(2, 5, 4));
-  QkvValue *k_bad = input(g, "k_bad", QKV_F32, QKV_SHAPE(2, 5, 7));
-  QkvValue *vl = input(g, "vl", QKV_I32, QKV_SHAPE(2));
-  QkvValue *vl_f32 = input(g, "vl_f32", QKV_F32, QKV_SHAPE(2));
-  QkvValue *vl_long = input(g, "vl_long", QKV_I32, QKV_SHAPE(3));
-  QkvValue *vl_q_bad = input(g, "vl_q_bad", QKV_I32, QKV_SHAPE(2, 4));
-  QkvValue *vl_rank3 = input(g, "vl_rank3", QKV_I32, QKV_SHAPE(2, 3, 1));
-  QkvValue *x1 = input(g, "x1", QKV_F32, QKV_SHAPE(5));
-  QkvValue *xi = input(g, "xi", QKV_I32, QKV_SHAPE(2, 3, 5));
-  QkvValue *w6 = input(g, "w6", QKV_F32, QKV_SHAPE(6, 6));
-  QkvValue *w64 = input(g, "w64", QKV_F32, QKV_SHAPE(6, 4));
-  QkvValue *w5 = input(g, "w5", QKV_F32, QKV_SHAPE(6, 5));
-  QkvValue *b6 = input(g, "b6", QKV_F32, QKV_SHAPE(6));
-  QkvValue *b5 = input(g, "b5", QKV_F32, QKV_SHAPE(5));
-  QkvValue *scores = input(g, "scores", QKV_F32, QKV_SHAPE(2, 3, 5));
+  QkvValue *q = qkv_test_input(g, "q", QKV_F32, QKV_SHAPE(2, 3, 6));
+  QkvValue *k = qkv_test_input(g, "k", QKV_F32, QKV_SHAPE(2, 5, 6));
+  QkvValue *v = qkv_test_input(g, "v", QKV_F32, QKV_SHAPE(2, 5, 4));
+  QkvValue *k_bad = qkv_test_input(g, "k_bad", QKV_F32, QKV_SHAPE(2, 5, 7));
+  QkvValue *vl = qkv_test_input(g, "vl", QKV_I32, QKV_SHAPE(2));
+  QkvValue *vl_f32 = qkv_test_input(g, "vl_f32", QKV_F32, QKV_SHAPE(2));
+  QkvValue *vl_long = qkv_test_input(g, "vl_long", QKV_I32, QKV_SHAPE(3));
+  QkvValue *vl_q_bad = qkv_test_input(g, "vl_q_bad", QKV_I32, QKV_SHAPE(2, 4));
+  QkvValue *vl_rank3 = qkv_test_input(g, "vl_rank3", QKV_I32, QKV_SHAPE(2, 3, 1));
+  QkvValue *x1 = qkv_test_input(g, "x1", QKV_F32, QKV_SHAPE(5));
+  QkvValue *xi = qkv_test_input(g, "xi", QKV_I32, QKV_SHAPE(2, 3, 5));
+  QkvValue *w6 = qkv_test_input(g, "w6", QKV_F32, QKV_SHAPE(6, 6));
+  QkvValue *w64 = qkv_test_input(g, "w64", QKV_F32, QKV_SHAPE(6, 4));
+  QkvValue *w5 = qkv_test_input(g, "w5", QKV_F32, QKV_SHAPE(6, 5));
+  QkvValue *b6 = qkv_test_input(g, "b6", QKV_F32, QKV_SHAPE(6));
+  QkvValue *b5 = qkv_test_input(g, "b5", QKV_F32, QKV_SHAPE(5));
+  QkvValue *scores = qkv_test_input(g, "scores", QKV_F32, QKV_SHAPE(2, 3, 5));
   QkvValue *w = NULL;
 
   /* masked_softmax */
-  assert_op_fails(g, "'masked_softmax'", QKV_ERROR_DTYPE,
-                  qkv_masked_softmax(scores, vl_f32, FALSE, &error_));
-  assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
-                  qkv_masked_softmax(scores, vl_long, FALSE, &error_));
-  assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
-                  qkv_masked_softmax(scores, vl_q_bad, FALSE, &error_));
-  assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
-                  qkv_masked_softmax(scores, vl_rank3, FALSE, &error_));
-  assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
-                  qkv_masked_softmax(x1, NULL, TRUE, &error_));
-  assert_op_fails(g, "'masked_softmax'", QKV_ERROR_DTYPE,
-                  qkv_masked_softmax(xi, NULL, FALSE, &error_));
+  qkv_assert_op_fails(g, "'masked_softmax'", QKV_ERROR_DTYPE,
+                      qkv_masked_softmax(scores, vl_f32, FALSE, &error_));
+  qkv_assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
+                      qkv_masked_softmax(scores, vl_long, FALSE, &error_));
+  qkv_assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
+                      qkv_masked_softmax(scores, vl_q_bad, FALSE, &error_));
+  qkv_assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
+                      qkv_masked_softmax(scores, vl_rank3, FALSE, &error_));
+  qkv_assert_op_fails(g, "'masked_softmax'", QKV_ERROR_SHAPE,
+                      qkv_masked_softmax(x1, NULL, TRUE, &error_));
+  qkv_assert_op_fails(g, "'masked_softmax'", QKV_ERROR_DTYPE,
+                      qkv_masked_softmax(xi, NULL, FALSE, &error_));
 
   /* dot_product_attention */
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_DTYPE,
-                  qkv_dot_product_attention(q, k, v, vl_f32, FALSE, 0, &w, &error_));
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
-                  qkv_dot_product_attention(q, k, v, vl_long, FALSE, 0, &w, &error_));
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
-                  qkv_dot_product_attention(q, k, v, vl_q_bad, FALSE, 0, &w, &error_));
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
-                  qkv_dot_product_attention(q, k_bad, v, NULL, FALSE, 0, &w, &error_));
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
-                  qkv_dot_product_attention(q, k, q, NULL, FALSE, 0, &w, &error_));
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_ATTRIBUTE,
-                  qkv_dot_product_attention(q, k, v, vl, FALSE, 1.0, &w, &error_));
-  assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_ATTRIBUTE,
-                  qkv_dot_product_attention(q, k, v, vl, FALSE, -0.1, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_DTYPE,
+                      qkv_dot_product_attention(q, k, v, vl_f32, FALSE, 0, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
+                      qkv_dot_product_attention(q, k, v, vl_long, FALSE, 0, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
+                      qkv_dot_product_attention(q, k, v, vl_q_bad, FALSE, 0, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
+                      qkv_dot_product_attention(q, k_bad, v, NULL, FALSE, 0, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_SHAPE,
+                      qkv_dot_product_attention(q, k, q, NULL, FALSE, 0, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_ATTRIBUTE,
+                      qkv_dot_product_attention(q, k, v, vl, FALSE, 1.0, &w, &error_));
+  qkv_assert_op_fails(g, "'dot_product_attention'", QKV_ERROR_ATTRIBUTE,
+                      qkv_dot_product_attention(q, k, v, vl, FALSE, -0.1, &w, &error_));
 
   /* multi_head_attention: queries (2, 3, 6), keys (2, 5, 6), values (2, 5, 4);
    * H = 6. */
   QkvValue *biases[] = {b6, b6, b6, b6}, *bad_biases[] = {b6, b6, b5, b6};
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_SHAPE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, NULL, 4, NULL, FALSE, 0, &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_ATTRIBUTE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, NULL, 0, NULL, FALSE, 0, &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_SHAPE,
       qkv_multi_head_attention(q, k, v, w6, w6, w6, w6, NULL, 2, NULL, FALSE, 0, &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_SHAPE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w5, NULL, 2, NULL, FALSE, 0, &w, &error_));
-  assert_op_fails(g, "'multi_head_attention'", QKV_ERROR_SHAPE,
-                  qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, bad_biases, 2, NULL, FALSE, 0,
-                                           &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(g, "'multi_head_attention'", QKV_ERROR_SHAPE,
+                      qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, bad_biases, 2, NULL, FALSE,
+                                               0, &w, &error_));
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_DTYPE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, biases, 2, vl_f32, FALSE, 0, &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_SHAPE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, NULL, 2, vl_long, FALSE, 0, &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_SHAPE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, NULL, 3, vl_q_bad, FALSE, 0, &w, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(
       g, "'multi_head_attention'", QKV_ERROR_ATTRIBUTE,
       qkv_multi_head_attention(q, k, v, w6, w6, w64, w6, NULL, 2, vl, FALSE, 1.5, &w, &error_));
   QkvValue *nine[] = {q, k, v, w6, w6, w64, w6, b6, b6};
-  assert_op_fails(g, "multi_head_attention", QKV_ERROR_ARITY,
-                  qkv_graph_op(g, "multi_head_attention", nine, 9,
-                               g_variant_new_parsed("{'num_heads': <2>}"), &error_));
-  assert_op_fails(g, "multi_head_attention", QKV_ERROR_ATTRIBUTE,
-                  qkv_graph_op(g, "multi_head_attention", nine, 7, NULL, &error_));
+  qkv_assert_op_fails(g, "multi_head_attention", QKV_ERROR_ARITY,
+                      qkv_graph_op(g, "multi_head_attention", nine, 9,
+                                   g_variant_new_parsed("{'num_heads': <2>}"), &error_));
+  qkv_assert_op_fails(g, "multi_head_attention", QKV_ERROR_ATTRIBUTE,
+                      qkv_graph_op(g, "multi_head_attention", nine, 7, NULL, &error_));
 
   /* dropout */
-  assert_op_fails(g, "'dropout'", QKV_ERROR_ATTRIBUTE, qkv_dropout(q, 1.0, &error_));
-  assert_op_fails(g, "'dropout'", QKV_ERROR_ATTRIBUTE, qkv_dropout(q, -0.5, &error_));
-  assert_op_fails(g, "'dropout'", QKV_ERROR_ATTRIBUTE, qkv_dropout(q, NAN, &error_));
-  assert_op_fails(g, "'dropout'", QKV_ERROR_DTYPE, qkv_dropout(xi, 0.1, &error_));
-  assert_op_fails(g, "dropout", QKV_ERROR_ATTRIBUTE,
-                  qkv_graph_op(g, "dropout", &q, 1, NULL, &error_));
+  qkv_assert_op_fails(g, "'dropout'", QKV_ERROR_ATTRIBUTE, qkv_dropout(q, 1.0, &error_));
+  qkv_assert_op_fails(g, "'dropout'", QKV_ERROR_ATTRIBUTE, qkv_dropout(q, -0.5, &error_));
+  qkv_assert_op_fails(g, "'dropout'", QKV_ERROR_ATTRIBUTE, qkv_dropout(q, NAN, &error_));
+  qkv_assert_op_fails(g, "'dropout'", QKV_ERROR_DTYPE, qkv_dropout(xi, 0.1, &error_));
+  qkv_assert_op_fails(g, "dropout", QKV_ERROR_ATTRIBUTE,
+                      qkv_graph_op(g, "dropout", &q, 1, NULL, &error_));
 }
 
 int

@@ -122,57 +122,32 @@ test_grad(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *
-input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
-{
-  g_autoptr(GError) error = NULL;
-  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
-  g_assert_no_error(error);
-  return v;
-}
-
-#define assert_op_fails(graph, op, code, call)                                                     \
-  G_STMT_START                                                                                     \
-  {                                                                                                \
-    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
-    GError *error_ = NULL;                                                                         \
-    QkvValue *v_ = (call);                                                                         \
-    g_assert_null(v_);                                                                             \
-    g_assert_error(error_, QKV_ERROR, code);                                                       \
-    if (strstr(error_->message, op) == NULL)                                                       \
-      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
-    g_test_message("%s", error_->message);                                                         \
-    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
-    g_clear_error(&error_);                                                                        \
-  }                                                                                                \
-  G_STMT_END
-
 static void
 test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *ids = input(g, "ids", QKV_I32, QKV_SHAPE(2, 3));
-  QkvValue *fids = input(g, "fids", QKV_F32, QKV_SHAPE(2, 3));
-  QkvValue *w = input(g, "w", QKV_F32, QKV_SHAPE(5, 4));
-  QkvValue *w1 = input(g, "w1", QKV_F32, QKV_SHAPE(20));
-  QkvValue *wi = input(g, "wi", QKV_I32, QKV_SHAPE(5, 4));
-  QkvValue *dy = input(g, "dy", QKV_F32, QKV_SHAPE(2, 3, 4));
-  QkvValue *dy_bad = input(g, "dy_bad", QKV_F32, QKV_SHAPE(3, 2, 4));
-  QkvValue *ids5 = input(g, "ids5", QKV_I32, QKV_SHAPE(1, 1, 1, 1, 1, 1));
+  QkvValue *ids = qkv_test_input(g, "ids", QKV_I32, QKV_SHAPE(2, 3));
+  QkvValue *fids = qkv_test_input(g, "fids", QKV_F32, QKV_SHAPE(2, 3));
+  QkvValue *w = qkv_test_input(g, "w", QKV_F32, QKV_SHAPE(5, 4));
+  QkvValue *w1 = qkv_test_input(g, "w1", QKV_F32, QKV_SHAPE(20));
+  QkvValue *wi = qkv_test_input(g, "wi", QKV_I32, QKV_SHAPE(5, 4));
+  QkvValue *dy = qkv_test_input(g, "dy", QKV_F32, QKV_SHAPE(2, 3, 4));
+  QkvValue *dy_bad = qkv_test_input(g, "dy_bad", QKV_F32, QKV_SHAPE(3, 2, 4));
+  QkvValue *ids5 = qkv_test_input(g, "ids5", QKV_I32, QKV_SHAPE(1, 1, 1, 1, 1, 1));
 
-  assert_op_fails(g, "'embedding'", QKV_ERROR_DTYPE, qkv_embedding(fids, w, &error_));
-  assert_op_fails(g, "'embedding'", QKV_ERROR_DTYPE, qkv_embedding(ids, wi, &error_));
-  assert_op_fails(g, "'embedding'", QKV_ERROR_SHAPE, qkv_embedding(ids, w1, &error_));
-  assert_op_fails(g, "'embedding'", QKV_ERROR_SHAPE, qkv_embedding(ids5, w, &error_));
-  assert_op_fails(g, "embedding_backward", QKV_ERROR_SHAPE,
-                  qkv_embedding_backward(dy_bad, ids, 5, &error_));
-  assert_op_fails(g, "embedding_backward", QKV_ERROR_DTYPE,
-                  qkv_embedding_backward(dy, fids, 5, &error_));
-  assert_op_fails(g, "embedding_backward", QKV_ERROR_ATTRIBUTE,
-                  qkv_embedding_backward(dy, ids, -1, &error_));
+  qkv_assert_op_fails(g, "'embedding'", QKV_ERROR_DTYPE, qkv_embedding(fids, w, &error_));
+  qkv_assert_op_fails(g, "'embedding'", QKV_ERROR_DTYPE, qkv_embedding(ids, wi, &error_));
+  qkv_assert_op_fails(g, "'embedding'", QKV_ERROR_SHAPE, qkv_embedding(ids, w1, &error_));
+  qkv_assert_op_fails(g, "'embedding'", QKV_ERROR_SHAPE, qkv_embedding(ids5, w, &error_));
+  qkv_assert_op_fails(g, "embedding_backward", QKV_ERROR_SHAPE,
+                      qkv_embedding_backward(dy_bad, ids, 5, &error_));
+  qkv_assert_op_fails(g, "embedding_backward", QKV_ERROR_DTYPE,
+                      qkv_embedding_backward(dy, fids, 5, &error_));
+  qkv_assert_op_fails(g, "embedding_backward", QKV_ERROR_ATTRIBUTE,
+                      qkv_embedding_backward(dy, ids, -1, &error_));
   QkvValue *pair[] = {dy, ids};
-  assert_op_fails(g, "embedding_backward", QKV_ERROR_ATTRIBUTE,
-                  qkv_graph_op(g, "embedding_backward", pair, 2, NULL, &error_));
+  qkv_assert_op_fails(g, "embedding_backward", QKV_ERROR_ATTRIBUTE,
+                      qkv_graph_op(g, "embedding_backward", pair, 2, NULL, &error_));
 }
 
 int

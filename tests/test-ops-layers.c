@@ -172,31 +172,6 @@ assert_thread_counts_agree(guint n, QkvTensor *const *inputs, QkvCheckBuildFunc 
 
 /* ---- bad input ---------------------------------------------------------- */
 
-static QkvValue *
-input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
-{
-  g_autoptr(GError) error = NULL;
-  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
-  g_assert_no_error(error);
-  return v;
-}
-
-#define assert_op_fails(graph, op, code, call)                                                     \
-  G_STMT_START                                                                                     \
-  {                                                                                                \
-    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
-    GError *error_ = NULL;                                                                         \
-    QkvValue *v_ = (call);                                                                         \
-    g_assert_null(v_);                                                                             \
-    g_assert_error(error_, QKV_ERROR, code);                                                       \
-    if (strstr(error_->message, op) == NULL)                                                       \
-      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
-    g_test_message("%s", error_->message);                                                         \
-    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
-    g_clear_error(&error_);                                                                        \
-  }                                                                                                \
-  G_STMT_END
-
 /* ========================================================================
  * layer_norm
  * ======================================================================== */
@@ -251,9 +226,9 @@ test_ln_values(void)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *x = input(g, "x", QKV_F32, QKV_SHAPE(2, 4));
-  QkvValue *gamma = input(g, "gamma", QKV_F32, QKV_SHAPE(4));
-  QkvValue *beta = input(g, "beta", QKV_F32, QKV_SHAPE(4));
+  QkvValue *x = qkv_test_input(g, "x", QKV_F32, QKV_SHAPE(2, 4));
+  QkvValue *gamma = qkv_test_input(g, "gamma", QKV_F32, QKV_SHAPE(4));
+  QkvValue *beta = qkv_test_input(g, "beta", QKV_F32, QKV_SHAPE(4));
   QkvValue *y = qkv_layer_norm(x, gamma, beta, 1e-5, &error);
   g_assert_no_error(error);
   QkvNode *node = qkv_value_node(y);
@@ -1062,83 +1037,86 @@ static void
 test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *x = input(g, "x", QKV_F32, QKV_SHAPE(2, 3, 8));
-  QkvValue *xi = input(g, "xi", QKV_I32, QKV_SHAPE(2, 8));
-  QkvValue *v1 = input(g, "v1", QKV_F32, QKV_SHAPE(8));
-  QkvValue *v7 = input(g, "v7", QKV_F32, QKV_SHAPE(7));
-  QkvValue *v16 = input(g, "v16", QKV_F32, QKV_SHAPE(16));
-  QkvValue *w1 = input(g, "w1", QKV_F32, QKV_SHAPE(16, 8));
-  QkvValue *w1_bad = input(g, "w1_bad", QKV_F32, QKV_SHAPE(16, 9));
-  QkvValue *w2 = input(g, "w2", QKV_F32, QKV_SHAPE(8, 16));
-  QkvValue *w2_bad = input(g, "w2_bad", QKV_F32, QKV_SHAPE(8, 15));
-  QkvValue *scalar = input(g, "scalar", QKV_F32, qkv_shape_scalar());
+  QkvValue *x = qkv_test_input(g, "x", QKV_F32, QKV_SHAPE(2, 3, 8));
+  QkvValue *xi = qkv_test_input(g, "xi", QKV_I32, QKV_SHAPE(2, 8));
+  QkvValue *v1 = qkv_test_input(g, "v1", QKV_F32, QKV_SHAPE(8));
+  QkvValue *v7 = qkv_test_input(g, "v7", QKV_F32, QKV_SHAPE(7));
+  QkvValue *v16 = qkv_test_input(g, "v16", QKV_F32, QKV_SHAPE(16));
+  QkvValue *w1 = qkv_test_input(g, "w1", QKV_F32, QKV_SHAPE(16, 8));
+  QkvValue *w1_bad = qkv_test_input(g, "w1_bad", QKV_F32, QKV_SHAPE(16, 9));
+  QkvValue *w2 = qkv_test_input(g, "w2", QKV_F32, QKV_SHAPE(8, 16));
+  QkvValue *w2_bad = qkv_test_input(g, "w2_bad", QKV_F32, QKV_SHAPE(8, 15));
+  QkvValue *scalar = qkv_test_input(g, "scalar", QKV_F32, qkv_shape_scalar());
 
   /* layer_norm */
-  assert_op_fails(g, "'layer_norm'", QKV_ERROR_SHAPE, qkv_layer_norm(x, v7, v1, 1e-5, &error_));
-  assert_op_fails(g, "'layer_norm'", QKV_ERROR_SHAPE, qkv_layer_norm(x, v1, v16, 1e-5, &error_));
-  assert_op_fails(g, "'layer_norm'", QKV_ERROR_DTYPE, qkv_layer_norm(xi, v1, v1, 1e-5, &error_));
-  assert_op_fails(g, "'layer_norm'", QKV_ERROR_SHAPE,
-                  qkv_layer_norm(scalar, v1, v1, 1e-5, &error_));
-  assert_op_fails(g, "'layer_norm'", QKV_ERROR_ATTRIBUTE, qkv_layer_norm(x, v1, v1, -1, &error_));
+  qkv_assert_op_fails(g, "'layer_norm'", QKV_ERROR_SHAPE, qkv_layer_norm(x, v7, v1, 1e-5, &error_));
+  qkv_assert_op_fails(g, "'layer_norm'", QKV_ERROR_SHAPE,
+                      qkv_layer_norm(x, v1, v16, 1e-5, &error_));
+  qkv_assert_op_fails(g, "'layer_norm'", QKV_ERROR_DTYPE,
+                      qkv_layer_norm(xi, v1, v1, 1e-5, &error_));
+  qkv_assert_op_fails(g, "'layer_norm'", QKV_ERROR_SHAPE,
+                      qkv_layer_norm(scalar, v1, v1, 1e-5, &error_));
+  qkv_assert_op_fails(g, "'layer_norm'", QKV_ERROR_ATTRIBUTE,
+                      qkv_layer_norm(x, v1, v1, -1, &error_));
   QkvValue *two[] = {x, v1};
-  assert_op_fails(g, "layer_norm", QKV_ERROR_ARITY,
-                  qkv_graph_op(g, "layer_norm", two, 2, NULL, &error_));
+  qkv_assert_op_fails(g, "layer_norm", QKV_ERROR_ARITY,
+                      qkv_graph_op(g, "layer_norm", two, 2, NULL, &error_));
 
   /* position_wise_ffn */
-  assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
-                  qkv_position_wise_ffn(x, w1_bad, v16, w2, v1, &error_));
-  assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
-                  qkv_position_wise_ffn(x, w1, v7, w2, v1, &error_));
-  assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
-                  qkv_position_wise_ffn(x, w1, v16, w2_bad, v1, &error_));
-  assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
-                  qkv_position_wise_ffn(x, w1, v16, w2, v16, &error_));
-  assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
-                  qkv_position_wise_ffn(x, v16, v16, w2, v1, &error_));
-  assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_DTYPE,
-                  qkv_position_wise_ffn(xi, w1, v16, w2, v1, &error_));
+  qkv_assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
+                      qkv_position_wise_ffn(x, w1_bad, v16, w2, v1, &error_));
+  qkv_assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
+                      qkv_position_wise_ffn(x, w1, v7, w2, v1, &error_));
+  qkv_assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
+                      qkv_position_wise_ffn(x, w1, v16, w2_bad, v1, &error_));
+  qkv_assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
+                      qkv_position_wise_ffn(x, w1, v16, w2, v16, &error_));
+  qkv_assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_SHAPE,
+                      qkv_position_wise_ffn(x, v16, v16, w2, v1, &error_));
+  qkv_assert_op_fails(g, "'position_wise_ffn'", QKV_ERROR_DTYPE,
+                      qkv_position_wise_ffn(xi, w1, v16, w2, v1, &error_));
 
   /* positional_encoding */
-  assert_op_fails(g, "'positional_encoding'", QKV_ERROR_SHAPE,
-                  qkv_positional_encoding(v1, 0, 0, &error_));
-  assert_op_fails(g, "'positional_encoding'", QKV_ERROR_DTYPE,
-                  qkv_positional_encoding(xi, 0, 0, &error_));
-  assert_op_fails(g, "'positional_encoding'", QKV_ERROR_ATTRIBUTE,
-                  qkv_positional_encoding(x, 1.5, 0, &error_));
-  assert_op_fails(g, "'positional_encoding'", QKV_ERROR_ATTRIBUTE,
-                  qkv_positional_encoding(x, 0, -1, &error_));
+  qkv_assert_op_fails(g, "'positional_encoding'", QKV_ERROR_SHAPE,
+                      qkv_positional_encoding(v1, 0, 0, &error_));
+  qkv_assert_op_fails(g, "'positional_encoding'", QKV_ERROR_DTYPE,
+                      qkv_positional_encoding(xi, 0, 0, &error_));
+  qkv_assert_op_fails(g, "'positional_encoding'", QKV_ERROR_ATTRIBUTE,
+                      qkv_positional_encoding(x, 1.5, 0, &error_));
+  qkv_assert_op_fails(g, "'positional_encoding'", QKV_ERROR_ATTRIBUTE,
+                      qkv_positional_encoding(x, 0, -1, &error_));
 
   /* additive_attention: q (2, 3, 4), k (2, 5, 6), v (2, 5, 7), h = 9 */
-  QkvValue *q = input(g, "q", QKV_F32, QKV_SHAPE(2, 3, 4));
-  QkvValue *k = input(g, "k", QKV_F32, QKV_SHAPE(2, 5, 6));
-  QkvValue *v = input(g, "v", QKV_F32, QKV_SHAPE(2, 5, 7));
-  QkvValue *v_short = input(g, "v_short", QKV_F32, QKV_SHAPE(2, 4, 7));
-  QkvValue *wq = input(g, "wq", QKV_F32, QKV_SHAPE(9, 4));
-  QkvValue *wk = input(g, "wk", QKV_F32, QKV_SHAPE(9, 6));
-  QkvValue *wv = input(g, "wv", QKV_F32, QKV_SHAPE(1, 9));
-  QkvValue *wq_bad = input(g, "wq_bad", QKV_F32, QKV_SHAPE(9, 5));
-  QkvValue *wk_bad = input(g, "wk_bad", QKV_F32, QKV_SHAPE(8, 6));
-  QkvValue *wv_bad = input(g, "wv_bad", QKV_F32, QKV_SHAPE(2, 9));
-  QkvValue *lens = input(g, "lens", QKV_I32, QKV_SHAPE(2));
-  QkvValue *lens_f = input(g, "lens_f", QKV_F32, QKV_SHAPE(2));
-  QkvValue *lens_bad = input(g, "lens_bad", QKV_I32, QKV_SHAPE(2, 5));
+  QkvValue *q = qkv_test_input(g, "q", QKV_F32, QKV_SHAPE(2, 3, 4));
+  QkvValue *k = qkv_test_input(g, "k", QKV_F32, QKV_SHAPE(2, 5, 6));
+  QkvValue *v = qkv_test_input(g, "v", QKV_F32, QKV_SHAPE(2, 5, 7));
+  QkvValue *v_short = qkv_test_input(g, "v_short", QKV_F32, QKV_SHAPE(2, 4, 7));
+  QkvValue *wq = qkv_test_input(g, "wq", QKV_F32, QKV_SHAPE(9, 4));
+  QkvValue *wk = qkv_test_input(g, "wk", QKV_F32, QKV_SHAPE(9, 6));
+  QkvValue *wv = qkv_test_input(g, "wv", QKV_F32, QKV_SHAPE(1, 9));
+  QkvValue *wq_bad = qkv_test_input(g, "wq_bad", QKV_F32, QKV_SHAPE(9, 5));
+  QkvValue *wk_bad = qkv_test_input(g, "wk_bad", QKV_F32, QKV_SHAPE(8, 6));
+  QkvValue *wv_bad = qkv_test_input(g, "wv_bad", QKV_F32, QKV_SHAPE(2, 9));
+  QkvValue *lens = qkv_test_input(g, "lens", QKV_I32, QKV_SHAPE(2));
+  QkvValue *lens_f = qkv_test_input(g, "lens_f", QKV_F32, QKV_SHAPE(2));
+  QkvValue *lens_bad = qkv_test_input(g, "lens_bad", QKV_I32, QKV_SHAPE(2, 5));
   const gchar *aa = "'additive_attention'";
-  assert_op_fails(g, aa, QKV_ERROR_SHAPE,
-                  qkv_additive_attention(q, k, v, wq_bad, wk, wv, NULL, 0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_SHAPE,
-                  qkv_additive_attention(q, k, v, wq, wk_bad, wv, NULL, 0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_SHAPE,
-                  qkv_additive_attention(q, k, v, wq, wk, wv_bad, NULL, 0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_SHAPE,
-                  qkv_additive_attention(q, k, v_short, wq, wk, wv, NULL, 0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_DTYPE,
-                  qkv_additive_attention(q, k, v, wq, wk, wv, lens_f, 0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_SHAPE,
-                  qkv_additive_attention(q, k, v, wq, wk, wv, lens_bad, 0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_ATTRIBUTE,
-                  qkv_additive_attention(q, k, v, wq, wk, wv, lens, 1.0, NULL, &error_));
-  assert_op_fails(g, aa, QKV_ERROR_SHAPE,
-                  qkv_additive_attention(x, k, v, wq, wk, wv, NULL, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_SHAPE,
+                      qkv_additive_attention(q, k, v, wq_bad, wk, wv, NULL, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_SHAPE,
+                      qkv_additive_attention(q, k, v, wq, wk_bad, wv, NULL, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_SHAPE,
+                      qkv_additive_attention(q, k, v, wq, wk, wv_bad, NULL, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_SHAPE,
+                      qkv_additive_attention(q, k, v_short, wq, wk, wv, NULL, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_DTYPE,
+                      qkv_additive_attention(q, k, v, wq, wk, wv, lens_f, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_SHAPE,
+                      qkv_additive_attention(q, k, v, wq, wk, wv, lens_bad, 0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_ATTRIBUTE,
+                      qkv_additive_attention(q, k, v, wq, wk, wv, lens, 1.0, NULL, &error_));
+  qkv_assert_op_fails(g, aa, QKV_ERROR_SHAPE,
+                      qkv_additive_attention(x, k, v, wq, wk, wv, NULL, 0, NULL, &error_));
   /* and a good one still goes in */
   g_autoptr(GError) error = NULL;
   QkvValue *weights = NULL;
@@ -1154,9 +1132,9 @@ test_saved_outputs_have_no_gradient(void)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *x = input(g, "x", QKV_F32, QKV_SHAPE(3, 4));
-  QkvValue *gamma = input(g, "gamma", QKV_F32, QKV_SHAPE(4));
-  QkvValue *beta = input(g, "beta", QKV_F32, QKV_SHAPE(4));
+  QkvValue *x = qkv_test_input(g, "x", QKV_F32, QKV_SHAPE(3, 4));
+  QkvValue *gamma = qkv_test_input(g, "gamma", QKV_F32, QKV_SHAPE(4));
+  QkvValue *beta = qkv_test_input(g, "beta", QKV_F32, QKV_SHAPE(4));
   qkv_value_set_requires_grad(x, TRUE);
   QkvValue *y = qkv_layer_norm(x, gamma, beta, 1e-5, &error);
   QkvValue *mean = qkv_node_output(qkv_value_node(y), 1);

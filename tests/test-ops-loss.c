@@ -241,73 +241,49 @@ test_mse(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *
-input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
-{
-  g_autoptr(GError) error = NULL;
-  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
-  g_assert_no_error(error);
-  return v;
-}
-
-#define assert_op_fails(graph, op, code, call)                                                     \
-  G_STMT_START                                                                                     \
-  {                                                                                                \
-    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
-    GError *error_ = NULL;                                                                         \
-    QkvValue *v_ = (call);                                                                         \
-    g_assert_null(v_);                                                                             \
-    g_assert_error(error_, QKV_ERROR, code);                                                       \
-    if (strstr(error_->message, op) == NULL)                                                       \
-      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
-    g_test_message("%s", error_->message);                                                         \
-    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
-    g_clear_error(&error_);                                                                        \
-  }                                                                                                \
-  G_STMT_END
-
 static void
 test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *logits = input(g, "logits", QKV_F32, QKV_SHAPE(4, 5));
-  QkvValue *ilogits = input(g, "ilogits", QKV_I32, QKV_SHAPE(4, 5));
-  QkvValue *targets = input(g, "targets", QKV_I32, QKV_SHAPE(4));
-  QkvValue *ftargets = input(g, "ftargets", QKV_F32, QKV_SHAPE(4));
-  QkvValue *targets3 = input(g, "targets3", QKV_I32, QKV_SHAPE(3));
-  QkvValue *weight3 = input(g, "weight3", QKV_F32, QKV_SHAPE(3));
-  QkvValue *iweight = input(g, "iweight", QKV_I32, QKV_SHAPE(4));
-  QkvValue *dl4 = input(g, "dl4", QKV_F32, QKV_SHAPE(4));
-  QkvValue *pred = input(g, "pred", QKV_F32, QKV_SHAPE(2, 3));
-  QkvValue *pred_t = input(g, "pred_t", QKV_F32, QKV_SHAPE(3, 2));
+  QkvValue *logits = qkv_test_input(g, "logits", QKV_F32, QKV_SHAPE(4, 5));
+  QkvValue *ilogits = qkv_test_input(g, "ilogits", QKV_I32, QKV_SHAPE(4, 5));
+  QkvValue *targets = qkv_test_input(g, "targets", QKV_I32, QKV_SHAPE(4));
+  QkvValue *ftargets = qkv_test_input(g, "ftargets", QKV_F32, QKV_SHAPE(4));
+  QkvValue *targets3 = qkv_test_input(g, "targets3", QKV_I32, QKV_SHAPE(3));
+  QkvValue *weight3 = qkv_test_input(g, "weight3", QKV_F32, QKV_SHAPE(3));
+  QkvValue *iweight = qkv_test_input(g, "iweight", QKV_I32, QKV_SHAPE(4));
+  QkvValue *dl4 = qkv_test_input(g, "dl4", QKV_F32, QKV_SHAPE(4));
+  QkvValue *pred = qkv_test_input(g, "pred", QKV_F32, QKV_SHAPE(2, 3));
+  QkvValue *pred_t = qkv_test_input(g, "pred_t", QKV_F32, QKV_SHAPE(3, 2));
 
   const QkvReduction mean = QKV_REDUCTION_MEAN;
-  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
-                  qkv_cross_entropy(ilogits, targets, NULL, mean, &error_));
-  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
-                  qkv_cross_entropy(logits, ftargets, NULL, mean, &error_));
-  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_SHAPE,
-                  qkv_cross_entropy(logits, targets3, NULL, mean, &error_));
-  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_SHAPE,
-                  qkv_cross_entropy(logits, targets, weight3, mean, &error_));
-  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
-                  qkv_cross_entropy(logits, targets, iweight, mean, &error_));
+  qkv_assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
+                      qkv_cross_entropy(ilogits, targets, NULL, mean, &error_));
+  qkv_assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
+                      qkv_cross_entropy(logits, ftargets, NULL, mean, &error_));
+  qkv_assert_op_fails(g, "'cross_entropy'", QKV_ERROR_SHAPE,
+                      qkv_cross_entropy(logits, targets3, NULL, mean, &error_));
+  qkv_assert_op_fails(g, "'cross_entropy'", QKV_ERROR_SHAPE,
+                      qkv_cross_entropy(logits, targets, weight3, mean, &error_));
+  qkv_assert_op_fails(g, "'cross_entropy'", QKV_ERROR_DTYPE,
+                      qkv_cross_entropy(logits, targets, iweight, mean, &error_));
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "reduction", g_variant_new_string("avg"));
   QkvValue *lt[] = {logits, targets};
-  assert_op_fails(g, "'cross_entropy'", QKV_ERROR_ATTRIBUTE,
-                  qkv_graph_op(g, "cross_entropy", lt, 2, g_variant_builder_end(&attrs), &error_));
+  qkv_assert_op_fails(
+      g, "'cross_entropy'", QKV_ERROR_ATTRIBUTE,
+      qkv_graph_op(g, "cross_entropy", lt, 2, g_variant_builder_end(&attrs), &error_));
 
   /* backward: dloss of the wrong shape for the reduction */
-  assert_op_fails(g, "cross_entropy_backward", QKV_ERROR_SHAPE,
-                  qkv_cross_entropy_backward(dl4, logits, targets, NULL, mean, &error_));
-  assert_op_fails(
+  qkv_assert_op_fails(g, "cross_entropy_backward", QKV_ERROR_SHAPE,
+                      qkv_cross_entropy_backward(dl4, logits, targets, NULL, mean, &error_));
+  qkv_assert_op_fails(
       g, "cross_entropy_backward", QKV_ERROR_SHAPE,
       qkv_cross_entropy_backward(weight3, logits, targets, NULL, QKV_REDUCTION_NONE, &error_));
 
-  assert_op_fails(g, "'mse'", QKV_ERROR_SHAPE, qkv_mse(pred, pred_t, mean, &error_));
-  assert_op_fails(g, "'mse'", QKV_ERROR_DTYPE, qkv_mse(ftargets, targets, mean, &error_));
+  qkv_assert_op_fails(g, "'mse'", QKV_ERROR_SHAPE, qkv_mse(pred, pred_t, mean, &error_));
+  qkv_assert_op_fails(g, "'mse'", QKV_ERROR_DTYPE, qkv_mse(ftargets, targets, mean, &error_));
 
   /* Without reduction the default is "mean": a scalar. */
   g_autoptr(GError) error = NULL;

@@ -241,60 +241,35 @@ test_grad_one_side(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *
-input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
-{
-  g_autoptr(GError) error = NULL;
-  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
-  g_assert_no_error(error);
-  return v;
-}
-
 /* The call failed with a QKV_ERROR naming op, and added no node. */
-#define assert_op_fails(graph, op, code, call)                                                     \
-  G_STMT_START                                                                                     \
-  {                                                                                                \
-    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
-    GError *error_ = NULL;                                                                         \
-    QkvValue *v_ = (call);                                                                         \
-    g_assert_null(v_);                                                                             \
-    g_assert_error(error_, QKV_ERROR, code);                                                       \
-    if (strstr(error_->message, op) == NULL)                                                       \
-      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
-    g_test_message("%s", error_->message);                                                         \
-    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
-    g_clear_error(&error_);                                                                        \
-  }                                                                                                \
-  G_STMT_END
-
 static void
 test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *a23 = input(g, "a23", QKV_F32, QKV_SHAPE(2, 3));
-  QkvValue *b42 = input(g, "b42", QKV_F32, QKV_SHAPE(4, 2));
-  QkvValue *b32 = input(g, "b32", QKV_F32, QKV_SHAPE(3, 2));
-  QkvValue *i32 = input(g, "i32", QKV_I32, QKV_SHAPE(3, 2));
-  QkvValue *v3 = input(g, "v3", QKV_F32, QKV_SHAPE(3));
-  QkvValue *a234 = input(g, "a234", QKV_F32, QKV_SHAPE(2, 3, 4));
-  QkvValue *b345 = input(g, "b345", QKV_F32, QKV_SHAPE(3, 4, 5));
-  QkvValue *b2245 = input(g, "b2245", QKV_F32, QKV_SHAPE(2, 2, 4, 5));
+  QkvValue *a23 = qkv_test_input(g, "a23", QKV_F32, QKV_SHAPE(2, 3));
+  QkvValue *b42 = qkv_test_input(g, "b42", QKV_F32, QKV_SHAPE(4, 2));
+  QkvValue *b32 = qkv_test_input(g, "b32", QKV_F32, QKV_SHAPE(3, 2));
+  QkvValue *i32 = qkv_test_input(g, "i32", QKV_I32, QKV_SHAPE(3, 2));
+  QkvValue *v3 = qkv_test_input(g, "v3", QKV_F32, QKV_SHAPE(3));
+  QkvValue *a234 = qkv_test_input(g, "a234", QKV_F32, QKV_SHAPE(2, 3, 4));
+  QkvValue *b345 = qkv_test_input(g, "b345", QKV_F32, QKV_SHAPE(3, 4, 5));
+  QkvValue *b2245 = qkv_test_input(g, "b2245", QKV_F32, QKV_SHAPE(2, 2, 4, 5));
 
-  assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a23, b42, FALSE, FALSE, &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a23, b42, FALSE, FALSE, &error_));
   /* The transpose decides which axis is K: (2, 3)ᵀ · (3, 2) has K 2 vs 3. */
-  assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a23, b32, TRUE, FALSE, &error_));
-  assert_op_fails(g, "matmul", QKV_ERROR_DTYPE, qkv_matmul(a23, i32, FALSE, FALSE, &error_));
-  assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(v3, b32, FALSE, FALSE, &error_));
-  assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a234, b345, FALSE, FALSE, &error_));
-  assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a234, b2245, FALSE, FALSE, &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a23, b32, TRUE, FALSE, &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_DTYPE, qkv_matmul(a23, i32, FALSE, FALSE, &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(v3, b32, FALSE, FALSE, &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a234, b345, FALSE, FALSE, &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_SHAPE, qkv_matmul(a234, b2245, FALSE, FALSE, &error_));
 
   /* A mistyped attribute through the generic path. */
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "transpose_a", g_variant_new_string("yes"));
   QkvValue *ab[] = {a23, b32};
-  assert_op_fails(g, "matmul", QKV_ERROR_ATTRIBUTE,
-                  qkv_graph_op(g, "matmul", ab, 2, g_variant_builder_end(&attrs), &error_));
+  qkv_assert_op_fails(g, "matmul", QKV_ERROR_ATTRIBUTE,
+                      qkv_graph_op(g, "matmul", ab, 2, g_variant_builder_end(&attrs), &error_));
 
   /* The good combination still works after the failures. */
   g_autoptr(GError) error = NULL;

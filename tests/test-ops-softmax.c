@@ -157,48 +157,24 @@ test_grad(void)
 
 /* ---- bad input -------------------------------------------------------- */
 
-static QkvValue *
-input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
-{
-  g_autoptr(GError) error = NULL;
-  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
-  g_assert_no_error(error);
-  return v;
-}
-
-#define assert_op_fails(graph, op, code, call)                                                     \
-  G_STMT_START                                                                                     \
-  {                                                                                                \
-    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
-    GError *error_ = NULL;                                                                         \
-    QkvValue *v_ = (call);                                                                         \
-    g_assert_null(v_);                                                                             \
-    g_assert_error(error_, QKV_ERROR, code);                                                       \
-    if (strstr(error_->message, op) == NULL)                                                       \
-      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
-    g_test_message("%s", error_->message);                                                         \
-    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
-    g_clear_error(&error_);                                                                        \
-  }                                                                                                \
-  G_STMT_END
-
 static void
 test_bad_input(void)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *xi = input(g, "xi", QKV_I32, QKV_SHAPE(2, 3));
-  QkvValue *scalar = input(g, "scalar", QKV_F32, qkv_shape_scalar());
-  QkvValue *a = input(g, "a", QKV_F32, QKV_SHAPE(2, 3));
-  QkvValue *b = input(g, "b", QKV_F32, QKV_SHAPE(3, 2));
+  QkvValue *xi = qkv_test_input(g, "xi", QKV_I32, QKV_SHAPE(2, 3));
+  QkvValue *scalar = qkv_test_input(g, "scalar", QKV_F32, qkv_shape_scalar());
+  QkvValue *a = qkv_test_input(g, "a", QKV_F32, QKV_SHAPE(2, 3));
+  QkvValue *b = qkv_test_input(g, "b", QKV_F32, QKV_SHAPE(3, 2));
 
-  assert_op_fails(g, "'softmax'", QKV_ERROR_DTYPE, qkv_softmax(xi, &error_));
-  assert_op_fails(g, "'log_softmax'", QKV_ERROR_DTYPE, qkv_log_softmax(xi, &error_));
-  assert_op_fails(g, "'softmax'", QKV_ERROR_SHAPE, qkv_softmax(scalar, &error_));
-  assert_op_fails(g, "softmax_backward", QKV_ERROR_SHAPE, qkv_softmax_backward(a, b, &error_));
-  assert_op_fails(g, "log_softmax_backward", QKV_ERROR_DTYPE,
-                  qkv_log_softmax_backward(a, xi, &error_));
+  qkv_assert_op_fails(g, "'softmax'", QKV_ERROR_DTYPE, qkv_softmax(xi, &error_));
+  qkv_assert_op_fails(g, "'log_softmax'", QKV_ERROR_DTYPE, qkv_log_softmax(xi, &error_));
+  qkv_assert_op_fails(g, "'softmax'", QKV_ERROR_SHAPE, qkv_softmax(scalar, &error_));
+  qkv_assert_op_fails(g, "softmax_backward", QKV_ERROR_SHAPE, qkv_softmax_backward(a, b, &error_));
+  qkv_assert_op_fails(g, "log_softmax_backward", QKV_ERROR_DTYPE,
+                      qkv_log_softmax_backward(a, xi, &error_));
   QkvValue *two[] = {a, a};
-  assert_op_fails(g, "softmax", QKV_ERROR_ARITY, qkv_graph_op(g, "softmax", two, 2, NULL, &error_));
+  qkv_assert_op_fails(g, "softmax", QKV_ERROR_ARITY,
+                      qkv_graph_op(g, "softmax", two, 2, NULL, &error_));
 }
 
 int

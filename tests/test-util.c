@@ -156,3 +156,12 @@ qkv_test_ref(GHashTable *ref, const gchar *name)
     g_error("reference tensor '%s' is missing", name);
   return t;
 }
+
+QkvValue *
+qkv_test_input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
+{
+  g_autoptr(GError) error = NULL;
+  QkvValue *v = qkv_graph_input(g, name, dtype, &shape, &error);
+  g_assert_no_error(error);
+  return v;
+}

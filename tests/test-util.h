@@ -38,3 +38,24 @@ GHashTable *qkv_test_load_reference(const gchar *file_name);
 gchar *qkv_test_data_path(const gchar *file_name);
 /* Look a tensor up in a reference table; fails the test if it is missing. */
 QkvTensor *qkv_test_ref(GHashTable *ref, const gchar *name);
+
+/* A graph input that must be accepted. */
+QkvValue *qkv_test_input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape);
+
+/* call must return NULL with a QKV_ERROR of the given code whose message
+ * names op, and leave the graph's node count unchanged. */
+#define qkv_assert_op_fails(graph, op, code, call)                                                 \
+  G_STMT_START                                                                                     \
+  {                                                                                                \
+    guint n_nodes_ = qkv_graph_n_nodes(graph);                                                     \
+    GError *error_ = NULL;                                                                         \
+    QkvValue *v_ = (call);                                                                         \
+    g_assert_null(v_);                                                                             \
+    g_assert_error(error_, QKV_ERROR, code);                                                       \
+    if (strstr(error_->message, op) == NULL)                                                       \
+      g_error("error message '%s' does not name '%s'", error_->message, op);                       \
+    g_test_message("%s", error_->message);                                                         \
+    g_assert_cmpuint(qkv_graph_n_nodes(graph), ==, n_nodes_);                                      \
+    g_clear_error(&error_);                                                                        \
+  }                                                                                                \
+  G_STMT_END
