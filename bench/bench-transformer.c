@@ -1,0 +1,453 @@
+/* bench-transformer.c: trains the d2l Transformer exactly as the PyTorch peer
+ * (/work/shared/bench/peers/torch_transformer.py; its docstring defines the
+ * model, data, loss, FLOP formula and output fields) does, and prints one JSON
+ * line with the peer's fields, so the two can be compared side by side.
+ *
+ * Model: the book's encoder-decoder Transformer built by qkv's builders
+ * (post-LN, d2l 0.17), Xavier-uniform linear weights (QkvBuilder.xavier_linear),
+ * embeddings N(0, 1), LayerNorm 1/0, linear biases PyTorch's default. Data:
+ * the synthetic reverse task from the splitmix64 stream started at --seed,
+ * batch after batch (the same stream as the peer's gen_batch and as
+ * seq2seq_data_reverse() of the seq2seq example). Loss: the book's
+ * MaskedSoftmaxCELoss summed over the batch (l.sum()); backward on it, global
+ * gradient-norm clipping at 1, Adam.
+ *
+ * One step: the batch is filled outside the timer; timed are the plan run
+ * (forward + backward), qkv_optimizer_clip_grad_norm() and
+ * qkv_optimizer_step(). W warm-up steps, then K timed steps; all train.
+ *
+ *   qkv-bench-transformer --config M --threads 2 --steps 30 --warmup 5
+ *   qkv-bench-transformer --config S --dropout 0 --steps 200 --warmup 0 --losses \
+ *       --init /work/shared/bench/peers/ref_S_seed0/init
+ *
+ * --init DIR loads the initial weights from raw little-endian float32 files
+ * <name>.f32 listed in DIR/manifest.json (what torch_transformer.py
+ * --dump-init writes): [{"key": NAME, "shape": [...], "file": FILE}, ...].
+ */
+#include <qkv/qkv.h>
+#include <qkv/qkv-optim.h>
+
+#include <cblas.h>
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+typedef struct {
+  const gchar *name;
+  gint64 d_model, ffn;
+  gint heads, n_enc, n_dec;
+  double dropout;
+  gint batch, num_steps;
+  gint64 vocab;
+  double lr;
+} BenchConfig;
+
+/* torch_transformer.py's CONFIGS */
+static const BenchConfig configs[] = {
+    {"S", 32, 64, 4, 2, 2, 0.1, 64, 10, 200, 0.005},
+    {"M", 256, 1024, 8, 2, 2, 0.1, 64, 32, 1000, 0.001},
+    {"L", 512, 2048, 8, 6, 6, 0.1, 16, 64, 8000, 0.0005},
+};
+
+enum { PAD = 0, BOS = 1, EOS = 2 };
+
+static gchar *opt_config = NULL;
+static gint opt_threads = 1;
+static gint opt_steps = 20;
+static gint opt_warmup = 3;
+static gint64 opt_seed = 0;
+static double opt_dropout = -1;
+static double opt_lr = -1;
+static gboolean opt_losses = FALSE;
+static gchar *opt_init = NULL;
+
+static GOptionEntry entries[] = {
+    {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (required)", "NAME"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Threads (default 1)", "N"},
+    {"steps", 'k', 0, G_OPTION_ARG_INT, &opt_steps, "Timed steps K (default 20)", "K"},
+    {"warmup", 'w', 0, G_OPTION_ARG_INT, &opt_warmup,
+     "Untimed steps W before the timed ones; they train too (default 3)", "W"},
+    {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed,
+     "Seed of the data stream, the initial weights and dropout (default 0)", "N"},
+    {"dropout", 0, 0, G_OPTION_ARG_DOUBLE, &opt_dropout,
+     "Override the config's dropout (0: deterministic)", "P"},
+    {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Override the config's learning rate", "LR"},
+    {"losses", 0, 0, G_OPTION_ARG_NONE, &opt_losses, "Add the per-step loss list to the JSON",
+     NULL},
+    {"init", 0, 0, G_OPTION_ARG_FILENAME, &opt_init,
+     "Load the initial weights from DIR/manifest.json and DIR/<name>.f32 (torch_transformer.py "
+     "--dump-init)",
+     "DIR"},
+    {NULL}};
+
+static double
+now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static guint64
+splitmix64_next(guint64 *state)
+{
+  guint64 z = (*state += G_GUINT64_CONSTANT(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * G_GUINT64_CONSTANT(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * G_GUINT64_CONSTANT(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+typedef struct {
+  QkvTensor *src, *src_valid, *dec_in, *labels, *mask;
+} Batch;
+
+/* The peer's gen_batch: B consecutive sequences of the stream, then the
+ * teacher-forcing decoder input [<bos>, Y[:, :-1]] and the valid-token mask.
+ * Returns the number of valid target tokens. */
+static gint64
+fill_batch(guint64 *rng, const BenchConfig *cfg, Batch *batch)
+{
+  const gint B = cfg->batch, T = cfg->num_steps, lo = T / 2;
+  gint32 *src = qkv_tensor_i32(batch->src), *valid = qkv_tensor_i32(batch->src_valid);
+  gint32 *dec = qkv_tensor_i32(batch->dec_in), *lab = qkv_tensor_i32(batch->labels);
+  float *mask = qkv_tensor_f32(batch->mask);
+  gint64 tokens = 0;
+  for (gint b = 0; b < B; b++) {
+    gint len = lo + (gint)(splitmix64_next(rng) % (guint64)(T - lo + 1));
+    gint32 *s = src + (gsize)b * T, *y = lab + (gsize)b * T, *d = dec + (gsize)b * T;
+    for (gint t = 0; t < T; t++)
+      s[t] = y[t] = PAD;
+    for (gint t = 0; t < len - 1; t++)
+      s[t] = 3 + (gint32)(splitmix64_next(rng) % (guint64)(cfg->vocab - 3));
+    for (gint t = 0; t < len - 1; t++)
+      y[t] = s[len - 2 - t];
+    s[len - 1] = y[len - 1] = EOS;
+    valid[b] = len;
+    d[0] = BOS;
+    for (gint t = 1; t < T; t++)
+      d[t] = y[t - 1];
+    for (gint t = 0; t < T; t++)
+      mask[(gsize)b * T + t] = t < len ? 1.0f : 0.0f;
+    tokens += len;
+  }
+  return tokens;
+}
+
+/* Copy every parameter from DIR/manifest.json + DIR/<file>; the manifest and
+ * the store must name the same tensors with the same shapes. */
+static gboolean
+load_init_dir(QkvParams *params, const gchar *dir, GError **error)
+{
+  g_autofree gchar *manifest = g_build_filename(dir, "manifest.json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_file(parser, manifest, error))
+    return FALSE;
+  JsonNode *root = json_parser_get_root(parser);
+  if (!JSON_NODE_HOLDS_ARRAY(root)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_CORRUPT, "%s: expected a JSON array", manifest);
+    return FALSE;
+  }
+  JsonArray *items = json_node_get_array(root);
+  guint n = json_array_get_length(items);
+  if (n != qkv_params_size(params)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "%s lists %u tensors, the model has %u",
+                manifest, n, qkv_params_size(params));
+    return FALSE;
+  }
+  for (guint i = 0; i < n; i++) {
+    JsonObject *item = json_array_get_object_element(items, i);
+    const gchar *key = item ? json_object_get_string_member_with_default(item, "key", NULL) : NULL;
+    const gchar *file =
+        item ? json_object_get_string_member_with_default(item, "file", NULL) : NULL;
+    JsonArray *shape = item && json_object_has_member(item, "shape")
+                           ? json_object_get_array_member(item, "shape")
+                           : NULL;
+    if (key == NULL || file == NULL || shape == NULL) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_CORRUPT, "%s: entry %u lacks key, file or shape",
+                  manifest, i);
+      return FALSE;
+    }
+    QkvParam *p = qkv_params_lookup(params, key);
+    if (p == NULL) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND, "%s: the model has no parameter '%s'",
+                  manifest, key);
+      return FALSE;
+    }
+    gint64 dims[QKV_MAX_RANK];
+    guint rank = json_array_get_length(shape);
+    for (guint d = 0; d < rank && d < QKV_MAX_RANK; d++)
+      dims[d] = json_array_get_int_element(shape, d);
+    QkvShape want = qkv_shape_from_array((gint)MIN(rank, QKV_MAX_RANK), dims);
+    if (rank > QKV_MAX_RANK || !qkv_shape_equal(&want, qkv_param_shape(p))) {
+      g_autofree gchar *have = qkv_shape_to_string(qkv_param_shape(p));
+      g_autofree gchar *listed =
+          rank <= QKV_MAX_RANK ? qkv_shape_to_string(&want) : g_strdup("of rank > 6");
+      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "%s: '%s' is %s there, the model's is %s",
+                  manifest, key, listed, have);
+      return FALSE;
+    }
+    g_autofree gchar *path = g_build_filename(dir, file, NULL);
+    g_autofree gchar *data = NULL;
+    gsize size = 0;
+    if (!g_file_get_contents(path, &data, &size, error))
+      return FALSE;
+    QkvTensor *value = qkv_param_value(p);
+    gsize need = (gsize)qkv_tensor_numel(value) * sizeof(float);
+    if (size != need) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_CORRUPT, "%s: %zu bytes, expected %zu", path, size,
+                  need);
+      return FALSE;
+    }
+    /* little-endian f32, the only host order qkv runs on */
+    memcpy(qkv_tensor_f32(value), data, need);
+  }
+  return TRUE;
+}
+
+static int
+compare_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* NaN and infinities are not JSON: write them as null. */
+static void
+add_double(JsonBuilder *jb, const gchar *name, double v)
+{
+  json_builder_set_member_name(jb, name);
+  if (isfinite(v))
+    json_builder_add_double_value(jb, v);
+  else
+    json_builder_add_null_value(jb);
+}
+
+static void
+add_int(JsonBuilder *jb, const gchar *name, gint64 v)
+{
+  json_builder_set_member_name(jb, name);
+  json_builder_add_int_value(jb, v);
+}
+
+static void
+add_string(JsonBuilder *jb, const gchar *name, const gchar *v)
+{
+  json_builder_set_member_name(jb, name);
+  json_builder_add_string_value(jb, v);
+}
+
+static gboolean
+run(const BenchConfig *cfg, double start_s, GError **error)
+{
+  const gint B = cfg->batch, T = cfg->num_steps;
+  const double dropout = opt_dropout >= 0 ? opt_dropout : cfg->dropout;
+  const double lr = opt_lr >= 0 ? opt_lr : cfg->lr;
+  const gint total = opt_warmup + opt_steps;
+
+  g_autoptr(QkvParams) params = qkv_params_new();
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape bt = QKV_SHAPE(B, T), bs = QKV_SHAPE(B);
+  QkvValue *src = qkv_graph_input(g, "src", QKV_I32, &bt, error);
+  QkvValue *src_valid = qkv_graph_input(g, "src_valid", QKV_I32, &bs, error);
+  QkvValue *dec_in = qkv_graph_input(g, "dec_in", QKV_I32, &bt, error);
+  QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, error);
+  QkvValue *mask = qkv_graph_input(g, "mask", QKV_F32, &bt, error);
+  if (mask == NULL)
+    return FALSE;
+  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed, .xavier_linear = TRUE};
+  /* the peer's configs have as many decoder blocks as encoder blocks */
+  QkvTransformerConfig tc = {
+      .src_vocab = cfg->vocab,
+      .tgt_vocab = cfg->vocab,
+      .num_hiddens = cfg->d_model,
+      .ffn_hiddens = cfg->ffn,
+      .num_heads = cfg->heads,
+      .num_layers = cfg->n_enc,
+      .dropout = dropout,
+  };
+  QkvValue *enc = qkv_build_transformer_encoder(&b, &tc, src, src_valid, error);
+  QkvValue *logits =
+      enc ? qkv_build_transformer_decoder(&b, &tc, dec_in, enc, src_valid, NULL, error) : NULL;
+  QkvValue *loss = logits ? qkv_build_seq2seq_loss(logits, labels, mask, error) : NULL;
+  if (loss == NULL || !qkv_graph_backward(g, loss, error))
+    return FALSE;
+  QkvPlanOptions po = qkv_plan_options_default();
+  po.training = TRUE;
+  po.n_threads = opt_threads;
+  po.seed = (guint64)opt_seed;
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &po, error);
+  if (plan == NULL)
+    return FALSE;
+  if (opt_init != NULL && !load_init_dir(params, opt_init, error))
+    return FALSE;
+  QkvOptimConfig oc = qkv_optim_config_adam(lr);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &oc, error);
+  if (opt == NULL)
+    return FALSE;
+
+  Batch batch = {
+      .src = qkv_tensor_new(QKV_I32, &bt),
+      .src_valid = qkv_tensor_new(QKV_I32, &bs),
+      .dec_in = qkv_tensor_new(QKV_I32, &bt),
+      .labels = qkv_tensor_new(QKV_I32, &bt),
+      .mask = qkv_tensor_new(QKV_F32, &bt),
+  };
+  gboolean ok = qkv_plan_bind(plan, "src", batch.src, error) &&
+                qkv_plan_bind(plan, "src_valid", batch.src_valid, error) &&
+                qkv_plan_bind(plan, "dec_in", batch.dec_in, error) &&
+                qkv_plan_bind(plan, "labels", batch.labels, error) &&
+                qkv_plan_bind(plan, "mask", batch.mask, error);
+
+  g_autofree double *times = g_new0(double, MAX(opt_steps, 1));
+  g_autofree double *losses = g_new0(double, MAX(total, 1));
+  double tokens_timed = 0, last_token_ce = NAN;
+  guint64 rng = (guint64)opt_seed;
+  for (gint i = 0; ok && i < total; i++) {
+    gint64 tokens = fill_batch(&rng, cfg, &batch);
+    double t0 = now_s();
+    ok = qkv_plan_run(plan, error);
+    if (!ok)
+      break;
+    float loss_sum = qkv_plan_output_scalar(plan, 0);
+    qkv_optimizer_clip_grad_norm(opt, 1.0);
+    ok = qkv_optimizer_step(opt, error);
+    double dt = now_s() - t0;
+    losses[i] = (double)loss_sum / (double)tokens; /* the book's metric */
+    last_token_ce = (double)loss_sum * T / (double)tokens;
+    if (i >= opt_warmup) {
+      times[i - opt_warmup] = dt;
+      tokens_timed += (double)tokens;
+    }
+  }
+  double train_wall_s = now_s() - start_s;
+  qkv_tensor_free(batch.src);
+  qkv_tensor_free(batch.src_valid);
+  qkv_tensor_free(batch.dec_in);
+  qkv_tensor_free(batch.labels);
+  qkv_tensor_free(batch.mask);
+  if (!ok)
+    return FALSE;
+
+  double median = NAN, min = NAN, mean = NAN, mean_tokens = NAN;
+  if (opt_steps > 0) {
+    double sum = 0;
+    for (gint i = 0; i < opt_steps; i++)
+      sum += times[i];
+    mean = sum / opt_steps;
+    mean_tokens = tokens_timed / opt_steps;
+    qsort(times, opt_steps, sizeof(double), compare_double);
+    min = times[0];
+    /* statistics.median: the mean of the two middle values for even K */
+    median = opt_steps % 2 ? times[opt_steps / 2]
+                           : 0.5 * (times[opt_steps / 2 - 1] + times[opt_steps / 2]);
+  }
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const gint64 d = cfg->d_model, f = cfg->ffn, V = cfg->vocab;
+  const gint64 p_mm =
+      cfg->n_enc * (4 * d * d + 2 * d * f) + cfg->n_dec * (8 * d * d + 2 * d * f) + d * V;
+  const gint64 f_mm = 6 * p_mm * B * T;
+  const gint64 f_att = (gint64)12 * B * T * T * d * (cfg->n_enc + 2 * cfg->n_dec);
+
+  g_autoptr(JsonBuilder) jb = json_builder_new();
+  json_builder_begin_object(jb);
+  add_string(jb, "config", cfg->name);
+  add_int(jb, "threads", opt_threads);
+  add_int(jb, "steps", opt_steps);
+  add_int(jb, "warmup", opt_warmup);
+  add_int(jb, "seed", opt_seed);
+  add_int(jb, "d_model", cfg->d_model);
+  add_int(jb, "ffn", cfg->ffn);
+  add_int(jb, "heads", cfg->heads);
+  add_int(jb, "n_enc", cfg->n_enc);
+  add_int(jb, "n_dec", cfg->n_dec);
+  add_double(jb, "dropout", dropout);
+  add_int(jb, "batch", B);
+  add_int(jb, "num_steps", T);
+  add_int(jb, "vocab", cfg->vocab);
+  add_double(jb, "lr", lr);
+  add_double(jb, "median_step_s", median);
+  add_double(jb, "min_step_s", min);
+  add_double(jb, "mean_step_s", mean);
+  add_double(jb, "mean_valid_tgt_tokens_per_step", mean_tokens);
+  add_double(jb, "tokens_per_s", mean_tokens / median);
+  add_double(jb, "padded_tokens_per_s", (double)B * T / median);
+  add_double(jb, "peak_rss_mib", ru.ru_maxrss / 1024.0);
+  add_int(jb, "params", qkv_params_numel(params));
+  add_int(jb, "params_matmul", p_mm);
+  add_int(jb, "flops_per_step", f_mm + f_att);
+  add_int(jb, "flops_matmul", f_mm);
+  add_int(jb, "flops_attention", f_att);
+  add_double(jb, "gflops_per_s", (double)(f_mm + f_att) / median / 1e9);
+  add_int(jb, "steps_trained", total);
+  add_double(jb, "final_loss", total > 0 ? losses[total - 1] : NAN);
+  add_double(jb, "final_token_ce", last_token_ce);
+  gint last = MIN(10, total);
+  double tail = 0;
+  for (gint i = total - last; i < total; i++)
+    tail += losses[i];
+  add_double(jb, "mean_loss_last10", last > 0 ? tail / last : NAN);
+  if (opt_losses) {
+    json_builder_set_member_name(jb, "losses");
+    json_builder_begin_array(jb);
+    for (gint i = 0; i < total; i++) {
+      if (isfinite(losses[i]))
+        json_builder_add_double_value(jb, losses[i]);
+      else
+        json_builder_add_null_value(jb);
+    }
+    json_builder_end_array(jb);
+  }
+  add_double(jb, "train_wall_s", train_wall_s);
+  add_int(jb, "arena_bytes", (gint64)qkv_plan_arena_size(plan));
+  add_int(jb, "intermediates_bytes", (gint64)qkv_plan_intermediates_size(plan));
+  add_int(jb, "plan_steps", qkv_plan_n_steps(plan));
+  add_string(jb, "vec_isa", qkv_vec_isa());
+  g_autofree gchar *blas =
+      g_strdup_printf("%s (%s)", openblas_get_corename(), openblas_get_config());
+  add_string(jb, "blas", blas);
+  add_string(jb, "init", opt_init != NULL ? opt_init : "qkv");
+  json_builder_end_object(jb);
+
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autoptr(JsonNode) root = json_builder_get_root(jb);
+  json_generator_set_root(gen, root);
+  g_autofree gchar *text = json_generator_to_data(gen, NULL);
+  printf("%s\n", text);
+  return TRUE;
+}
+
+int
+main(int argc, char **argv)
+{
+  double start_s = now_s();
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GOptionContext) context =
+      g_option_context_new("- train the d2l Transformer as bench/peers/torch_transformer.py does");
+  g_option_context_add_main_entries(context, entries, NULL);
+  if (!g_option_context_parse(context, &argc, &argv, &error)) {
+    g_printerr("qkv-bench-transformer: %s\n", error->message);
+    return 2;
+  }
+  const BenchConfig *cfg = NULL;
+  for (guint i = 0; opt_config != NULL && i < G_N_ELEMENTS(configs); i++)
+    if (g_str_equal(opt_config, configs[i].name))
+      cfg = &configs[i];
+  if (cfg == NULL || opt_threads < 1 || opt_steps < 0 || opt_warmup < 0 || opt_dropout >= 1) {
+    g_printerr("qkv-bench-transformer: --config S|M|L is required; --threads >= 1, --steps and "
+               "--warmup >= 0, --dropout < 1\n");
+    return 2;
+  }
+  /* the plan's kernels, OpenBLAS (OpenMP build) and the optimizer's loops */
+  qkv_set_num_threads(opt_threads);
+  omp_set_num_threads(opt_threads);
+  if (!run(cfg, start_s, &error)) {
+    g_printerr("qkv-bench-transformer: %s\n", error->message);
+    return 1;
+  }
+  return 0;
+}
