@@ -300,7 +300,7 @@ adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param)
   const gboolean l2 = kind == QKV_OPTIMIZER_ADAM && c->weight_decay != 0;
   const gboolean decay_weights = kind == QKV_OPTIMIZER_ADAMW;
 
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
   for (gint64 i = 0; i < n; i++) {
     float pi = p[i];
     if (decay_weights)
@@ -382,6 +382,8 @@ qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
     QkvTensor *grad = qkv_param_grad(p);
     const float *g = qkv_tensor_f32(grad);
     gint64 n = qkv_tensor_numel(grad);
+    /* vector lanes, but a fixed order: the same norm for any thread count */
+#pragma omp simd reduction(+ : sum)
     for (gint64 k = 0; k < n; k++)
       sum += (double)g[k] * (double)g[k];
   }
