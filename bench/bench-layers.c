@@ -20,12 +20,12 @@
  */
 #include <qkv/qkv.h>
 
+#include "bench-common.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef enum {
@@ -44,14 +44,6 @@ typedef struct {
   gint64 batch, steps, hidden, ffn_hidden;
   gint runs;
 } Size;
-
-typedef struct {
-  double median_ms, min_ms;
-  guint64 arena_bytes;
-  long maxrss_kb;
-  guint n_steps;
-  char error[256];
-} Result;
 
 #define DROPOUT 0.1
 
@@ -215,15 +207,8 @@ build(Bench *b, OpKind op, gboolean fused, const Size *z, GError **error)
   }
 }
 
-static int
-compare_doubles(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void
-measure(OpKind op, gboolean fused, const Size *z, Result *r)
+measure(OpKind op, gboolean fused, const Size *z, BenchResult *r)
 {
   g_autoptr(GError) error = NULL;
   Bench b = {qkv_graph_new(), g_ptr_array_new_with_free_func((GDestroyNotify)qkv_tensor_free),
@@ -259,64 +244,27 @@ measure(OpKind op, gboolean fused, const Size *z, Result *r)
     g_autofree gchar *name = g_strdup_printf("in%u", i);
     qkv_plan_bind(plan, name, g_ptr_array_index(b.tensors, i), NULL);
   }
-  gboolean ok = plan != NULL;
-  for (gint i = 0; ok && i < 2; i++)
-    ok = qkv_plan_run(plan, &error);
-  double *times = g_new(double, z->runs);
-  for (gint i = 0; ok && i < z->runs; i++) {
-    gint64 t0 = g_get_monotonic_time();
-    ok = qkv_plan_run(plan, &error);
-    times[i] = (double)(g_get_monotonic_time() - t0) / 1000.0;
-  }
-  if (ok) {
-    qsort(times, (size_t)z->runs, sizeof(double), compare_doubles);
-    r->median_ms =
-        z->runs % 2 ? times[z->runs / 2] : 0.5 * (times[z->runs / 2 - 1] + times[z->runs / 2]);
-    r->min_ms = times[0];
-    r->arena_bytes = qkv_plan_arena_size(plan);
-    r->n_steps = qkv_plan_n_steps(plan);
-  } else {
-    g_strlcpy(r->error, error ? error->message : "failed", sizeof r->error);
-  }
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  r->maxrss_kb = usage.ru_maxrss;
-  g_free(times);
+  if (plan != NULL)
+    bench_time_plan(plan, z->runs, r);
+  else
+    g_strlcpy(r->error, error ? error->message : "building the plan failed", sizeof r->error);
   qkv_plan_free(plan);
   g_ptr_array_unref(b.inputs);
   g_ptr_array_unref(b.tensors);
   qkv_graph_free(b.graph);
 }
 
-/* Run measure() in a child so that ru_maxrss is this measurement's own peak
- * (the parent runs no OpenMP region, so forking is safe). */
+typedef struct {
+  OpKind op;
+  gboolean fused;
+  const Size *size;
+} Job;
+
 static void
-measure_in_child(OpKind op, gboolean fused, const Size *z, Result *r)
+measure_job(gconstpointer data, BenchResult *r)
 {
-  int fds[2];
-  memset(r, 0, sizeof *r);
-  if (pipe(fds) != 0) {
-    g_strlcpy(r->error, "pipe failed", sizeof r->error);
-    return;
-  }
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    Result mine = {0};
-    measure(op, fused, z, &mine);
-    ssize_t written = write(fds[1], &mine, sizeof mine);
-    _exit(written == (ssize_t)sizeof mine ? 0 : 1);
-  }
-  close(fds[1]);
-  ssize_t got = pid > 0 ? read(fds[0], r, sizeof *r) : -1;
-  close(fds[0]);
-  if (pid > 0)
-    waitpid(pid, NULL, 0);
-  if (got != (ssize_t)sizeof *r) {
-    memset(r, 0, sizeof *r);
-    g_strlcpy(r->error, "the measuring process failed", sizeof r->error);
-  }
+  const Job *job = data;
+  measure(job->op, job->fused, job->size, r);
 }
 
 int
@@ -338,10 +286,11 @@ main(int argc, char **argv)
     for (guint op = 0; op < N_OPS; op++) {
       if (only != NULL && strcmp(only, op_names[op]) != 0)
         continue;
-      Result res[2];
+      BenchResult res[2];
       for (gint fused = 1; fused >= 0; fused--) {
-        Result *r = &res[1 - fused];
-        measure_in_child((OpKind)op, fused, &sizes[s], r);
+        BenchResult *r = &res[1 - fused];
+        Job job = {(OpKind)op, fused, &sizes[s]};
+        bench_measure_in_child(measure_job, &job, r);
         if (r->error[0] != '\0') {
           printf("%-20s %-20s %-9s error: %s\n", op_names[op], sizes[s].label,
                  fused ? "fused" : "composite", r->error);
