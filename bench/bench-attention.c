@@ -209,37 +209,7 @@ measure(OpKind op, gboolean fused, const Size *z, BenchResult *r)
   Bench b = {qkv_graph_new(), g_ptr_array_new_with_free_func((GDestroyNotify)qkv_tensor_free),
              g_ptr_array_new(), 1};
   QkvValue *out = build(&b, op, fused, z, &error);
-  QkvValue *loss = NULL;
-  if (out != NULL) {
-    QkvShape s = *qkv_value_shape(out);
-    g_autoptr(QkvTensor) w = qkv_tensor_new(QKV_F32, &s);
-    GRand *rand = g_rand_new_with_seed(9);
-    float *d = qkv_tensor_f32(w);
-    for (gint64 i = 0; i < qkv_tensor_numel(w); i++)
-      d[i] = (float)g_rand_double_range(rand, -1, 1);
-    g_rand_free(rand);
-    QkvValue *prod = qkv_mul(out, qkv_graph_constant(b.graph, w, &error), &error);
-    loss = prod ? qkv_sum(prod, NULL, 0, FALSE, &error) : NULL;
-  }
-  QkvPlan *plan = NULL;
-  if (loss != NULL && qkv_graph_backward(b.graph, loss, &error)) {
-    GPtrArray *outs = g_ptr_array_new();
-    g_ptr_array_add(outs, loss);
-    for (guint i = 0; i < b.inputs->len; i++) {
-      QkvValue *gv = qkv_graph_gradient(b.graph, g_ptr_array_index(b.inputs, i));
-      if (gv != NULL)
-        g_ptr_array_add(outs, gv);
-    }
-    QkvPlanOptions opts = qkv_plan_options_default();
-    opts.training = TRUE;
-    opts.seed = 1;
-    plan = qkv_graph_compile(b.graph, (QkvValue *const *)outs->pdata, outs->len, &opts, &error);
-    g_ptr_array_unref(outs);
-  }
-  for (guint i = 0; plan != NULL && i < b.tensors->len; i++) {
-    g_autofree gchar *name = g_strdup_printf("in%u", i);
-    qkv_plan_bind(plan, name, g_ptr_array_index(b.tensors, i), NULL);
-  }
+  QkvPlan *plan = out ? bench_training_plan(b.graph, out, b.inputs, b.tensors, &error) : NULL;
   if (plan != NULL)
     bench_time_plan(plan, z->runs, r);
   else

@@ -26,6 +26,43 @@ bench_compare_doubles(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
+/* A training plan for out: loss = Σ out · w with fixed random w, then the
+ * gradients of every graph input in inputs as outputs; tensors[i] is bound to
+ * input "in<i>". NULL with error on failure. */
+static inline QkvPlan *
+bench_training_plan(QkvGraph *graph, QkvValue *out, GPtrArray *inputs, GPtrArray *tensors,
+                    GError **error)
+{
+  g_autoptr(QkvTensor) w = qkv_tensor_new(QKV_F32, qkv_value_shape(out));
+  GRand *rand = g_rand_new_with_seed(9);
+  float *d = qkv_tensor_f32(w);
+  for (gint64 i = 0; i < qkv_tensor_numel(w); i++)
+    d[i] = (float)g_rand_double_range(rand, -1, 1);
+  g_rand_free(rand);
+  QkvValue *wv = qkv_graph_constant(graph, w, error);
+  QkvValue *prod = wv ? qkv_mul(out, wv, error) : NULL;
+  QkvValue *loss = prod ? qkv_sum(prod, NULL, 0, FALSE, error) : NULL;
+  if (loss == NULL || !qkv_graph_backward(graph, loss, error))
+    return NULL;
+  g_autoptr(GPtrArray) outs = g_ptr_array_new();
+  g_ptr_array_add(outs, loss);
+  for (guint i = 0; i < inputs->len; i++) {
+    QkvValue *gv = qkv_graph_gradient(graph, g_ptr_array_index(inputs, i));
+    if (gv != NULL)
+      g_ptr_array_add(outs, gv);
+  }
+  QkvPlanOptions opts = qkv_plan_options_default();
+  opts.training = TRUE;
+  opts.seed = 1;
+  QkvPlan *plan = qkv_graph_compile(graph, (QkvValue *const *)outs->pdata, outs->len, &opts, error);
+  for (guint i = 0; plan != NULL && i < tensors->len; i++) {
+    g_autofree gchar *name = g_strdup_printf("in%u", i);
+    if (!qkv_plan_bind(plan, name, g_ptr_array_index(tensors, i), error))
+      g_clear_pointer(&plan, qkv_plan_free);
+  }
+  return plan;
+}
+
 /* Two warm-up runs, then runs timed ones; fills r (error on failure). */
 static inline void
 bench_time_plan(QkvPlan *plan, gint runs, BenchResult *r)
