@@ -4,6 +4,7 @@
 #include "qkv/qkv-optim.h"
 
 #include <math.h>
+#include <omp.h>
 
 /* Element loops run in parallel only when a tensor is big enough to pay for
  * the threads; each element is computed the same way either way, so the
@@ -245,39 +246,135 @@ check_state(QkvParam *p, const gchar *name, QkvDType dtype, const QkvShape *shap
   return FALSE;
 }
 
+/* The element loops below are written once and compiled twice: for the
+ * baseline ISA and for AVX-512, picked at run time. Both round every
+ * operation identically (C11 mode: no FMA contraction), so results do not
+ * depend on the machine or the thread count. grad_scale multiplies the
+ * gradient first, exactly as a separate clipping pass would. */
+typedef struct {
+  float grad_scale;
+  float lr, wd, momentum, one_minus_dampening; /* SGD */
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  float neg_step_size, bias_correction2_sqrt, decoupled; /* Adam */
+  gboolean nesterov, first;
+} UpdateConsts;
+
+#define QKV_UPDATE_KERNELS(SUFFIX, ATTR)                                                           \
+  ATTR static void sgd_span_##SUFFIX(const UpdateConsts *k, float *restrict p,                     \
+                                     const float *restrict g, float *restrict buf, gint64 n)       \
+  {                                                                                                \
+    const float gs = k->grad_scale, wd = k->wd, neg_lr = -k->lr, mom = k->momentum;                \
+    const float damp = k->one_minus_dampening;                                                     \
+    if (buf == NULL) {                                                                             \
+      _Pragma("omp simd") for (gint64 i = 0; i < n; i++) p[i] =                                    \
+          p[i] + neg_lr * (g[i] * gs + wd * p[i]);                                                 \
+    } else if (k->first) {                                                                         \
+      _Pragma("omp simd") for (gint64 i = 0; i < n; i++)                                           \
+      {                                                                                            \
+        float d = g[i] * gs + wd * p[i];                                                           \
+        buf[i] = d;                                                                                \
+        p[i] = p[i] + neg_lr * (k->nesterov ? d + mom * d : d);                                    \
+      }                                                                                            \
+    } else {                                                                                       \
+      _Pragma("omp simd") for (gint64 i = 0; i < n; i++)                                           \
+      {                                                                                            \
+        float d = g[i] * gs + wd * p[i];                                                           \
+        float b = buf[i] * mom + damp * d;                                                         \
+        buf[i] = b;                                                                                \
+        p[i] = p[i] + neg_lr * (k->nesterov ? d + mom * b : b);                                    \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  ATTR static void adam_span_##SUFFIX(const UpdateConsts *k, gboolean adamw, float *restrict p,    \
+                                      const float *restrict g, float *restrict m,                  \
+                                      float *restrict v, gint64 n)                                 \
+  {                                                                                                \
+    const float gs = k->grad_scale, wd = k->wd, b1 = k->beta1, omb1 = k->one_minus_beta1;          \
+    const float b2 = k->beta2, omb2 = k->one_minus_beta2, eps = k->eps;                            \
+    const float neg_step = k->neg_step_size, bc2 = k->bias_correction2_sqrt;                       \
+    const float decoupled = k->decoupled;                                                          \
+    if (adamw) {                                                                                   \
+      _Pragma("omp simd") for (gint64 i = 0; i < n; i++)                                           \
+      {                                                                                            \
+        float pi = p[i] * decoupled, gi = g[i] * gs;                                               \
+        float mi = m[i] * b1 + omb1 * gi, vi = v[i] * b2 + omb2 * gi * gi;                         \
+        m[i] = mi;                                                                                 \
+        v[i] = vi;                                                                                 \
+        p[i] = pi + neg_step * (mi / (sqrtf(vi) / bc2 + eps));                                     \
+      }                                                                                            \
+    } else {                                                                                       \
+      _Pragma("omp simd") for (gint64 i = 0; i < n; i++)                                           \
+      {                                                                                            \
+        float pi = p[i], gi = g[i] * gs + wd * pi;                                                 \
+        float mi = m[i] * b1 + omb1 * gi, vi = v[i] * b2 + omb2 * gi * gi;                         \
+        m[i] = mi;                                                                                 \
+        v[i] = vi;                                                                                 \
+        p[i] = pi + neg_step * (mi / (sqrtf(vi) / bc2 + eps));                                     \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+QKV_UPDATE_KERNELS(baseline, )
+QKV_UPDATE_KERNELS(avx512, __attribute__((target("avx512f,avx512vl"))))
+
+static gboolean
+use_avx512(void)
+{
+  static gint cached = -1;
+  if (g_atomic_int_get(&cached) < 0)
+    g_atomic_int_set(&cached,
+                     __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"));
+  return g_atomic_int_get(&cached) == 1;
+}
+
+/* Contiguous chunks per thread, a multiple of 16 floats each. */
+#define FOR_EACH_CHUNK(n, begin, len, BODY)                                                        \
+  do {                                                                                             \
+    gint64 n_ = (n);                                                                               \
+    _Pragma("omp parallel if (n_ >= PARALLEL_MIN)")                                                \
+    {                                                                                              \
+      gint64 nt_ = omp_get_num_threads(), t_ = omp_get_thread_num();                               \
+      gint64 per_ = ((n_ + nt_ - 1) / nt_ + 15) / 16 * 16;                                         \
+      gint64 begin = MIN(n_, t_ * per_), len = MIN(n_, begin + per_) - begin;                      \
+      if (len > 0) {                                                                               \
+        BODY;                                                                                      \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+
 static void
-sgd_update(const QkvOptimConfig *c, QkvParam *param)
+sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale)
 {
   QkvTensor *value = qkv_param_value(param);
   float *p = qkv_tensor_f32(value);
   const float *g = qkv_tensor_f32(qkv_param_grad(param));
   gint64 n = qkv_tensor_numel(value);
-  const float wd = (float)c->weight_decay, mom = (float)c->momentum;
-  const float one_minus_damp = (float)(1.0 - c->dampening), neg_lr = (float)(-c->lr);
-  const gboolean decay = c->weight_decay != 0, nesterov = c->nesterov;
-  if (c->momentum == 0) {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (gint64 i = 0; i < n; i++) {
-      float d = decay ? g[i] + wd * p[i] : g[i];
-      p[i] = p[i] + neg_lr * d;
-    }
-    return;
+  UpdateConsts k = {
+      .grad_scale = grad_scale,
+      .lr = (float)c->lr,
+      .wd = (float)c->weight_decay,
+      .momentum = (float)c->momentum,
+      .one_minus_dampening = (float)(1.0 - c->dampening),
+      .nesterov = c->nesterov,
+  };
+  float *buf = NULL;
+  if (c->momentum != 0) {
+    /* PyTorch starts the buffer as a copy of the first (decayed) gradient */
+    k.first = qkv_param_lookup_state(param, "momentum_buffer") == NULL;
+    buf = qkv_tensor_f32(qkv_param_state(param, "momentum_buffer"));
   }
-  /* PyTorch starts the buffer as a copy of the first (decayed) gradient */
-  gboolean first = qkv_param_lookup_state(param, "momentum_buffer") == NULL;
-  float *buf = qkv_tensor_f32(qkv_param_state(param, "momentum_buffer"));
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-  for (gint64 i = 0; i < n; i++) {
-    float d = decay ? g[i] + wd * p[i] : g[i];
-    float b = first ? d : buf[i] * mom + one_minus_damp * d;
-    buf[i] = b;
-    d = nesterov ? d + mom * b : b;
-    p[i] = p[i] + neg_lr * d;
-  }
+  gboolean wide = use_avx512();
+  FOR_EACH_CHUNK(n, begin, len, {
+    float *b = buf != NULL ? buf + begin : NULL;
+    if (wide)
+      sgd_span_avx512(&k, p + begin, g + begin, b, len);
+    else
+      sgd_span_baseline(&k, p + begin, g + begin, b, len);
+  });
 }
 
 static void
-adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param)
+adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param, float grad_scale)
 {
   QkvTensor *value = qkv_param_value(param);
   float *p = qkv_tensor_f32(value);
@@ -291,36 +388,34 @@ adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param)
 
   const double bias_correction1 = 1.0 - pow(c->beta1, (double)step);
   const double bias_correction2 = 1.0 - pow(c->beta2, (double)step);
-  const float neg_step_size = (float)(-(c->lr / bias_correction1));
-  const float bias_correction2_sqrt = (float)sqrt(bias_correction2);
-  const float beta1 = (float)c->beta1, one_minus_beta1 = (float)(1.0 - c->beta1);
-  const float beta2 = (float)c->beta2, one_minus_beta2 = (float)(1.0 - c->beta2);
-  const float eps = (float)c->eps, wd = (float)c->weight_decay;
-  const float decoupled = (float)(1.0 - c->lr * c->weight_decay);
-  const gboolean l2 = kind == QKV_OPTIMIZER_ADAM && c->weight_decay != 0;
-  const gboolean decay_weights = kind == QKV_OPTIMIZER_ADAMW;
-
-#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
-  for (gint64 i = 0; i < n; i++) {
-    float pi = p[i];
-    if (decay_weights)
-      pi = pi * decoupled;
-    float gi = l2 ? g[i] + wd * pi : g[i];
-    float mi = m[i] * beta1 + one_minus_beta1 * gi;
-    float vi = v[i] * beta2 + one_minus_beta2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = sqrtf(vi) / bias_correction2_sqrt + eps;
-    p[i] = pi + neg_step_size * (mi / denom);
-  }
+  const gboolean adamw = kind == QKV_OPTIMIZER_ADAMW;
+  UpdateConsts k = {
+      .grad_scale = grad_scale,
+      /* Adam's L2 term; AdamW decays the weights instead */
+      .wd = adamw ? 0.0f : (float)c->weight_decay,
+      .beta1 = (float)c->beta1,
+      .one_minus_beta1 = (float)(1.0 - c->beta1),
+      .beta2 = (float)c->beta2,
+      .one_minus_beta2 = (float)(1.0 - c->beta2),
+      .eps = (float)c->eps,
+      .neg_step_size = (float)(-(c->lr / bias_correction1)),
+      .bias_correction2_sqrt = (float)sqrt(bias_correction2),
+      .decoupled = (float)(1.0 - c->lr * c->weight_decay),
+  };
+  gboolean wide = use_avx512();
+  FOR_EACH_CHUNK(n, begin, len, {
+    if (wide)
+      adam_span_avx512(&k, adamw, p + begin, g + begin, m + begin, v + begin, len);
+    else
+      adam_span_baseline(&k, adamw, p + begin, g + begin, m + begin, v + begin, len);
+  });
 }
 
-gboolean
-qkv_optimizer_step(QkvOptimizer *opt, GError **error)
+/* Updates every active param with its gradient times grad_scale; checks
+ * every state first, so a step either updates all params or none. */
+static gboolean
+optimizer_update(QkvOptimizer *opt, GPtrArray *active, float grad_scale, GError **error)
 {
-  g_return_val_if_fail(opt != NULL, FALSE);
-  g_autoptr(GPtrArray) active = active_params(opt);
-  /* check everything first, so a step either updates all params or none */
   for (guint i = 0; i < active->len; i++) {
     QkvParam *p = g_ptr_array_index(active, i);
     const QkvShape *shape = qkv_param_shape(p);
@@ -338,12 +433,42 @@ qkv_optimizer_step(QkvOptimizer *opt, GError **error)
   for (guint i = 0; i < active->len; i++) {
     QkvParam *p = g_ptr_array_index(active, i);
     if (opt->kind == QKV_OPTIMIZER_SGD)
-      sgd_update(&opt->config, p);
+      sgd_update(&opt->config, p, grad_scale);
     else
-      adam_update(opt->kind, &opt->config, p);
+      adam_update(opt->kind, &opt->config, p, grad_scale);
   }
   opt->step++;
   return TRUE;
+}
+
+gboolean
+qkv_optimizer_step(QkvOptimizer *opt, GError **error)
+{
+  g_return_val_if_fail(opt != NULL, FALSE);
+  g_autoptr(GPtrArray) active = active_params(opt);
+  return optimizer_update(opt, active, 1.0f, error);
+}
+
+/* The clipping factor of torch.nn.utils.clip_grad_norm_, or 1 when the norm
+ * is within max_norm. */
+static float
+clip_coefficient(double norm, double max_norm)
+{
+  double coef = max_norm / (norm + 1e-6);
+  return coef < 1 || isnan(coef) ? (float)coef : 1.0f;
+}
+
+static double grads_sum_of_squares(GPtrArray *params);
+
+gboolean
+qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, double *norm, GError **error)
+{
+  g_return_val_if_fail(opt != NULL, FALSE);
+  g_autoptr(GPtrArray) active = active_params(opt);
+  double total = sqrt(grads_sum_of_squares(active));
+  if (norm != NULL)
+    *norm = total;
+  return optimizer_update(opt, active, clip_coefficient(total, max_norm), error);
 }
 
 void
@@ -368,40 +493,73 @@ qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm)
   return qkv_clip_grad_norm(opt->params, optimizer_filter, opt, max_norm);
 }
 
+/* Elements per partial sum. The partial sums are added in a fixed order, so
+ * the norm is the same for any thread count. */
+#define NORM_BLOCK 16384
+
+static double
+grads_sum_of_squares(GPtrArray *params)
+{
+  gint64 n_blocks = 0;
+  for (guint i = 0; i < params->len; i++) {
+    gint64 n = qkv_tensor_numel(qkv_param_grad(g_ptr_array_index(params, i)));
+    n_blocks += (n + NORM_BLOCK - 1) / NORM_BLOCK;
+  }
+  g_autofree double *partial = g_new0(double, MAX(n_blocks, 1));
+  gint64 first_block = 0;
+  for (guint i = 0; i < params->len; i++) {
+    const QkvTensor *grad = qkv_param_grad(g_ptr_array_index(params, i));
+    const float *g = qkv_tensor_f32((QkvTensor *)grad);
+    gint64 n = qkv_tensor_numel(grad);
+    gint64 blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double *out = partial + first_block;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+    for (gint64 b = 0; b < blocks; b++) {
+      const float *x = g + b * NORM_BLOCK;
+      gint64 len = MIN(NORM_BLOCK, n - b * NORM_BLOCK);
+      double s = 0;
+#pragma omp simd reduction(+ : s)
+      for (gint64 k = 0; k < len; k++)
+        s += (double)x[k] * (double)x[k];
+      out[b] = s;
+    }
+    first_block += blocks;
+  }
+  double sum = 0;
+  for (gint64 b = 0; b < n_blocks; b++)
+    sum += partial[b];
+  return sum;
+}
+
+static GPtrArray *
+filtered_params(QkvParams *params, QkvParamFilter filter, gpointer user_data)
+{
+  guint n = qkv_params_size(params);
+  GPtrArray *a = g_ptr_array_sized_new(n);
+  for (guint i = 0; i < n; i++) {
+    QkvParam *p = qkv_params_nth(params, i);
+    if (!qkv_param_get_frozen(p) && (filter == NULL || filter(p, user_data)))
+      g_ptr_array_add(a, p);
+  }
+  return a;
+}
+
 double
 qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data, double max_norm)
 {
   g_return_val_if_fail(params != NULL, NAN);
-  guint n_params = qkv_params_size(params);
-  /* the sum of squares in double, serially: the same norm for any thread count */
-  double sum = 0;
-  for (guint i = 0; i < n_params; i++) {
-    QkvParam *p = qkv_params_nth(params, i);
-    if (qkv_param_get_frozen(p) || (filter != NULL && !filter(p, user_data)))
-      continue;
-    QkvTensor *grad = qkv_param_grad(p);
-    const float *g = qkv_tensor_f32(grad);
+  g_autoptr(GPtrArray) selected = filtered_params(params, filter, user_data);
+  double norm = sqrt(grads_sum_of_squares(selected));
+  const float c = clip_coefficient(norm, max_norm);
+  if (c == 1.0f)
+    return norm;
+  for (guint i = 0; i < selected->len; i++) {
+    QkvTensor *grad = qkv_param_grad(g_ptr_array_index(selected, i));
+    float *g = qkv_tensor_f32(grad);
     gint64 n = qkv_tensor_numel(grad);
-    /* vector lanes, but a fixed order: the same norm for any thread count */
-#pragma omp simd reduction(+ : sum)
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
     for (gint64 k = 0; k < n; k++)
-      sum += (double)g[k] * (double)g[k];
-  }
-  double norm = sqrt(sum);
-  double coef = max_norm / (norm + 1e-6);
-  if (coef < 1 || isnan(coef)) {
-    const float c = (float)coef;
-    for (guint i = 0; i < n_params; i++) {
-      QkvParam *p = qkv_params_nth(params, i);
-      if (qkv_param_get_frozen(p) || (filter != NULL && !filter(p, user_data)))
-        continue;
-      QkvTensor *grad = qkv_param_grad(p);
-      float *g = qkv_tensor_f32(grad);
-      gint64 n = qkv_tensor_numel(grad);
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-      for (gint64 k = 0; k < n; k++)
-        g[k] *= c;
-    }
+      g[k] *= c;
   }
   return norm;
 }

@@ -21,7 +21,8 @@
  *   qkv_schedule_step(schedule, opt);              sets the lr for this update
  *   qkv_plan_run(plan, &error);                    forward + backward
  *   qkv_optimizer_clip_grad_norm(opt, 1.0);
- *   qkv_optimizer_step(opt, &error);
+ *   qkv_optimizer_step(opt, &error);              (or both at once:
+ *                                                  qkv_optimizer_step_clipped)
  */
 #pragma once
 
@@ -98,6 +99,12 @@ gboolean qkv_optimizer_step(QkvOptimizer *opt, GError **error);
 void qkv_optimizer_zero_grad(QkvOptimizer *opt);
 /* qkv_clip_grad_norm() over the selected params. */
 double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm);
+/* qkv_optimizer_clip_grad_norm() and qkv_optimizer_step() in one pass over
+ * the parameter state: the update uses the clipped gradients, with the same
+ * result bit for bit, but the gradient buffers are left as they were (not
+ * clipped). The total norm before clipping goes to norm (may be NULL). */
+gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, double *norm,
+                                    GError **error);
 
 void qkv_optimizer_set_lr(QkvOptimizer *opt, double lr);
 double qkv_optimizer_get_lr(const QkvOptimizer *opt);
