@@ -113,6 +113,7 @@ typedef struct {
   QkvView *in;
   QkvView *out;
   gsize scratch_offset;
+  double seconds; /* profiling: time spent in this step's kernel */
 } Step;
 
 typedef struct {
@@ -153,6 +154,8 @@ struct _QkvPlan {
   guint n_outputs;
   ParamGrad *param_grads;
   guint n_param_grads;
+  gboolean profiling;
+  guint64 profiled_runs;
 };
 
 typedef struct {
@@ -509,9 +512,17 @@ qkv_plan_run(QkvPlan *plan, GError **error)
     st->ctx.n_threads = plan->n_threads;
     st->ctx.seed = plan->seed;
     st->ctx.step = plan->step;
-    st->node->op->forward(&st->ctx);
+    if (G_UNLIKELY(plan->profiling)) {
+      gint64 t0 = g_get_monotonic_time();
+      st->node->op->forward(&st->ctx);
+      st->seconds += (double)(g_get_monotonic_time() - t0) * 1e-6;
+    } else {
+      st->node->op->forward(&st->ctx);
+    }
   }
   qkv_set_running_plan_threads(0);
+  if (plan->profiling)
+    plan->profiled_runs++;
   for (guint i = 0; i < plan->n_param_grads; i++) {
     ParamGrad *pg = &plan->param_grads[i];
     QkvTensor *dst = qkv_param_grad(pg->param);
@@ -521,6 +532,71 @@ qkv_plan_run(QkvPlan *plan, GError **error)
   }
   plan->step++;
   return TRUE;
+}
+
+void
+qkv_plan_set_profiling(QkvPlan *plan, gboolean enable)
+{
+  g_return_if_fail(plan != NULL);
+  plan->profiling = enable;
+}
+
+void
+qkv_plan_profile_reset(QkvPlan *plan)
+{
+  g_return_if_fail(plan != NULL);
+  for (guint s = 0; s < plan->n_steps; s++)
+    plan->steps[s].seconds = 0;
+  plan->profiled_runs = 0;
+}
+
+typedef struct {
+  const gchar *op;
+  double seconds;
+  guint nodes;
+} OpTime;
+
+static gint
+compare_op_time(gconstpointer a, gconstpointer b)
+{
+  double x = ((const OpTime *)a)->seconds, y = ((const OpTime *)b)->seconds;
+  return (x < y) - (x > y);
+}
+
+gchar *
+qkv_plan_profile_report(const QkvPlan *plan)
+{
+  g_return_val_if_fail(plan != NULL, NULL);
+  g_autoptr(GHashTable) index = g_hash_table_new(g_str_hash, g_str_equal);
+  g_autoptr(GArray) ops = g_array_new(FALSE, FALSE, sizeof(OpTime));
+  double total = 0;
+  for (guint s = 0; s < plan->n_steps; s++) {
+    const Step *st = &plan->steps[s];
+    const gchar *name = st->node->op->name;
+    gpointer found;
+    if (!g_hash_table_lookup_extended(index, name, NULL, &found)) {
+      OpTime t = {name, 0, 0};
+      found = GUINT_TO_POINTER(ops->len);
+      g_array_append_val(ops, t);
+      g_hash_table_insert(index, (gpointer)name, found);
+    }
+    OpTime *t = &g_array_index(ops, OpTime, GPOINTER_TO_UINT(found));
+    t->seconds += st->seconds;
+    t->nodes++;
+    total += st->seconds;
+  }
+  g_array_sort(ops, compare_op_time);
+  double runs = (double)MAX(plan->profiled_runs, 1);
+  GString *out = g_string_new(NULL);
+  g_string_append_printf(out, "%-32s %6s %12s %7s\n", "op", "nodes", "ms/run", "share");
+  for (guint i = 0; i < ops->len; i++) {
+    const OpTime *t = &g_array_index(ops, OpTime, i);
+    g_string_append_printf(out, "%-32s %6u %12.3f %6.1f%%\n", t->op, t->nodes,
+                           1e3 * t->seconds / runs, total > 0 ? 100 * t->seconds / total : 0.0);
+  }
+  g_string_append_printf(out, "%-32s %6u %12.3f   (%" G_GUINT64_FORMAT " runs)\n", "total",
+                         plan->n_steps, 1e3 * total / runs, plan->profiled_runs);
+  return g_string_free(out, FALSE);
 }
 
 const QkvTensor *

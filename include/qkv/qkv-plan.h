@@ -55,6 +55,13 @@ gsize qkv_plan_intermediates_size(const QkvPlan *plan);
 /* Number of nodes the plan runs. */
 guint qkv_plan_n_steps(const QkvPlan *plan);
 
+/* Profiling: while enabled, each run adds the wall time of every node's
+ * kernel to a per-node total (two clock reads per node). The report sums them
+ * by op and lists ms per run and share, largest first; free it with g_free. */
+void qkv_plan_set_profiling(QkvPlan *plan, gboolean enable);
+void qkv_plan_profile_reset(QkvPlan *plan);
+gchar *qkv_plan_profile_report(const QkvPlan *plan);
+
 /* Threads for later runs; capped at the larger of the compile-time count and
  * the number of cores, which kernels' scratch memory was sized for. */
 void qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads);
