@@ -108,3 +108,9 @@ void qkv_aligned_free(gpointer ptr);
 
 /* The executor tells qkv_sgemm() the thread count of the plan it runs. */
 void qkv_set_running_plan_threads(gint n_threads);
+/* qkv_sgemm()'s path for small products (src/smallgemm.c): computes c and
+ * returns TRUE when the CPU has AVX-512 and the product is one it takes,
+ * else returns FALSE without touching c. */
+gboolean qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                         float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
+                         float beta, float *c, gint64 ldc);

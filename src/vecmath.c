@@ -226,6 +226,28 @@ qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body, gp
   }
 }
 
+/* -1: not read from the environment yet. */
+static gint sparse_backward = -1;
+
+void
+qkv_set_sparse_backward(gboolean enable)
+{
+  g_atomic_int_set(&sparse_backward, enable ? 1 : 0);
+}
+
+gboolean
+qkv_get_sparse_backward(void)
+{
+  gint v = g_atomic_int_get(&sparse_backward);
+  if (G_UNLIKELY(v < 0)) {
+    const gchar *env = g_getenv("QKV_SPARSE_BACKWARD");
+    v = env != NULL && g_strcmp0(env, "0") == 0 ? 0 : 1;
+    g_atomic_int_compare_and_exchange(&sparse_backward, -1, v);
+    v = g_atomic_int_get(&sparse_backward);
+  }
+  return v == 1;
+}
+
 /* Below this many multiply-adds OpenBLAS's own threading loses: on the book's
  * model (640×32×32 projections) two threads made a training step 1.5× slower
  * than one. */
@@ -250,6 +272,8 @@ qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64
           gint n_threads)
 {
   if (m <= 0 || n <= 0)
+    return;
+  if (qkv_small_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
   if (!omp_in_parallel()) {
     if (n_threads <= 0)

@@ -1,0 +1,151 @@
+/* smallgemm.c: a register-blocked AVX-512 kernel for the small products that
+ * qkv_sgemm() gets by the thousand from attention (one per batch and head:
+ * 10×10×8 in the book's model, 64×64×64 in a d_model 512 Transformer).
+ * OpenBLAS spends most of such a call on dispatch, argument checks and
+ * packing; this kernel reads both operands in place.
+ *
+ * Every product is written as C (m×n) = α·Σ_k a(i,k)·B[k, :] + β·C, with the
+ * rows of B contiguous vectors and a(i,k) a scalar broadcast from anywhere
+ * (a[i·a_rs + k·a_cs]), which covers NN and TN. NT (C = A·Bᵀ) first copies
+ * Bᵀ into a buffer on the stack. TT is left to OpenBLAS, and so is every
+ * product this kernel is not faster at (see the selection below). */
+#include "qkv-private.h"
+
+#include <string.h>
+
+/* Which products this kernel takes, from bench/bench-gemm at the shapes
+ * attention makes (OpenBLAS 0.3.21, Zen 4): OpenBLAS is as fast or faster
+ * from 16×16×16 up in every layout, except x·wᵀ with a short, narrow w
+ * (640×32×32: 1.5× slower than this kernel). So: products of at most
+ * TINY_MNK multiply-adds with a transposed operand (10×10×8 attention heads:
+ * NT and TN 1.6–1.9× faster here, NN not), and
+ * NT products with n, k ≤ NT_MAX_NK and m ≥ NT_MIN_M. Both keep Bᵀ within
+ * BT_MAX floats. */
+#define TINY_MNK 1024
+#define NT_MAX_NK 32
+#define NT_MIN_M 256
+#define BT_MAX 1024
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#include <immintrin.h>
+
+/* Rows per block (broadcast values) and column vectors per block. */
+#define MR 4
+
+/* One block of up to MR rows × NV vectors of 16 columns. Rows past m reuse
+ * the last row (computed, never stored), so the inner loop has no branches. */
+#define DEFINE_BLOCK(NV)                                                                           \
+  static inline void block_nv##NV(gint64 mr, gint64 k, float alpha, const float *a, gint64 a_rs,   \
+                                  gint64 a_cs, const float *b, gint64 ldb, float beta, float *c,   \
+                                  gint64 ldc, __mmask16 tail)                                      \
+  {                                                                                                \
+    __m512 acc[MR][NV];                                                                            \
+    const float *ar[MR];                                                                           \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)                                           \
+    {                                                                                              \
+      ar[r] = a + (r < mr ? r : mr - 1) * a_rs;                                                    \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();        \
+    }                                                                                              \
+    for (gint64 kk = 0; kk < k; kk++) {                                                            \
+      const float *brow = b + kk * ldb;                                                            \
+      __m512 bv[NV];                                                                               \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] =                                 \
+          v == NV - 1 ? _mm512_maskz_loadu_ps(tail, brow + 16 * v)                                 \
+                      : _mm512_loadu_ps(brow + 16 * v);                                            \
+      _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)                                         \
+      {                                                                                            \
+        __m512 av = _mm512_set1_ps(ar[r][kk * a_cs]);                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] =                           \
+            _mm512_fmadd_ps(av, bv[v], acc[r][v]);                                                 \
+      }                                                                                            \
+    }                                                                                              \
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                            \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)                                           \
+    {                                                                                              \
+      if (r >= mr)                                                                                 \
+        break;                                                                                     \
+      float *crow = c + r * ldc;                                                                   \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                         \
+      {                                                                                            \
+        __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;                                     \
+        __m512 x = _mm512_mul_ps(va, acc[r][v]);                                                   \
+        if (beta != 0.0f)                                                                          \
+          x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, crow + 16 * v), x);                    \
+        _mm512_mask_storeu_ps(crow + 16 * v, mk, x);                                               \
+      }                                                                                            \
+    }                                                                                              \
+  }
+DEFINE_BLOCK(1)
+DEFINE_BLOCK(2)
+DEFINE_BLOCK(3)
+DEFINE_BLOCK(4)
+
+static void
+small_sgemm_avx512(gint64 m, gint64 n, gint64 k, float alpha, const float *a, gint64 a_rs,
+                   gint64 a_cs, const float *b, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  for (gint64 j0 = 0; j0 < n; j0 += 64) {
+    gint64 nc = MIN(64, n - j0);
+    gint64 nv = (nc + 15) / 16;
+    gint64 rest = nc - 16 * (nv - 1);
+    __mmask16 tail = (__mmask16)(rest == 16 ? 0xffff : (1u << rest) - 1);
+    for (gint64 i0 = 0; i0 < m; i0 += MR) {
+      gint64 mr = MIN(MR, m - i0);
+      const float *ai = a + i0 * a_rs;
+      float *ci = c + i0 * ldc + j0;
+      const float *bj = b + j0;
+      switch (nv) {
+      case 1:
+        block_nv1(mr, k, alpha, ai, a_rs, a_cs, bj, ldb, beta, ci, ldc, tail);
+        break;
+      case 2:
+        block_nv2(mr, k, alpha, ai, a_rs, a_cs, bj, ldb, beta, ci, ldc, tail);
+        break;
+      case 3:
+        block_nv3(mr, k, alpha, ai, a_rs, a_cs, bj, ldb, beta, ci, ldc, tail);
+        break;
+      default:
+        block_nv4(mr, k, alpha, ai, a_rs, a_cs, bj, ldb, beta, ci, ldc, tail);
+        break;
+      }
+    }
+  }
+}
+#pragma GCC pop_options
+
+static gboolean
+have_avx512(void)
+{
+  static gint cached = -1;
+  if (g_atomic_int_get(&cached) < 0)
+    g_atomic_int_set(&cached, __builtin_cpu_supports("avx512f") ? 1 : 0);
+  return g_atomic_int_get(&cached) == 1;
+}
+
+gboolean
+qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+                float *c, gint64 ldc)
+{
+  if (m <= 0 || n <= 0 || k <= 0 || (transpose_a && transpose_b))
+    return FALSE;
+  gboolean tiny = m * n * k <= TINY_MNK && (transpose_a || transpose_b);
+  gboolean tall_nt =
+      transpose_b && !transpose_a && n <= NT_MAX_NK && k <= NT_MAX_NK && m >= NT_MIN_M;
+  if (!(tiny || tall_nt) || !have_avx512())
+    return FALSE;
+  gint64 a_rs = transpose_a ? 1 : lda, a_cs = transpose_a ? lda : 1;
+  if (!transpose_b) {
+    small_sgemm_avx512(m, n, k, alpha, a, a_rs, a_cs, b, ldb, beta, c, ldc);
+    return TRUE;
+  }
+  /* C = A·Bᵀ with B n×k: the kernel wants Bᵀ (k×n) row by row */
+  float bt[BT_MAX];
+  g_assert(n * k <= BT_MAX);
+  for (gint64 j = 0; j < n; j++)
+    for (gint64 kk = 0; kk < k; kk++)
+      bt[kk * n + j] = b[j * ldb + kk];
+  small_sgemm_avx512(m, n, k, alpha, a, a_rs, a_cs, bt, n, beta, c, ldc);
+  return TRUE;
+}
