@@ -13,8 +13,10 @@
  * gradient-norm clipping at 1, Adam.
  *
  * One step: the batch is filled outside the timer; timed are the plan run
- * (forward + backward), qkv_optimizer_clip_grad_norm() and
- * qkv_optimizer_step(). W warm-up steps, then K timed steps; all train.
+ * (forward + backward) and qkv_optimizer_step_clipped() (the global-norm
+ * clipping and the Adam update in one pass over the parameter state). W
+ * warm-up steps, then K timed steps; all train. The JSON also gives the
+ * median of each part (median_run_s, median_update_s).
  *
  *   qkv-bench-transformer --config M --threads 2 --steps 30 --warmup 5
  *   qkv-bench-transformer --config S --dropout 0 --steps 200 --warmup 0 --losses \
@@ -63,6 +65,7 @@ static gint64 opt_seed = 0;
 static double opt_dropout = -1;
 static double opt_lr = -1;
 static gboolean opt_losses = FALSE;
+static gboolean opt_profile = FALSE;
 static gchar *opt_init = NULL;
 
 static GOptionEntry entries[] = {
@@ -76,6 +79,8 @@ static GOptionEntry entries[] = {
     {"dropout", 0, 0, G_OPTION_ARG_DOUBLE, &opt_dropout,
      "Override the config's dropout (0: deterministic)", "P"},
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Override the config's learning rate", "LR"},
+    {"profile", 0, 0, G_OPTION_ARG_NONE, &opt_profile,
+     "Time every op of the timed steps and print the table to stderr", NULL},
     {"losses", 0, 0, G_OPTION_ARG_NONE, &opt_losses, "Add the per-step loss list to the JSON",
      NULL},
     {"init", 0, 0, G_OPTION_ARG_FILENAME, &opt_init,
@@ -215,6 +220,15 @@ compare_double(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
+/* Python's statistics.median (the mean of the two middle values for even n);
+ * sorts v. */
+static double
+median_of(double *v, gint n)
+{
+  qsort(v, n, sizeof(double), compare_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* NaN and infinities are not JSON: write them as null. */
 static void
 add_double(JsonBuilder *jb, const gchar *name, double v)
@@ -303,27 +317,37 @@ run(const BenchConfig *cfg, double start_s, GError **error)
                 qkv_plan_bind(plan, "mask", batch.mask, error);
 
   g_autofree double *times = g_new0(double, MAX(opt_steps, 1));
+  g_autofree double *run_times = g_new0(double, MAX(opt_steps, 1));
+  g_autofree double *update_times = g_new0(double, MAX(opt_steps, 1));
   g_autofree double *losses = g_new0(double, MAX(total, 1));
   double tokens_timed = 0, last_token_ce = NAN;
   guint64 rng = (guint64)opt_seed;
   for (gint i = 0; ok && i < total; i++) {
     gint64 tokens = fill_batch(&rng, cfg, &batch);
+    if (opt_profile && i == opt_warmup)
+      qkv_plan_set_profiling(plan, TRUE);
     double t0 = now_s();
     ok = qkv_plan_run(plan, error);
     if (!ok)
       break;
+    double t_run = now_s();
     float loss_sum = qkv_plan_output_scalar(plan, 0);
-    qkv_optimizer_clip_grad_norm(opt, 1.0);
-    ok = qkv_optimizer_step(opt, error);
+    ok = qkv_optimizer_step_clipped(opt, 1.0, NULL, error);
     double dt = now_s() - t0;
     losses[i] = (double)loss_sum / (double)tokens; /* the book's metric */
     last_token_ce = (double)loss_sum * T / (double)tokens;
     if (i >= opt_warmup) {
       times[i - opt_warmup] = dt;
+      run_times[i - opt_warmup] = t_run - t0;
+      update_times[i - opt_warmup] = dt - (t_run - t0);
       tokens_timed += (double)tokens;
     }
   }
   double train_wall_s = now_s() - start_s;
+  if (opt_profile) {
+    g_autofree gchar *report = qkv_plan_profile_report(plan);
+    g_printerr("%s", report);
+  }
   qkv_tensor_free(batch.src);
   qkv_tensor_free(batch.src_valid);
   qkv_tensor_free(batch.dec_in);
@@ -333,6 +357,7 @@ run(const BenchConfig *cfg, double start_s, GError **error)
     return FALSE;
 
   double median = NAN, min = NAN, mean = NAN, mean_tokens = NAN;
+  double median_run = NAN, median_update = NAN;
   if (opt_steps > 0) {
     double sum = 0;
     for (gint i = 0; i < opt_steps; i++)
@@ -341,9 +366,9 @@ run(const BenchConfig *cfg, double start_s, GError **error)
     mean_tokens = tokens_timed / opt_steps;
     qsort(times, opt_steps, sizeof(double), compare_double);
     min = times[0];
-    /* statistics.median: the mean of the two middle values for even K */
-    median = opt_steps % 2 ? times[opt_steps / 2]
-                           : 0.5 * (times[opt_steps / 2 - 1] + times[opt_steps / 2]);
+    median = median_of(times, opt_steps);
+    median_run = median_of(run_times, opt_steps);
+    median_update = median_of(update_times, opt_steps);
   }
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -371,6 +396,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   add_int(jb, "vocab", cfg->vocab);
   add_double(jb, "lr", lr);
   add_double(jb, "median_step_s", median);
+  add_double(jb, "median_run_s", median_run);
+  add_double(jb, "median_update_s", median_update);
   add_double(jb, "min_step_s", min);
   add_double(jb, "mean_step_s", mean);
   add_double(jb, "mean_valid_tgt_tokens_per_step", mean_tokens);
