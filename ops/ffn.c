@@ -139,15 +139,25 @@ ffn_backward_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-/* The hidden gradient (N × F), then N ones (bias gradients are column sums,
- * computed as products with a vector of ones). */
+/* Where the row indices start in the backward's scratch: after the hidden
+ * gradient and the ones, aligned for gint64. */
+static gsize
+ffn_index_offset(gint64 n, gint64 f)
+{
+  return ((gsize)(n * f + n) * sizeof(float) + 7) / 8 * 8;
+}
+
+/* The hidden gradient (N × F), N ones (bias gradients are column sums,
+ * computed as products with a vector of ones), then for skipping zero rows
+ * of dy: their indices (N), and dy, x and hidden gathered (N × (O + D + F)). */
 static gsize
 ffn_backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   FfnDims dims;
   if (!ffn_backward_dims(ctx, &dims))
     return 0;
-  return (gsize)(dims.n * dims.f + dims.n) * sizeof(float);
+  return ffn_index_offset(dims.n, dims.f) + (gsize)dims.n * sizeof(gint64) +
+         (gsize)(dims.n * (dims.o + dims.d + dims.f)) * sizeof(float);
 }
 
 static void
@@ -162,8 +172,25 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
   float *dx = ctx->out[0].data, *dw1 = ctx->out[1].data, *db1 = ctx->out[2].data,
         *dw2 = ctx->out[3].data, *db2 = ctx->out[4].data;
   float *dhidden = ctx->scratch, *ones = dhidden + n * f;
+  gint64 *index = (gint64 *)((guint8 *)ctx->scratch + ffn_index_offset(n, f));
+
+  /* Only the rows where dy is not zero contribute (see ops-common.h). */
+  const gint64 rows = n;
+  gint64 m = n > 0 ? qkv_nonzero_rows(dy, n, o, o, index) : 0;
+  gboolean compact = qkv_compact_pays(m, n);
+  if (compact) {
+    float *dy_c = (float *)(index + n), *x_c = dy_c + m * o, *hidden_c = x_c + m * d;
+    qkv_gather_rows(ctx, dy_c, dy, o, index, m, o);
+    qkv_gather_rows(ctx, x_c, x, d, index, m, d);
+    qkv_gather_rows(ctx, hidden_c, hidden, f, index, m, f);
+    dy = dy_c;
+    x = x_c;
+    hidden = hidden_c;
+    n = m;
+  }
 
   if (n == 0) {
+    memset(dx, 0, (gsize)(rows * d) * sizeof(float));
     memset(dw1, 0, (gsize)(f * d) * sizeof(float));
     memset(db1, 0, (gsize)f * sizeof(float));
     memset(dw2, 0, (gsize)(o * f) * sizeof(float));
@@ -191,6 +218,8 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
   cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)n, (blasint)f, 1.0f, dhidden, (blasint)f, ones, 1,
               0.0f, db1, 1);
   sgemm(FALSE, FALSE, n, d, f, dhidden, w1, 0.0f, dx);
+  if (compact)
+    qkv_expand_rows(dx, index, m, rows, d);
 }
 
 static gboolean

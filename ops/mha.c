@@ -345,13 +345,25 @@ backward_scratch_per_thread(const MhaDims *d)
   return 2 * (gsize)(d->n_q * d->n_k) * sizeof(float);
 }
 
-/* dC, dQp (B·n_q × H each), dKp, dVp (B·n_k × H each), then per-thread
- * attention scratch. */
+/* The largest rows × columns matrix the zero-row skipping gathers: dout or
+ * concat (B·n_q × H), or one of the inputs. */
+static gint64
+gather_floats(const MhaDims *d)
+{
+  gint64 q = d->batch * d->n_q, k = d->batch * d->n_k;
+  return MAX(MAX(q * d->hidden, q * d->d_q), MAX(k * d->d_k, k * d->d_v));
+}
+
+/* dC, dQp (B·n_q × H each), dKp, dVp (B·n_k × H each), two gather buffers,
+ * row indices (max(B·n_q, B·n_k); an even number of floats before them keeps
+ * them aligned), then per-thread attention scratch. */
 static gsize
 backward_shared_scratch(const MhaDims *d)
 {
-  return (gsize)(2 * d->batch * d->n_q * d->hidden + 2 * d->batch * d->n_k * d->hidden) *
-         sizeof(float);
+  return (gsize)(2 * d->batch * d->n_q * d->hidden + 2 * d->batch * d->n_k * d->hidden +
+                 2 * gather_floats(d)) *
+             sizeof(float) +
+         (gsize)MAX(d->batch * d->n_q, d->batch * d->n_k) * sizeof(gint64);
 }
 
 static gsize
@@ -359,6 +371,37 @@ backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
   return backward_shared_scratch(&d) + (gsize)MAX(n_threads, 1) * backward_scratch_per_thread(&d);
+}
+
+static void column_sums(gint64 rows, gint64 hidden, const float *x, float *db);
+
+/* For proj = x · wᵀ (+ b): dx (rows × in) = dproj · w, dw (H × in) = dprojᵀ ·
+ * x, db = column sums of dproj, over the rows of dproj that are not zero
+ * (ops-common.h). dproj is scratch and is compacted in place; xbuf holds the
+ * gathered rows of x. */
+static void
+projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidden, float *dproj,
+                    const float *x, const float *w, float *dx, float *dw, float *db, gint64 *index,
+                    float *xbuf)
+{
+  gint64 m = rows > 0 ? qkv_nonzero_rows(dproj, rows, hidden, hidden, index) : 0;
+  gboolean compact = qkv_compact_pays(m, rows);
+  gint64 n = rows;
+  if (compact) {
+    qkv_compact_rows(dproj, index, m, hidden);
+    qkv_gather_rows(ctx, xbuf, x, in, index, m, in);
+    x = xbuf;
+    n = m;
+  }
+  qkv_attn_sgemm(FALSE, FALSE, n, in, hidden, 1.0f, dproj, hidden, w, in, 0.0f, dx, in);
+  if (n > 0)
+    qkv_attn_sgemm(TRUE, FALSE, hidden, in, n, 1.0f, dproj, hidden, x, in, 0.0f, dw, in);
+  else
+    memset(dw, 0, (gsize)(hidden * in) * sizeof(float));
+  if (db != NULL)
+    column_sums(n, hidden, dproj, db);
+  if (compact)
+    qkv_expand_rows(dx, index, m, rows, in);
 }
 
 /* db (H) = Σ over rows of x (rows, H). */
@@ -405,20 +448,34 @@ backward_kernel(const QkvKernelCtx *ctx)
   dproj[0] = dconcat + rows[0] * d.hidden;
   dproj[1] = dproj[0] + rows[0] * d.hidden;
   dproj[2] = dproj[1] + rows[1] * d.hidden;
-  float *attn_scratch = dproj[2] + rows[2] * d.hidden;
+  float *gather_a = dproj[2] + rows[2] * d.hidden, *gather_b = gather_a + gather_floats(&d);
+  gint64 *index = (gint64 *)(gather_b + gather_floats(&d));
+  float *attn_scratch = (float *)(index + MAX(rows[0], rows[1]));
 
-  /* out = concat · w_oᵀ + b_o */
+  /* out = concat · w_oᵀ + b_o, over the rows of dout that are not zero */
   float *dw_o = ctx->out[6].data, *db_o = has_bias ? ctx->out[10].data : NULL;
   if (dout != NULL) {
-    qkv_attn_sgemm(FALSE, FALSE, rows[0], d.hidden, d.hidden, 1.0f, dout, d.hidden, w[3], d.hidden,
-                   0.0f, dconcat, d.hidden);
-    if (rows[0] > 0)
-      qkv_attn_sgemm(TRUE, FALSE, d.hidden, d.hidden, rows[0], 1.0f, dout, d.hidden, concat,
-                     d.hidden, 0.0f, dw_o, d.hidden);
+    gint64 m = rows[0] > 0 ? qkv_nonzero_rows(dout, rows[0], d.hidden, d.hidden, index) : 0;
+    gboolean compact = qkv_compact_pays(m, rows[0]);
+    gint64 n = rows[0];
+    if (compact) {
+      qkv_gather_rows(ctx, gather_a, dout, d.hidden, index, m, d.hidden);
+      qkv_gather_rows(ctx, gather_b, concat, d.hidden, index, m, d.hidden);
+      dout = gather_a;
+      concat = gather_b;
+      n = m;
+    }
+    qkv_attn_sgemm(FALSE, FALSE, n, d.hidden, d.hidden, 1.0f, dout, d.hidden, w[3], d.hidden, 0.0f,
+                   dconcat, d.hidden);
+    if (n > 0)
+      qkv_attn_sgemm(TRUE, FALSE, d.hidden, d.hidden, n, 1.0f, dout, d.hidden, concat, d.hidden,
+                     0.0f, dw_o, d.hidden);
     else
       memset(dw_o, 0, (gsize)(d.hidden * d.hidden) * sizeof(float));
     if (db_o != NULL)
-      column_sums(rows[0], d.hidden, dout, db_o);
+      column_sums(n, d.hidden, dout, db_o);
+    if (compact)
+      qkv_expand_rows(dconcat, index, m, rows[0], d.hidden);
   } else {
     memset(dconcat, 0, (gsize)(rows[0] * d.hidden) * sizeof(float));
     memset(dw_o, 0, (gsize)(d.hidden * d.hidden) * sizeof(float));
@@ -443,18 +500,10 @@ backward_kernel(const QkvKernelCtx *ctx)
   }
 
   /* proj = x · wᵀ + b */
-  for (guint i = 0; i < 3; i++) {
-    float *dx = ctx->out[i].data, *dwi = ctx->out[3 + i].data;
-    qkv_attn_sgemm(FALSE, FALSE, rows[i], in_size[i], d.hidden, 1.0f, dproj[i], d.hidden, w[i],
-                   in_size[i], 0.0f, dx, in_size[i]);
-    if (rows[i] > 0)
-      qkv_attn_sgemm(TRUE, FALSE, d.hidden, in_size[i], rows[i], 1.0f, dproj[i], d.hidden, x[i],
-                     in_size[i], 0.0f, dwi, in_size[i]);
-    else
-      memset(dwi, 0, (gsize)(d.hidden * in_size[i]) * sizeof(float));
-    if (has_bias)
-      column_sums(rows[i], d.hidden, dproj[i], ctx->out[7 + i].data);
-  }
+  for (guint i = 0; i < 3; i++)
+    projection_backward(ctx, rows[i], in_size[i], d.hidden, dproj[i], x[i], w[i], ctx->out[i].data,
+                        ctx->out[3 + i].data, has_bias ? ctx->out[7 + i].data : NULL, index,
+                        gather_a);
 }
 
 /* The weights output is differentiable; the saved outputs (projections,

@@ -72,3 +72,79 @@ qkv_view_rows(const QkvView *v, gint64 *rows, gint64 *cols)
   *cols = v->shape.rank > 0 ? v->shape.dims[v->shape.rank - 1] : 1;
   *rows = *cols > 0 ? n / *cols : 0;
 }
+
+/* ---- skipping rows with zero gradient -------------------------------------
+ *
+ * A padded batch under a masked loss gives gradients whose rows at padded
+ * positions are exactly zero, and they stay zero down through every row-wise
+ * layer and through attention whose masks keep those positions out. A
+ * backward kernel can then run its GEMMs over the nonzero rows only: gather
+ * them (qkv_nonzero_rows(), qkv_gather_rows() or qkv_compact_rows()),
+ * multiply, and spread the row-wise result back with zeros elsewhere
+ * (qkv_expand_rows()). Skipped
+ * terms are exact zeros, so the result is the dense one up to the order of
+ * float sums. qkv_set_sparse_backward(FALSE) turns it off. */
+
+/* Indices of the rows of x (rows × cols, row stride ld) that hold anything
+ * but zeros (NaN counts as nonzero); returns how many. A nonzero row usually
+ * costs one load: the scan stops at its first nonzero element. */
+static inline gint64
+qkv_nonzero_rows(const float *x, gint64 rows, gint64 cols, gint64 ld, gint64 *index)
+{
+  gint64 m = 0;
+  for (gint64 r = 0; r < rows; r++) {
+    const float *row = x + r * ld;
+    gint64 j = 0;
+    while (j < cols && row[j] == 0.0f)
+      j++;
+    if (j < cols)
+      index[m++] = r;
+  }
+  return m;
+}
+
+/* Whether running over m of n rows pays for gathering them: sparse backward
+ * on, and at least one row in sixteen zero. */
+static inline gboolean
+qkv_compact_pays(gint64 m, gint64 n)
+{
+  return qkv_get_sparse_backward() && n >= 16 && m <= n - n / 16;
+}
+
+/* dst (m × cols, contiguous) = rows index[0..m) of src (row stride ld). */
+static inline void
+qkv_gather_rows(const QkvKernelCtx *ctx, float *dst, const float *src, gint64 ld,
+                const gint64 *index, gint64 m, gint64 cols)
+{
+  gint nt = m * cols >= (1 << 16) ? MAX(ctx->n_threads, 1) : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (gint64 i = 0; i < m; i++)
+    memcpy(dst + i * cols, src + index[i] * ld, (gsize)cols * sizeof(float));
+}
+
+/* Rows index[0..m) of x (rows × cols, contiguous; index increasing) moved to
+ * rows 0..m, in order. */
+static inline void
+qkv_compact_rows(float *x, const gint64 *index, gint64 m, gint64 cols)
+{
+  for (gint64 i = 0; i < m; i++)
+    if (index[i] != i)
+      memcpy(x + i * cols, x + index[i] * cols, (gsize)cols * sizeof(float));
+}
+
+/* The inverse: rows 0..m of x moved to rows index[0..m), every other row of
+ * the rows × cols matrix zeroed. Since index[i] ≥ i, moving from the last
+ * row down never overwrites a row still to move. */
+static inline void
+qkv_expand_rows(float *x, const gint64 *index, gint64 m, gint64 rows, gint64 cols)
+{
+  gint64 zero_end = rows;
+  for (gint64 i = m - 1; i >= -1; i--) {
+    gint64 dst = i >= 0 ? index[i] : -1;
+    if (zero_end > dst + 1)
+      memset(x + (dst + 1) * cols, 0, (gsize)((zero_end - dst - 1) * cols) * sizeof(float));
+    if (i >= 0 && dst != i)
+      memcpy(x + dst * cols, x + i * cols, (gsize)cols * sizeof(float));
+    zero_end = dst;
+  }
+}

@@ -621,6 +621,69 @@ free_tensors(QkvTensor **t, guint n)
     qkv_tensor_free(t[i]);
 }
 
+/* Zero rows in the output gradient (padded queries under a masked loss)
+ * send the backward down its row-skipping path (ops-common.h): the output
+ * goes through a constant row mask before the loss. */
+typedef struct {
+  Spec spec;
+  const QkvTensor *row_mask;
+} RowMaskedSpec;
+
+static QkvValue *
+build_mha_row_masked(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  RowMaskedSpec *ms = user_data;
+  QkvValue *out = build_mha(graph, in, &ms->spec, error);
+  QkvValue *mask = out ? qkv_graph_constant(graph, ms->row_mask, error) : NULL;
+  return mask ? qkv_mul(out, mask, error) : NULL;
+}
+
+/* One query/key position in four is padding: the gradients skip those rows,
+ * and must equal both finite differences and the dense backward. */
+static void
+test_mha_zero_rows(void)
+{
+  MhaSize z = {2, 16, 16, 6, 6, 6, 8, 2};
+  QkvShape sb = QKV_SHAPE(z.batch), sm = QKV_SHAPE(z.batch, z.n_q, 1);
+  const gint32 lens[] = {12, 9};
+  g_autoptr(QkvTensor) vl = qkv_tensor_new(QKV_I32, &sb);
+  memcpy(qkv_tensor_i32(vl), lens, sizeof lens);
+  g_autoptr(QkvTensor) row_mask = qkv_tensor_new(QKV_F32, &sm);
+  for (gint64 b = 0; b < z.batch; b++)
+    for (gint64 i = 0; i < z.n_q; i++)
+      qkv_tensor_f32(row_mask)[b * z.n_q + i] = i < lens[b] ? 1.0f : 0.0f;
+  for (gint variant = 0; variant < 4; variant++) {
+    RowMaskedSpec ms = {.spec = {.heads = z.heads,
+                                 .causal = variant & 1,
+                                 .bias = TRUE,
+                                 .has_valid_lens = TRUE,
+                                 .valid_lens = vl,
+                                 .self_attention = (variant >> 1) & 1,
+                                 .select = SELECT_OUT},
+                        .row_mask = row_mask};
+    QkvTensor *t[16];
+    guint n = mha_inputs(&z, &ms.spec, 700 + (guint)variant, vl, t);
+    g_autofree gchar *label = g_strdup_printf("multi_head_attention zero rows causal %d self %d",
+                                              ms.spec.causal, ms.spec.self_attention);
+    g_assert_true(qkv_get_sparse_backward());
+    qkv_test_gradcheck(label, n, t, NULL, build_mha_row_masked, &ms);
+    QkvTensor *sparse[16], *dense[16];
+    g_autoptr(QkvTensor) out_s = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
+    qkv_set_sparse_backward(FALSE);
+    g_autoptr(QkvTensor) out_d = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
+    qkv_set_sparse_backward(TRUE);
+    for (guint i = 0; i < n; i++) {
+      if (sparse[i] == NULL)
+        continue;
+      g_autofree gchar *li = g_strdup_printf("%s: sparse vs dense gradient of input %u", label, i);
+      assert_close_scaled(li, sparse[i], dense[i], 1e-6);
+      qkv_tensor_free(sparse[i]);
+      qkv_tensor_free(dense[i]);
+    }
+    free_tensors(t, n);
+  }
+}
+
 static void
 test_mha_grad(void)
 {
@@ -1177,6 +1240,7 @@ main(int argc, char **argv)
   g_test_add_func("/attention/dot/pytorch", test_reference_dot_attention);
   g_test_add_func("/attention/mha/grad", test_mha_grad);
   g_test_add_func("/attention/mha/dropout", test_mha_dropout);
+  g_test_add_func("/attention/mha/zero-rows", test_mha_zero_rows);
   g_test_add_func("/attention/threads", test_threads);
   g_test_add_func("/attention/mha/pytorch", test_reference_mha);
   g_test_add_func("/attention/dropout/forward", test_dropout);

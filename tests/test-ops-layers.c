@@ -460,6 +460,47 @@ test_ffn_grad(void)
   }
 }
 
+/* Zero rows in dy (padded positions under a masked loss) send the backward
+ * down its row-skipping path (ops-common.h): the output goes through a
+ * constant row mask before the loss. */
+static QkvValue *
+build_ffn_row_masked(QkvGraph *g, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  QkvValue *y = build_ffn(g, in, NULL, error);
+  QkvValue *mask = y ? qkv_graph_constant(g, user_data, error) : NULL;
+  return mask ? qkv_mul(y, mask, error) : NULL;
+}
+
+/* Five rows in 24 are padding: the gradients skip them and must equal both
+ * finite differences and the dense backward. */
+static void
+test_ffn_zero_rows(void)
+{
+  QkvShape xs = QKV_SHAPE(2, 12, 5), ms = QKV_SHAPE(2, 12, 1);
+  g_autoptr(QkvTensor) mask = qkv_tensor_new(QKV_F32, &ms);
+  for (gint64 r = 0; r < 24; r++)
+    qkv_tensor_f32(mask)[r] = (r % 12) < (r < 12 ? 9 : 10) ? 1.0f : 0.0f;
+  QkvTensor *t[5];
+  ffn_inputs(&xs, 7, 4, 300, TRUE, t);
+  g_assert_true(qkv_get_sparse_backward());
+  qkv_test_gradcheck("position_wise_ffn zero rows", 5, t, NULL, build_ffn_row_masked, mask);
+  Run sparse = {0}, dense = {0};
+  run_with_grads(5, t, build_ffn_row_masked, mask, NULL, FALSE, 0, &sparse);
+  qkv_set_sparse_backward(FALSE);
+  run_with_grads(5, t, build_ffn_row_masked, mask, NULL, FALSE, 0, &dense);
+  qkv_set_sparse_backward(TRUE);
+  for (guint i = 0; i < 5; i++)
+    assert_close_scaled(sparse.grads[i], dense.grads[i], 1e-6);
+  /* the padded rows of dx are exactly zero */
+  for (gint64 r = 0; r < 24; r++)
+    if (qkv_tensor_f32(mask)[r] == 0.0f)
+      for (gint64 j = 0; j < 5; j++)
+        g_assert_cmpfloat(qkv_tensor_f32(sparse.grads[0])[r * 5 + j], ==, 0.0f);
+  run_clear(&sparse);
+  run_clear(&dense);
+  free_inputs(5, t);
+}
+
 static void
 test_ffn_composite(void)
 {
@@ -1330,6 +1371,7 @@ main(int argc, char **argv)
   g_test_add_func("/layers/ffn/values", test_ffn_values);
   g_test_add_func("/layers/ffn/grad", test_ffn_grad);
   g_test_add_func("/layers/ffn/composite", test_ffn_composite);
+  g_test_add_func("/layers/ffn/zero-rows", test_ffn_zero_rows);
   g_test_add_func("/layers/positional/values", test_pe_values);
   g_test_add_func("/layers/positional/composite", test_pe_composite);
   g_test_add_func("/layers/positional/dropout", test_pe_dropout);

@@ -241,6 +241,14 @@ void qkv_vec_tanh(float *dst, const float *src, gsize n);
 /* The ISA picked at run time: "avx512f", "avx2" or "scalar". */
 const gchar *qkv_vec_isa(void);
 
+/* Sparse backward: whether backward kernels may run their products over the
+ * rows of a gradient that are not all zero (padded positions under a masked
+ * loss) instead of over every row. The result is the same up to the order of
+ * float sums. On by default; the environment variable QKV_SPARSE_BACKWARD=0
+ * starts it off. Process-wide; change it between runs, not during one. */
+void qkv_set_sparse_backward(gboolean enable);
+gboolean qkv_get_sparse_backward(void);
+
 /* Counter-based random numbers: a uniform float in [0, 1) for (key, counter). */
 float qkv_random_uniform(guint64 key, guint64 counter);
 /* A dropout mask for counters first .. first + n - 1: mask[j] is 0 where
