@@ -157,7 +157,7 @@ ffn_backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
   if (!ffn_backward_dims(ctx, &dims))
     return 0;
   return ffn_index_offset(dims.n, dims.f) + (gsize)dims.n * sizeof(gint64) +
-         (gsize)(dims.n * (dims.o + dims.d + dims.f)) * sizeof(float);
+         (gsize)(dims.n * (dims.o + dims.d + dims.f)) * sizeof(float) + 3 * 64;
 }
 
 static void
@@ -177,9 +177,11 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
   /* Only the rows where dy is not zero contribute (see ops-common.h). */
   const gint64 rows = n;
   gint64 m = n > 0 ? qkv_nonzero_rows(dy, n, o, o, index) : 0;
-  gboolean compact = qkv_compact_pays(m, n);
+  gboolean compact = qkv_compact_pays(m, n, f * (o + d));
   if (compact) {
-    float *dy_c = (float *)(index + n), *x_c = dy_c + m * o, *hidden_c = x_c + m * d;
+    /* each gathered matrix starts on a 64-byte boundary, as arena buffers do */
+    float *dy_c = qkv_align_floats(index + n), *x_c = qkv_align_floats(dy_c + m * o);
+    float *hidden_c = qkv_align_floats(x_c + m * d);
     qkv_gather_rows(ctx, dy_c, dy, o, index, m, o);
     qkv_gather_rows(ctx, x_c, x, d, index, m, d);
     qkv_gather_rows(ctx, hidden_c, hidden, f, index, m, f);

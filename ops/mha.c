@@ -385,7 +385,7 @@ projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidd
                     float *xbuf)
 {
   gint64 m = rows > 0 ? qkv_nonzero_rows(dproj, rows, hidden, hidden, index) : 0;
-  gboolean compact = qkv_compact_pays(m, rows);
+  gboolean compact = qkv_compact_pays(m, rows, hidden * in);
   gint64 n = rows;
   if (compact) {
     qkv_compact_rows(dproj, index, m, hidden);
@@ -456,7 +456,7 @@ backward_kernel(const QkvKernelCtx *ctx)
   float *dw_o = ctx->out[6].data, *db_o = has_bias ? ctx->out[10].data : NULL;
   if (dout != NULL) {
     gint64 m = rows[0] > 0 ? qkv_nonzero_rows(dout, rows[0], d.hidden, d.hidden, index) : 0;
-    gboolean compact = qkv_compact_pays(m, rows[0]);
+    gboolean compact = qkv_compact_pays(m, rows[0], d.hidden * d.hidden);
     gint64 n = rows[0];
     if (compact) {
       qkv_gather_rows(ctx, gather_a, dout, d.hidden, index, m, d.hidden);

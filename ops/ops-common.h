@@ -83,7 +83,15 @@ qkv_view_rows(const QkvView *v, gint64 *rows, gint64 *cols)
  * multiply, and spread the row-wise result back with zeros elsewhere
  * (qkv_expand_rows()). Skipped
  * terms are exact zeros, so the result is the dense one up to the order of
- * float sums. qkv_set_sparse_backward(FALSE) turns it off. */
+ * float sums. qkv_set_sparse_backward() chooses when (qkv-plugin.h). */
+
+/* The first 64-byte boundary at or after p, as a float pointer (scratch
+ * layouts: reserve 64 bytes per aligned buffer). */
+static inline float *
+qkv_align_floats(gpointer p)
+{
+  return (float *)(((guintptr)p + 63) & ~(guintptr)63);
+}
 
 /* Indices of the rows of x (rows × cols, row stride ld) that hold anything
  * but zeros (NaN counts as nonzero); returns how many. A nonzero row usually
@@ -103,12 +111,21 @@ qkv_nonzero_rows(const float *x, gint64 rows, gint64 cols, gint64 ld, gint64 *in
   return m;
 }
 
-/* Whether running over m of n rows pays for gathering them: sparse backward
- * on, and at least one row in sixteen zero. */
+/* Whether running a product of n rows (per_row multiply-adds each) over m
+ * of them pays for gathering them. AUTO: at least one row in sixteen zero,
+ * and a product big enough that the copies are small beside it (on config
+ * S's 640×64×32 FFN, gathering made the backward 1.5× slower). */
 static inline gboolean
-qkv_compact_pays(gint64 m, gint64 n)
+qkv_compact_pays(gint64 m, gint64 n, gint64 per_row)
 {
-  return qkv_get_sparse_backward() && n >= 16 && m <= n - n / 16;
+  switch (qkv_get_sparse_backward()) {
+  case QKV_SPARSE_BACKWARD_ALWAYS:
+    return m < n;
+  case QKV_SPARSE_BACKWARD_AUTO:
+    return n >= 16 && m <= n - n / 16 && n * per_row >= (G_GINT64_CONSTANT(1) << 22);
+  default:
+    return FALSE;
+  }
 }
 
 /* dst (m × cols, contiguous) = rows index[0..m) of src (row stride ld). */

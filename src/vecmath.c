@@ -230,22 +230,24 @@ qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body, gp
 static gint sparse_backward = -1;
 
 void
-qkv_set_sparse_backward(gboolean enable)
+qkv_set_sparse_backward(QkvSparseBackward mode)
 {
-  g_atomic_int_set(&sparse_backward, enable ? 1 : 0);
+  g_return_if_fail(mode >= QKV_SPARSE_BACKWARD_OFF && mode <= QKV_SPARSE_BACKWARD_ALWAYS);
+  g_atomic_int_set(&sparse_backward, (gint)mode);
 }
 
-gboolean
+QkvSparseBackward
 qkv_get_sparse_backward(void)
 {
   gint v = g_atomic_int_get(&sparse_backward);
   if (G_UNLIKELY(v < 0)) {
     const gchar *env = g_getenv("QKV_SPARSE_BACKWARD");
-    v = env != NULL && g_strcmp0(env, "0") == 0 ? 0 : 1;
+    v = env != NULL && g_strcmp0(env, "0") == 0 ? QKV_SPARSE_BACKWARD_OFF
+                                                : QKV_SPARSE_BACKWARD_AUTO;
     g_atomic_int_compare_and_exchange(&sparse_backward, -1, v);
     v = g_atomic_int_get(&sparse_backward);
   }
-  return v == 1;
+  return (QkvSparseBackward)v;
 }
 
 /* Below this many multiply-adds OpenBLAS's own threading loses: on the book's

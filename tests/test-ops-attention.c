@@ -665,13 +665,13 @@ test_mha_zero_rows(void)
     guint n = mha_inputs(&z, &ms.spec, 700 + (guint)variant, vl, t);
     g_autofree gchar *label = g_strdup_printf("multi_head_attention zero rows causal %d self %d",
                                               ms.spec.causal, ms.spec.self_attention);
-    g_assert_true(qkv_get_sparse_backward());
+    qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_ALWAYS);
     qkv_test_gradcheck(label, n, t, NULL, build_mha_row_masked, &ms);
     QkvTensor *sparse[16], *dense[16];
     g_autoptr(QkvTensor) out_s = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
-    qkv_set_sparse_backward(FALSE);
+    qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_OFF);
     g_autoptr(QkvTensor) out_d = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
-    qkv_set_sparse_backward(TRUE);
+    qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
     for (guint i = 0; i < n; i++) {
       if (sparse[i] == NULL)
         continue;

@@ -482,13 +482,13 @@ test_ffn_zero_rows(void)
     qkv_tensor_f32(mask)[r] = (r % 12) < (r < 12 ? 9 : 10) ? 1.0f : 0.0f;
   QkvTensor *t[5];
   ffn_inputs(&xs, 7, 4, 300, TRUE, t);
-  g_assert_true(qkv_get_sparse_backward());
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_ALWAYS);
   qkv_test_gradcheck("position_wise_ffn zero rows", 5, t, NULL, build_ffn_row_masked, mask);
   Run sparse = {0}, dense = {0};
   run_with_grads(5, t, build_ffn_row_masked, mask, NULL, FALSE, 0, &sparse);
-  qkv_set_sparse_backward(FALSE);
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_OFF);
   run_with_grads(5, t, build_ffn_row_masked, mask, NULL, FALSE, 0, &dense);
-  qkv_set_sparse_backward(TRUE);
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
   for (guint i = 0; i < 5; i++)
     assert_close_scaled(sparse.grads[i], dense.grads[i], 1e-6);
   /* the padded rows of dx are exactly zero */

@@ -244,10 +244,17 @@ const gchar *qkv_vec_isa(void);
 /* Sparse backward: whether backward kernels may run their products over the
  * rows of a gradient that are not all zero (padded positions under a masked
  * loss) instead of over every row. The result is the same up to the order of
- * float sums. On by default; the environment variable QKV_SPARSE_BACKWARD=0
- * starts it off. Process-wide; change it between runs, not during one. */
-void qkv_set_sparse_backward(gboolean enable);
-gboolean qkv_get_sparse_backward(void);
+ * float sums. AUTO (the default) does it where the product is large enough
+ * to pay for gathering the rows; ALWAYS wherever a row is zero (for tests);
+ * OFF never. The environment variable QKV_SPARSE_BACKWARD=0 starts it OFF.
+ * Process-wide; change it between runs, not during one. */
+typedef enum {
+  QKV_SPARSE_BACKWARD_OFF,
+  QKV_SPARSE_BACKWARD_AUTO,
+  QKV_SPARSE_BACKWARD_ALWAYS,
+} QkvSparseBackward;
+void qkv_set_sparse_backward(QkvSparseBackward mode);
+QkvSparseBackward qkv_get_sparse_backward(void);
 
 /* Counter-based random numbers: a uniform float in [0, 1) for (key, counter). */
 float qkv_random_uniform(guint64 key, guint64 counter);
