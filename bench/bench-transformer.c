@@ -434,6 +434,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   add_int(jb, "intermediates_bytes", (gint64)qkv_plan_intermediates_size(plan));
   add_int(jb, "plan_steps", qkv_plan_n_steps(plan));
   add_string(jb, "vec_isa", qkv_vec_isa());
+  static const gchar *const sparse_modes[] = {"off", "auto", "always"};
+  add_string(jb, "sparse_backward", sparse_modes[qkv_get_sparse_backward()]);
   g_autofree gchar *blas =
       g_strdup_printf("%s (%s)", openblas_get_corename(), openblas_get_config());
   add_string(jb, "blas", blas);
