@@ -280,10 +280,62 @@ test_bad_input(void)
   g_assert_true(qkv_shape_equal(qkv_value_shape(c), &want));
 }
 
+/* qkv_sgemm() against a plain double loop, at the shapes where it uses its
+ * own kernel instead of OpenBLAS (tiny transposed products, x·wᵀ with a
+ * narrow w) and beside them, with strided operands, alpha and beta. */
+static void
+test_sgemm_small_shapes(void)
+{
+  static const struct {
+    gboolean ta, tb;
+    gint64 m, n, k;
+  } cases[] = {
+      {FALSE, TRUE, 10, 10, 8},  {TRUE, FALSE, 10, 8, 10},  {FALSE, FALSE, 10, 8, 10},
+      {FALSE, TRUE, 3, 17, 5},   {TRUE, FALSE, 17, 3, 9},   {FALSE, TRUE, 300, 32, 32},
+      {FALSE, TRUE, 257, 19, 7}, {FALSE, TRUE, 64, 64, 64}, {TRUE, TRUE, 4, 5, 6},
+  };
+  for (guint c = 0; c < G_N_ELEMENTS(cases); c++) {
+    gboolean ta = cases[c].ta, tb = cases[c].tb;
+    gint64 m = cases[c].m, n = cases[c].n, k = cases[c].k;
+    /* stored shapes, each row padded by 3 floats */
+    gint64 a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+    gint64 lda = a_cols + 3, ldb = b_cols + 3, ldc = n + 3;
+    QkvShape as = QKV_SHAPE(a_rows, lda), bs = QKV_SHAPE(b_rows, ldb), cs = QKV_SHAPE(m, ldc);
+    g_autoptr(QkvTensor) a = qkv_test_uniform(&as, 40 + c, -1, 1);
+    g_autoptr(QkvTensor) b = qkv_test_uniform(&bs, 50 + c, -1, 1);
+    g_autoptr(QkvTensor) out = qkv_test_uniform(&cs, 60 + c, -1, 1);
+    g_autoptr(QkvTensor) before = qkv_tensor_copy(out);
+    const float *pa = qkv_tensor_f32(a), *pb = qkv_tensor_f32(b), *c0 = qkv_tensor_f32(before);
+    for (gint beta_case = 0; beta_case < 2; beta_case++) {
+      float alpha = 0.75f, beta = beta_case ? 0.5f : 0.0f;
+      memcpy(qkv_tensor_f32(out), c0, qkv_tensor_nbytes(out));
+      qkv_sgemm(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, qkv_tensor_f32(out), ldc, 1);
+      const float *pc = qkv_tensor_f32(out);
+      for (gint64 i = 0; i < m; i++)
+        for (gint64 j = 0; j < ldc; j++) {
+          if (j >= n) { /* the padding is never written */
+            g_assert_cmpfloat(pc[i * ldc + j], ==, c0[i * ldc + j]);
+            continue;
+          }
+          double sum = 0;
+          for (gint64 p = 0; p < k; p++)
+            sum += (double)(ta ? pa[p * lda + i] : pa[i * lda + p]) *
+                   (tb ? pb[j * ldb + p] : pb[p * ldb + j]);
+          double want = alpha * sum + (beta != 0.0f ? beta * c0[i * ldc + j] : 0.0);
+          if (fabs(pc[i * ldc + j] - want) > 1e-5 * MAX(1.0, fabs(want)))
+            g_error("qkv_sgemm %s%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
+                    " beta %g: c[%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT "] = %.8g, expected %.8g",
+                    ta ? "T" : "N", tb ? "T" : "N", m, n, k, beta, i, j, pc[i * ldc + j], want);
+        }
+    }
+  }
+}
+
 int
 main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/matmul/sgemm-small-shapes", test_sgemm_small_shapes);
   g_test_add_func("/matmul/forward/2d", test_forward_2d);
   g_test_add_func("/matmul/forward/batched", test_forward_batched);
   g_test_add_func("/matmul/forward/shared", test_forward_shared);

@@ -316,6 +316,64 @@ test_state_of_wrong_shape(void)
   g_assert_true(qkv_optimizer_step(opt, &error));
 }
 
+/* qkv_optimizer_step_clipped() gives the same parameters and state, bit for
+ * bit, as clip_grad_norm then step, for Adam, AdamW and SGD with momentum,
+ * over tensors large enough to run in parallel chunks, and leaves the
+ * gradients unclipped. */
+static void
+test_step_clipped(void)
+{
+  const QkvOptimizerKind kinds[] = {QKV_OPTIMIZER_ADAM, QKV_OPTIMIZER_ADAMW, QKV_OPTIMIZER_SGD};
+  QkvShape big = QKV_SHAPE(300, 401), small = QKV_SHAPE(7);
+  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    g_autoptr(QkvParams) one = qkv_params_new();
+    g_autoptr(QkvParams) two = qkv_params_new();
+    QkvParams *stores[] = {one, two};
+    for (guint s = 0; s < 2; s++) {
+      QkvParam *w = qkv_params_add(stores[s], "w", &big, NULL);
+      QkvParam *b = qkv_params_add(stores[s], "b", &small, NULL);
+      g_autoptr(QkvTensor) w0 = qkv_test_uniform(&big, 1, -1, 1);
+      g_autoptr(QkvTensor) b0 = qkv_test_uniform(&small, 2, -1, 1);
+      memcpy(qkv_tensor_f32(qkv_param_value(w)), qkv_tensor_f32(w0), qkv_tensor_nbytes(w0));
+      memcpy(qkv_tensor_f32(qkv_param_value(b)), qkv_tensor_f32(b0), qkv_tensor_nbytes(b0));
+    }
+    QkvOptimConfig c = kinds[k] == QKV_OPTIMIZER_SGD    ? qkv_optim_config_sgd(0.1)
+                       : kinds[k] == QKV_OPTIMIZER_ADAM ? qkv_optim_config_adam(0.01)
+                                                        : qkv_optim_config_adamw(0.01);
+    c.momentum = kinds[k] == QKV_OPTIMIZER_SGD ? 0.9 : 0.0;
+    g_autoptr(GError) error = NULL;
+    g_autoptr(QkvOptimizer) separate = qkv_optimizer_new(kinds[k], one, &c, &error);
+    g_autoptr(QkvOptimizer) fused = qkv_optimizer_new(kinds[k], two, &c, &error);
+    g_assert_no_error(error);
+    for (guint step = 0; step < 3; step++) {
+      for (guint s = 0; s < 2; s++)
+        for (guint i = 0; i < 2; i++) {
+          QkvTensor *g = qkv_param_grad(qkv_params_nth(stores[s], i));
+          g_autoptr(QkvTensor) r = qkv_test_uniform(qkv_tensor_shape(g), 10 + step * 2 + i, -2, 2);
+          memcpy(qkv_tensor_f32(g), qkv_tensor_f32(r), qkv_tensor_nbytes(r));
+        }
+      /* max_norm 1 clips (the norm is in the hundreds) except on step 2 */
+      double max_norm = step == 2 ? 1e6 : 1.0;
+      double norm1 = qkv_optimizer_clip_grad_norm(separate, max_norm), norm2 = 0;
+      g_assert_true(qkv_optimizer_step(separate, &error));
+      g_autoptr(QkvTensor) grad_before = qkv_tensor_copy(qkv_param_grad(qkv_params_nth(two, 0)));
+      g_assert_true(qkv_optimizer_step_clipped(fused, max_norm, &norm2, &error));
+      g_assert_no_error(error);
+      g_assert_cmpfloat(norm1, ==, norm2);
+      qkv_assert_values(qkv_param_grad(qkv_params_nth(two, 0)), qkv_tensor_f32(grad_before),
+                        (gsize)qkv_tensor_numel(grad_before), 0);
+      for (guint i = 0; i < 2; i++) {
+        QkvParam *p1 = qkv_params_nth(one, i), *p2 = qkv_params_nth(two, i);
+        gsize n = (gsize)qkv_tensor_numel(qkv_param_value(p1));
+        qkv_assert_values(qkv_param_value(p2), qkv_tensor_f32(qkv_param_value(p1)), n, 0);
+        const gchar *state = kinds[k] == QKV_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg_sq";
+        qkv_assert_values(qkv_param_state(p2, state), qkv_tensor_f32(qkv_param_state(p1, state)), n,
+                          0);
+      }
+    }
+  }
+}
+
 static void
 test_clip_grad_norm(void)
 {
@@ -437,6 +495,7 @@ main(int argc, char **argv)
   g_test_add_func("/optim/lr-changes-between-steps", test_lr_changes_between_steps);
   g_test_add_func("/optim/state-of-wrong-shape", test_state_of_wrong_shape);
   g_test_add_func("/optim/clip-grad-norm", test_clip_grad_norm);
+  g_test_add_func("/optim/step-clipped", test_step_clipped);
   g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
   return g_test_run();
