@@ -364,9 +364,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
       sum += times[i];
     mean = sum / opt_steps;
     mean_tokens = tokens_timed / opt_steps;
-    qsort(times, opt_steps, sizeof(double), compare_double);
-    min = times[0];
     median = median_of(times, opt_steps);
+    min = times[0];
     median_run = median_of(run_times, opt_steps);
     median_update = median_of(update_times, opt_steps);
   }

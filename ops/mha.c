@@ -373,7 +373,15 @@ backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
   return backward_shared_scratch(&d) + (gsize)MAX(n_threads, 1) * backward_scratch_per_thread(&d);
 }
 
-static void column_sums(gint64 rows, gint64 hidden, const float *x, float *db);
+/* db (H) = Σ over rows of x (rows, H). */
+static void
+column_sums(gint64 rows, gint64 hidden, const float *x, float *db)
+{
+  memset(db, 0, (gsize)hidden * sizeof(float));
+  for (gint64 r = 0; r < rows; r++)
+    for (gint64 j = 0; j < hidden; j++)
+      db[j] += x[r * hidden + j];
+}
 
 /* For proj = x · wᵀ (+ b): dx (rows × in) = dproj · w, dw (H × in) = dprojᵀ ·
  * x, db = column sums of dproj, over the rows of dproj that are not zero
@@ -402,16 +410,6 @@ projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidd
     column_sums(n, hidden, dproj, db);
   if (compact)
     qkv_expand_rows(dx, index, m, rows, in);
-}
-
-/* db (H) = Σ over rows of x (rows, H). */
-static void
-column_sums(gint64 rows, gint64 hidden, const float *x, float *db)
-{
-  memset(db, 0, (gsize)hidden * sizeof(float));
-  for (gint64 r = 0; r < rows; r++)
-    for (gint64 j = 0; j < hidden; j++)
-      db[j] += x[r * hidden + j];
 }
 
 static void

@@ -317,16 +317,6 @@ typedef struct {
 QKV_UPDATE_KERNELS(baseline, )
 QKV_UPDATE_KERNELS(avx512, __attribute__((target("avx512f,avx512vl"))))
 
-static gboolean
-use_avx512(void)
-{
-  static gint cached = -1;
-  if (g_atomic_int_get(&cached) < 0)
-    g_atomic_int_set(&cached,
-                     __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"));
-  return g_atomic_int_get(&cached) == 1;
-}
-
 /* Contiguous chunks per thread, a multiple of 16 floats each. */
 #define FOR_EACH_CHUNK(n, begin, len, BODY)                                                        \
   do {                                                                                             \
@@ -363,7 +353,7 @@ sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale)
     k.first = qkv_param_lookup_state(param, "momentum_buffer") == NULL;
     buf = qkv_tensor_f32(qkv_param_state(param, "momentum_buffer"));
   }
-  gboolean wide = use_avx512();
+  gboolean wide = qkv_use_avx512();
   FOR_EACH_CHUNK(n, begin, len, {
     float *b = buf != NULL ? buf + begin : NULL;
     if (wide)
@@ -402,7 +392,7 @@ adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param, flo
       .bias_correction2_sqrt = (float)sqrt(bias_correction2),
       .decoupled = (float)(1.0 - c->lr * c->weight_decay),
   };
-  gboolean wide = use_avx512();
+  gboolean wide = qkv_use_avx512();
   FOR_EACH_CHUNK(n, begin, len, {
     if (wide)
       adam_span_avx512(&k, adamw, p + begin, g + begin, m + begin, v + begin, len);

@@ -108,6 +108,9 @@ void qkv_aligned_free(gpointer ptr);
 
 /* The executor tells qkv_sgemm() the thread count of the plan it runs. */
 void qkv_set_running_plan_threads(gint n_threads);
+/* Whether the ISA picked at run time (qkv_vec_isa(), QKV_VEC_ISA may force
+ * a fallback) is AVX-512 (F, DQ, VL): kernels with an AVX-512 variant use it. */
+gboolean qkv_use_avx512(void);
 /* qkv_sgemm()'s path for small products (src/smallgemm.c): computes c and
  * returns TRUE when the CPU has AVX-512 and the product is one it takes,
  * else returns FALSE without touching c. */

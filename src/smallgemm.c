@@ -114,15 +114,6 @@ small_sgemm_avx512(gint64 m, gint64 n, gint64 k, float alpha, const float *a, gi
 }
 #pragma GCC pop_options
 
-static gboolean
-have_avx512(void)
-{
-  static gint cached = -1;
-  if (g_atomic_int_get(&cached) < 0)
-    g_atomic_int_set(&cached, __builtin_cpu_supports("avx512f") ? 1 : 0);
-  return g_atomic_int_get(&cached) == 1;
-}
-
 gboolean
 qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                 float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
@@ -133,7 +124,7 @@ qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, 
   gboolean tiny = m * n * k <= TINY_MNK && (transpose_a || transpose_b);
   gboolean tall_nt =
       transpose_b && !transpose_a && n <= NT_MAX_NK && k <= NT_MAX_NK && m >= NT_MIN_M;
-  if (!(tiny || tall_nt) || !have_avx512())
+  if (!(tiny || tall_nt) || !qkv_use_avx512())
     return FALSE;
   gint64 a_rs = transpose_a ? 1 : lda, a_cs = transpose_a ? lda : 1;
   if (!transpose_b) {

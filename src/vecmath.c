@@ -184,6 +184,13 @@ qkv_vec_isa(void)
   return vec_isa;
 }
 
+gboolean
+qkv_use_avx512(void)
+{
+  pick_isa();
+  return vec_exp == exp_avx512;
+}
+
 guint64
 qkv_random_key(guint64 seed, guint64 step, guint32 node_id)
 {
