@@ -12,36 +12,42 @@
 
 #include <math.h>
 
-/* Below this many elements a kernel runs on the calling thread: starting a
- * team costs more than the loop. */
-#define EW_PARALLEL_MIN 32768
-
 /* Chunks start on a multiple of this many floats (a 64-byte cache line), so
  * threads never write to the same line and SLEEF sees aligned starts. */
 #define EW_CHUNK_ALIGN 16
 
 typedef void (*EwChunkFunc)(const QkvKernelCtx *ctx, gconstpointer data, gint64 begin, gint64 end);
 
-/* Run chunk over [0, n) split into contiguous, aligned chunks, one per thread. */
+typedef struct {
+  const QkvKernelCtx *ctx;
+  EwChunkFunc chunk;
+  gconstpointer data;
+  gint64 n;
+} EwJob;
+
+static void
+ew_blocks(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const EwJob *j = user_data;
+  gint64 b = MIN(begin * EW_CHUNK_ALIGN, j->n), e = MIN(end * EW_CHUNK_ALIGN, j->n);
+  if (b < e)
+    j->chunk(j->ctx, j->data, b, e);
+}
+
+/* Run chunk over [0, n) split into contiguous, aligned chunks, one per thread;
+ */
 static void
 ew_parallel(const QkvKernelCtx *ctx, gint64 n, EwChunkFunc chunk, gconstpointer data)
 {
   if (n == 0)
     return;
-  gint n_chunks = (n > EW_PARALLEL_MIN && ctx->n_threads > 1) ? ctx->n_threads : 1;
-  if (n_chunks == 1) {
+  gint nt = qkv_kernel_threads(ctx, n);
+  if (nt == 1) {
     chunk(ctx, data, 0, n);
     return;
   }
-  gint64 per = (n + n_chunks - 1) / n_chunks;
-  per = (per + EW_CHUNK_ALIGN - 1) / EW_CHUNK_ALIGN * EW_CHUNK_ALIGN;
-#pragma omp parallel for num_threads(n_chunks) schedule(static)
-  for (gint c = 0; c < n_chunks; c++) {
-    gint64 begin = MIN((gint64)c * per, n);
-    gint64 end = MIN(begin + per, n);
-    if (begin < end)
-      chunk(ctx, data, begin, end);
-  }
+  EwJob job = {ctx, chunk, data, n};
+  qkv_parallel_for(nt, (n + EW_CHUNK_ALIGN - 1) / EW_CHUNK_ALIGN, ew_blocks, &job);
 }
 
 static const gchar *const unary_inputs[] = {"x", NULL};

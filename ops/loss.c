@@ -69,16 +69,6 @@ reduction_attrs_variant(QkvReduction reduction)
   return g_variant_builder_end(&attrs);
 }
 
-static inline gint
-thread_index(void)
-{
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
 /* ---- cross_entropy ------------------------------------------------------ */
 
 static const gchar *const ce_input_names[] = {"logits", "targets", "weight", NULL};
@@ -156,6 +146,23 @@ ce_row(const float *x, gint64 c, gint64 target, float *buf)
   return logf(sum) - (x[target] - m);
 }
 
+typedef struct {
+  const float *logits, *weight;
+  const gint32 *targets;
+  float *bufs, *losses;
+  gint64 c;
+} CeJob;
+
+static void
+ce_forward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const CeJob *j = user_data;
+  for (gint64 i = begin; i < end; i++) {
+    float loss = ce_row(j->logits + i * j->c, j->c, j->targets[i], j->bufs + thread * j->c);
+    j->losses[i] = j->weight != NULL ? loss * j->weight[i] : loss;
+  }
+}
+
 static void
 ce_forward(const QkvKernelCtx *ctx)
 {
@@ -176,11 +183,9 @@ ce_forward(const QkvKernelCtx *ctx)
   float *bufs = ctx->scratch;
   float *losses = reduction == QKV_REDUCTION_NONE ? out : bufs + n_threads * c;
 
-#pragma omp parallel for num_threads(n_threads) if (tokens * c > 32768) schedule(static)
-  for (gint64 i = 0; i < tokens; i++) {
-    float loss = ce_row(logits + i * c, c, targets[i], bufs + thread_index() * c);
-    losses[i] = weight != NULL ? loss * weight[i] : loss;
-  }
+  CeJob job = {logits, weight, targets, bufs, losses, c};
+  /* about ten units of work per logit: max, subtract, exp, sum */
+  qkv_parallel_for(qkv_work_threads(n_threads, 10 * tokens * c), tokens, ce_forward_rows, &job);
 
   if (reduction != QKV_REDUCTION_NONE) {
     double total = 0.0;
@@ -226,6 +231,48 @@ ce_backward_shape(QkvShapeCtx *ctx, GError **error)
 
 /* dlogits = (softmax(logits) − onehot(target)) · weight · dloss, and / N for
  * "mean"; a row whose target is out of range gets zeros. */
+typedef struct {
+  const float *dloss, *logits;
+  const gint32 *targets;
+  const float *weight;
+  float *dx;
+  gint64 c;
+  QkvReduction reduction;
+  float mean_scale;
+} CeBackwardJob;
+
+static void
+ce_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const CeBackwardJob *j = user_data;
+  const gint64 c = j->c;
+  for (gint64 i = begin; i < end; i++) {
+    const float *x = j->logits + i * c;
+    float *d = j->dx + i * c;
+    gint64 target = j->targets[i];
+    if (target < 0 || target >= c) {
+      memset(d, 0, (gsize)c * sizeof(float));
+      continue;
+    }
+    float scale = (j->reduction == QKV_REDUCTION_NONE ? j->dloss[i] : j->dloss[0]) * j->mean_scale;
+    if (j->weight != NULL)
+      scale *= j->weight[i];
+    float m = -INFINITY;
+    for (gint64 k = 0; k < c; k++)
+      m = x[k] > m ? x[k] : m;
+    for (gint64 k = 0; k < c; k++)
+      d[k] = x[k] - m;
+    qkv_vec_exp(d, d, (gsize)c);
+    float sum = 0.0f;
+    for (gint64 k = 0; k < c; k++)
+      sum += d[k];
+    float f = scale / sum;
+    for (gint64 k = 0; k < c; k++)
+      d[k] *= f;
+    d[target] -= scale;
+  }
+}
+
 static void
 ce_backward_forward(const QkvKernelCtx *ctx)
 {
@@ -240,32 +287,8 @@ ce_backward_forward(const QkvKernelCtx *ctx)
   reduction_parse(ctx->attrs, &reduction);
   float mean_scale = reduction == QKV_REDUCTION_MEAN && tokens > 0 ? 1.0f / (float)tokens : 1.0f;
 
-#pragma omp parallel for num_threads(ctx->n_threads) if (tokens * c > 32768) schedule(static)
-  for (gint64 i = 0; i < tokens; i++) {
-    const float *x = logits + i * c;
-    float *d = dx + i * c;
-    gint64 target = targets[i];
-    if (target < 0 || target >= c) {
-      memset(d, 0, (gsize)c * sizeof(float));
-      continue;
-    }
-    float scale = (reduction == QKV_REDUCTION_NONE ? dloss[i] : dloss[0]) * mean_scale;
-    if (weight != NULL)
-      scale *= weight[i];
-    float m = -INFINITY;
-    for (gint64 j = 0; j < c; j++)
-      m = x[j] > m ? x[j] : m;
-    for (gint64 j = 0; j < c; j++)
-      d[j] = x[j] - m;
-    qkv_vec_exp(d, d, (gsize)c);
-    float sum = 0.0f;
-    for (gint64 j = 0; j < c; j++)
-      sum += d[j];
-    float k = scale / sum;
-    for (gint64 j = 0; j < c; j++)
-      d[j] *= k;
-    d[target] -= scale;
-  }
+  CeBackwardJob job = {dloss, logits, targets, weight, dx, c, reduction, mean_scale};
+  qkv_parallel_for(qkv_kernel_threads(ctx, 10 * tokens * c), tokens, ce_backward_rows, &job);
 }
 
 /* ---- mse ---------------------------------------------------------------- */
@@ -299,7 +322,6 @@ mse_forward(const QkvKernelCtx *ctx)
   reduction_parse(ctx->attrs, &reduction);
 
   if (reduction == QKV_REDUCTION_NONE) {
-#pragma omp parallel for num_threads(ctx->n_threads) if (n > 32768) schedule(static)
     for (gint64 i = 0; i < n; i++) {
       float d = pred[i] - target[i];
       out[i] = d * d;

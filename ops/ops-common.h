@@ -128,15 +128,28 @@ qkv_compact_pays(gint64 m, gint64 n, gint64 per_row)
   }
 }
 
+typedef struct {
+  float *dst;
+  const float *src;
+  const gint64 *index;
+  gint64 ld, cols;
+} QkvGatherJob;
+
+static inline void
+qkv_gather_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const QkvGatherJob *j = user_data;
+  for (gint64 i = begin; i < end; i++)
+    memcpy(j->dst + i * j->cols, j->src + j->index[i] * j->ld, (gsize)j->cols * sizeof(float));
+}
+
 /* dst (m × cols, contiguous) = rows index[0..m) of src (row stride ld). */
 static inline void
 qkv_gather_rows(const QkvKernelCtx *ctx, float *dst, const float *src, gint64 ld,
                 const gint64 *index, gint64 m, gint64 cols)
 {
-  gint nt = m * cols >= (1 << 16) ? MAX(ctx->n_threads, 1) : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (gint64 i = 0; i < m; i++)
-    memcpy(dst + i * cols, src + index[i] * ld, (gsize)cols * sizeof(float));
+  QkvGatherJob job = {dst, src, index, ld, cols};
+  qkv_parallel_for(qkv_kernel_threads(ctx, m * cols), m, qkv_gather_range, &job);
 }
 
 /* Rows index[0..m) of x (rows × cols, contiguous; index increasing) moved to

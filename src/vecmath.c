@@ -217,20 +217,7 @@ qkv_random_dropout_mask(guint64 key, guint64 first, gsize n, float p, float *mas
 void
 qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body, gpointer user_data)
 {
-  gint nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
-  if (nt > n)
-    nt = (gint)MAX(n, 1);
-  if (nt == 1) {
-    body(0, n, 0, user_data);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    gint t = omp_get_thread_num(), count = omp_get_num_threads();
-    gint64 begin = n * t / count, end = n * (t + 1) / count;
-    if (begin < end)
-      body(begin, end, t, user_data);
-  }
+  qkv_parallel_for(ctx->n_threads, n, body, user_data);
 }
 
 /* -1: not read from the environment yet. */
@@ -257,13 +244,11 @@ qkv_get_sparse_backward(void)
   return (QkvSparseBackward)v;
 }
 
-/* Below this many multiply-adds OpenBLAS's own threading loses: on the book's
+/* Below this many multiply-adds splitting a product loses: on the book's
  * model (640×32×32 projections) two threads made a training step 1.5× slower
  * than one. */
 #define QKV_GEMM_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 22)
 
-/* OpenBLAS's thread count is process-wide; only change it when it differs. */
-static gint blas_threads = -1;
 /* The thread count of the plan running on this thread (0: none running). */
 static __thread gint running_plan_threads = 0;
 
@@ -275,6 +260,54 @@ qkv_set_running_plan_threads(gint n_threads)
   running_plan_threads = n_threads;
 }
 
+/* OpenBLAS itself always runs on one thread: its OpenMP build would start a
+ * libgomp team whose idle workers spin for milliseconds after every call
+ * (see threads.c). qkv splits large products over its own pool instead. */
+static void
+blas_single_thread(void)
+{
+  static gsize once = 0;
+  if (g_once_init_enter(&once)) {
+    openblas_set_num_threads(1);
+    g_once_init_leave(&once, 1);
+  }
+}
+
+static void
+blas_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k, float alpha,
+           const float *a, gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha, a,
+              (blasint)MAX(lda, 1), b, (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(ldc, 1));
+}
+
+typedef struct {
+  gboolean ta, tb, split_rows;
+  gint64 m, n, k, lda, ldb, ldc, block;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+} GemmJob;
+
+/* Blocks [begin, end) of rows (or columns) of c. */
+static void
+gemm_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const GemmJob *j = data;
+  if (j->split_rows) {
+    gint64 r0 = begin * j->block, r1 = MIN(j->m, end * j->block);
+    const float *a = j->ta ? j->a + r0 : j->a + r0 * j->lda;
+    blas_sgemm(j->ta, j->tb, r1 - r0, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta,
+               j->c + r0 * j->ldc, j->ldc);
+  } else {
+    gint64 c0 = begin * j->block, c1 = MIN(j->n, end * j->block);
+    const float *b = j->tb ? j->b + c0 * j->ldb : j->b + c0;
+    blas_sgemm(j->ta, j->tb, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda, b, j->ldb, j->beta,
+               j->c + c0, j->ldc);
+  }
+}
+
 void
 qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k, float alpha,
           const float *a, gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
@@ -284,16 +317,19 @@ qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64
     return;
   if (qkv_small_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
-  if (!omp_in_parallel()) {
-    if (n_threads <= 0)
-      n_threads = running_plan_threads > 0 ? running_plan_threads : qkv_get_num_threads();
-    gint want = m * n * k < QKV_GEMM_PARALLEL_MIN ? 1 : n_threads;
-    if (__atomic_load_n(&blas_threads, __ATOMIC_RELAXED) != want) {
-      openblas_set_num_threads(want);
-      __atomic_store_n(&blas_threads, want, __ATOMIC_RELAXED);
-    }
+  blas_single_thread();
+  if (n_threads <= 0)
+    n_threads = running_plan_threads > 0 ? running_plan_threads : qkv_get_num_threads();
+  gint nt = m * n * k < QKV_GEMM_PARALLEL_MIN ? 1 : n_threads;
+  if (nt <= 1) {
+    blas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
   }
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha, a,
-              (blasint)MAX(lda, 1), b, (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(ldc, 1));
+  /* Split the longer side of c into blocks of 64 rows or columns (whole
+   * register tiles of any kernel): every element is still one call's dot
+   * product over the whole of k. */
+  GemmJob job = {transpose_a, transpose_b, m >= n, m,    n, k, lda, ldb,
+                 ldc,         64,          alpha,  beta, a, b, c};
+  gint64 blocks = ((job.split_rows ? m : n) + job.block - 1) / job.block;
+  qkv_parallel_for((gint)MIN(nt, blocks), blocks, gemm_blocks, &job);
 }

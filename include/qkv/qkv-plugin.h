@@ -92,7 +92,8 @@ typedef struct {
 } QkvView;
 
 /* What a kernel sees. The kernel is called once per node run; it may use up to
- * n_threads threads (OpenMP or qkv_kernel_parallel_for()). */
+ * n_threads threads, through qkv_kernel_parallel_for() (an OpenMP team of
+ * its own would spin beside qkv's pool). */
 typedef struct {
   const gchar *op_name;
   const gchar *node_name;
@@ -219,10 +220,23 @@ const gchar *qkv_op_origin(const gchar *name);
 gchar **qkv_op_list(void);
 
 /* Run body(begin, end, thread_index, user_data) over [0, n) split into
- * contiguous chunks, one per thread (up to ctx->n_threads). */
+ * contiguous chunks, one per thread (up to ctx->n_threads), on qkv's thread
+ * pool. Chunk i is [n·i/t, n·(i+1)/t) for t chunks, so results that depend on
+ * the split depend only on the thread count. */
 typedef void (*QkvRangeFunc)(gint64 begin, gint64 end, gint thread_index, gpointer user_data);
 void qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body,
                              gpointer user_data);
+/* The same with an explicit thread count (≤ 1: on the calling thread). Loops
+ * started from inside a pool chunk, or while another thread's loop holds the
+ * pool, run on the calling thread. Idle pool threads spin for at most
+ * QKV_SPIN_US microseconds (default 50) and then sleep. */
+void qkv_parallel_for(gint n_threads, gint64 n, QkvRangeFunc body, gpointer user_data);
+/* How many of ctx->n_threads a loop of work units (about one simple float
+ * operation each) should use: 1 below the size where waking a thread costs
+ * more than it saves, so that small kernels never fork. */
+gint qkv_kernel_threads(const QkvKernelCtx *ctx, gint64 work);
+/* The same for a thread budget of n_threads. */
+gint qkv_work_threads(gint n_threads, gint64 work);
 
 /* c = alpha·op(a)·op(b) + beta·c, row-major, through OpenBLAS. Products below
  * about 4 M multiply-adds run on one thread (splitting them costs more than it
