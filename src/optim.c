@@ -4,12 +4,15 @@
 #include "qkv/qkv-optim.h"
 
 #include <math.h>
-#include <omp.h>
 
-/* Element loops run in parallel only when a tensor is big enough to pay for
- * the threads; each element is computed the same way either way, so the
- * result does not depend on the thread count. */
-#define PARALLEL_MIN 32768
+/* Element loops run on qkv_get_num_threads() threads when a tensor is big
+ * enough to pay for them (qkv_work_threads()); each element is computed the
+ * same way either way, so the result does not depend on the thread count. */
+static gint
+loop_threads(gint64 work)
+{
+  return qkv_work_threads(qkv_get_num_threads(), work);
+}
 
 typedef enum {
   SELECT_ALL,
@@ -317,20 +320,48 @@ typedef struct {
 QKV_UPDATE_KERNELS(baseline, )
 QKV_UPDATE_KERNELS(avx512, __attribute__((target("avx512f,avx512vl"))))
 
-/* Contiguous chunks per thread, a multiple of 16 floats each. */
-#define FOR_EACH_CHUNK(n, begin, len, BODY)                                                        \
-  do {                                                                                             \
-    gint64 n_ = (n);                                                                               \
-    _Pragma("omp parallel if (n_ >= PARALLEL_MIN)")                                                \
-    {                                                                                              \
-      gint64 nt_ = omp_get_num_threads(), t_ = omp_get_thread_num();                               \
-      gint64 per_ = ((n_ + nt_ - 1) / nt_ + 15) / 16 * 16;                                         \
-      gint64 begin = MIN(n_, t_ * per_), len = MIN(n_, begin + per_) - begin;                      \
-      if (len > 0) {                                                                               \
-        BODY;                                                                                      \
-      }                                                                                            \
-    }                                                                                              \
-  } while (0)
+/* Element loops run over blocks of 16 floats, so that every chunk but the
+ * last is a whole number of vectors. */
+#define SPAN_BLOCK 16
+
+typedef struct {
+  const UpdateConsts *k;
+  gboolean wide, adamw;
+  gint64 n;
+  float *p, *buf, *m, *v;
+  const float *g;
+} SpanJob;
+
+static void
+sgd_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const SpanJob *j = data;
+  gint64 b = begin * SPAN_BLOCK, len = MIN(j->n, end * SPAN_BLOCK) - b;
+  float *buf = j->buf != NULL ? j->buf + b : NULL;
+  if (j->wide)
+    sgd_span_avx512(j->k, j->p + b, j->g + b, buf, len);
+  else
+    sgd_span_baseline(j->k, j->p + b, j->g + b, buf, len);
+}
+
+static void
+adam_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const SpanJob *j = data;
+  gint64 b = begin * SPAN_BLOCK, len = MIN(j->n, end * SPAN_BLOCK) - b;
+  if (j->wide)
+    adam_span_avx512(j->k, j->adamw, j->p + b, j->g + b, j->m + b, j->v + b, len);
+  else
+    adam_span_baseline(j->k, j->adamw, j->p + b, j->g + b, j->m + b, j->v + b, len);
+}
+
+/* Run span over n elements; work is the float operations per element. */
+static void
+run_spans(QkvRangeFunc span, const SpanJob *job, gint64 work_per_element)
+{
+  qkv_parallel_for(loop_threads(job->n * work_per_element), (job->n + SPAN_BLOCK - 1) / SPAN_BLOCK,
+                   span, (gpointer)job);
+}
 
 static void
 sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale)
@@ -353,14 +384,8 @@ sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale)
     k.first = qkv_param_lookup_state(param, "momentum_buffer") == NULL;
     buf = qkv_tensor_f32(qkv_param_state(param, "momentum_buffer"));
   }
-  gboolean wide = qkv_use_avx512();
-  FOR_EACH_CHUNK(n, begin, len, {
-    float *b = buf != NULL ? buf + begin : NULL;
-    if (wide)
-      sgd_span_avx512(&k, p + begin, g + begin, b, len);
-    else
-      sgd_span_baseline(&k, p + begin, g + begin, b, len);
-  });
+  SpanJob job = {.k = &k, .wide = qkv_use_avx512(), .n = n, .p = p, .buf = buf, .g = g};
+  run_spans(sgd_blocks, &job, 4);
 }
 
 static void
@@ -392,13 +417,9 @@ adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param, flo
       .bias_correction2_sqrt = (float)sqrt(bias_correction2),
       .decoupled = (float)(1.0 - c->lr * c->weight_decay),
   };
-  gboolean wide = qkv_use_avx512();
-  FOR_EACH_CHUNK(n, begin, len, {
-    if (wide)
-      adam_span_avx512(&k, adamw, p + begin, g + begin, m + begin, v + begin, len);
-    else
-      adam_span_baseline(&k, adamw, p + begin, g + begin, m + begin, v + begin, len);
-  });
+  SpanJob job = {
+      .k = &k, .wide = qkv_use_avx512(), .adamw = adamw, .n = n, .p = p, .m = m, .v = v, .g = g};
+  run_spans(adam_blocks, &job, 12);
 }
 
 /* Updates every active param with its gradient times grad_scale; checks
@@ -487,6 +508,27 @@ qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm)
  * the norm is the same for any thread count. */
 #define NORM_BLOCK 16384
 
+typedef struct {
+  const float *g;
+  gint64 n;
+  double *out;
+} NormJob;
+
+static void
+norm_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const NormJob *j = data;
+  for (gint64 b = begin; b < end; b++) {
+    const float *x = j->g + b * NORM_BLOCK;
+    gint64 len = MIN(NORM_BLOCK, j->n - b * NORM_BLOCK);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (gint64 k = 0; k < len; k++)
+      s += (double)x[k] * (double)x[k];
+    j->out[b] = s;
+  }
+}
+
 static double
 grads_sum_of_squares(GPtrArray *params)
 {
@@ -499,20 +541,10 @@ grads_sum_of_squares(GPtrArray *params)
   gint64 first_block = 0;
   for (guint i = 0; i < params->len; i++) {
     const QkvTensor *grad = qkv_param_grad(g_ptr_array_index(params, i));
-    const float *g = qkv_tensor_f32((QkvTensor *)grad);
-    gint64 n = qkv_tensor_numel(grad);
-    gint64 blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
-    double *out = partial + first_block;
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-    for (gint64 b = 0; b < blocks; b++) {
-      const float *x = g + b * NORM_BLOCK;
-      gint64 len = MIN(NORM_BLOCK, n - b * NORM_BLOCK);
-      double s = 0;
-#pragma omp simd reduction(+ : s)
-      for (gint64 k = 0; k < len; k++)
-        s += (double)x[k] * (double)x[k];
-      out[b] = s;
-    }
+    NormJob job = {qkv_tensor_f32((QkvTensor *)grad), qkv_tensor_numel(grad),
+                   partial + first_block};
+    gint64 blocks = (job.n + NORM_BLOCK - 1) / NORM_BLOCK;
+    qkv_parallel_for(loop_threads(2 * job.n), blocks, norm_blocks, &job);
     first_block += blocks;
   }
   double sum = 0;
@@ -547,7 +579,8 @@ qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
     QkvTensor *grad = qkv_param_grad(g_ptr_array_index(selected, i));
     float *g = qkv_tensor_f32(grad);
     gint64 n = qkv_tensor_numel(grad);
-#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_MIN)
+    /* a pass over memory: one thread streams it as fast as two */
+#pragma omp simd
     for (gint64 k = 0; k < n; k++)
       g[k] *= c;
   }

@@ -4,7 +4,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 typedef void (*VecFunc)(float *dst, const float *src, gsize n);
