@@ -64,7 +64,7 @@ test_reverse_task(void)
 {
   /* bench/peers/ref_S_seed0/first_batch.json: splitmix64(0) stream, T = 10 */
   Seq2SeqData d;
-  seq2seq_data_reverse(&d, 4, 10, 200, 0);
+  g_assert_true(seq2seq_data_reverse(&d, 4, 10, 200, 0, NULL));
   const gint32 row0[] = {176, 110, 20, 135, 121, 2, 0, 0, 0, 0};
   const gint32 row1[] = {74, 100, 60, 53, 147, 161, 97, 162, 117, 2};
   for (int i = 0; i < 10; i++) {

@@ -130,9 +130,16 @@ nmt_preprocess(const gchar *text)
   return g_string_free(out, FALSE);
 }
 
-/* The first max_lines lines of a file (all of it if max_lines < 0),
- * inflating it if its name ends in .gz; reading stops once enough lines are
- * in, so the book's 600 pairs do not cost a pass over the whole corpus. */
+/* Longest line read_lines accepts: fra.txt's lines are under 400 bytes, so a
+ * longer one means a file of another kind, and the cap keeps a file without
+ * newlines from being read whole into memory. */
+#define MAX_LINE_BYTES 65536
+
+/* The first max_lines lines of a file (max_lines >= 1), inflating it if its
+ * name ends in .gz; reading stops once enough lines are in, so the book's 600
+ * pairs do not cost a pass over the whole corpus. The lines kept must be
+ * text: no NUL byte (the parsing below works on C strings and would drop
+ * whatever follows one) and none longer than MAX_LINE_BYTES. */
 static gchar *
 read_lines(const gchar *path, gint max_lines, GError **error)
 {
@@ -149,8 +156,9 @@ read_lines(const gchar *path, gint max_lines, GError **error)
   }
   GString *text = g_string_new(NULL);
   gint lines = 0;
+  gsize line_bytes = 0;
   gchar buf[65536];
-  while (max_lines < 0 || lines < max_lines) {
+  while (lines < max_lines) {
     gssize n = g_input_stream_read(in, buf, sizeof buf, NULL, error);
     if (n < 0) {
       g_string_free(text, TRUE);
@@ -158,9 +166,30 @@ read_lines(const gchar *path, gint max_lines, GError **error)
     }
     if (n == 0)
       break;
-    for (gssize i = 0; i < n; i++)
-      lines += buf[i] == '\n';
-    g_string_append_len(text, buf, n);
+    gssize keep = n;
+    for (gssize i = 0; i < n; i++) {
+      if (buf[i] == '\0') {
+        g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                    "line %d holds a NUL byte (byte %" G_GSIZE_FORMAT "); not a text file",
+                    lines + 1, text->len + (gsize)i);
+        g_string_free(text, TRUE);
+        return NULL;
+      }
+      if (buf[i] == '\n') {
+        line_bytes = 0;
+        if (++lines == max_lines) {
+          keep = i + 1;
+          break;
+        }
+      } else if (++line_bytes > MAX_LINE_BYTES) {
+        g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                    "line %d is longer than %d bytes; not a file of tab-separated sentence pairs",
+                    lines + 1, MAX_LINE_BYTES);
+        g_string_free(text, TRUE);
+        return NULL;
+      }
+    }
+    g_string_append_len(text, buf, keep);
   }
   return g_string_free(text, FALSE);
 }
@@ -186,13 +215,22 @@ seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, g
                       GError **error)
 {
   memset(data, 0, sizeof(*data));
+  if (num_examples < 1 || num_examples > SEQ2SEQ_MAX_EXAMPLES || num_steps < 2 ||
+      num_steps > SEQ2SEQ_MAX_STEPS) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                "%d examples of %d steps: need 1 to %d examples of 2 to %d steps", num_examples,
+                num_steps, SEQ2SEQ_MAX_EXAMPLES, SEQ2SEQ_MAX_STEPS);
+    return FALSE;
+  }
   g_autofree gchar *raw = read_lines(path, num_examples + 1, error);
   if (raw == NULL) {
     g_prefix_error(error, "reading %s: ", path);
     return FALSE;
   }
-  if (!g_utf8_validate(raw, -1, NULL)) {
-    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s is not valid UTF-8", path);
+  const gchar *bad = NULL;
+  if (!g_utf8_validate(raw, -1, &bad)) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "%s is not valid UTF-8 (byte %" G_GSIZE_FORMAT ")", path, (gsize)(bad - raw));
     return FALSE;
   }
   /* The book keeps lines 0..num_examples (num_examples + 1 lines); only those
@@ -213,6 +251,17 @@ seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, g
       continue;
     g_ptr_array_add(src, g_strsplit(parts[0], " ", -1));
     g_ptr_array_add(tgt, g_strsplit(parts[1], " ", -1));
+  }
+  /* The book skips lines that are not one tab-separated pair; a file with
+   * none at all would train on nothing. */
+  if (src->len == 0) {
+    g_ptr_array_unref(src);
+    g_ptr_array_unref(tgt);
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "%s holds no sentence pairs (lines of the form \"english<TAB>french\") in its "
+                "first %d lines",
+                path, num_examples + 1);
+    return FALSE;
   }
   data->n = (gint)src->len;
   data->num_steps = num_steps;
@@ -253,10 +302,28 @@ reverse_vocab(gint size)
   return v;
 }
 
-void
-seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guint64 seed)
+gboolean
+seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guint64 seed,
+                     GError **error)
 {
   memset(data, 0, sizeof(*data));
+  /* Tokens are drawn modulo vocab - 3 (after <pad>, <bos>, <eos>), and a
+   * sequence holds at least one of them before its <eos>. */
+  if (vocab < 4 || vocab > SEQ2SEQ_MAX_REVERSE_VOCAB) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                "reverse task: vocabulary of %d tokens; need 4 to %d (3 special tokens and at "
+                "least one other)",
+                vocab, SEQ2SEQ_MAX_REVERSE_VOCAB);
+    return FALSE;
+  }
+  if (n < 1 || n > SEQ2SEQ_MAX_EXAMPLES || num_steps < 2 || num_steps > SEQ2SEQ_MAX_STEPS ||
+      (gint64)n * num_steps > SEQ2SEQ_MAX_IDS) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                "reverse task: %d sequences of %d steps; need 1 to %d sequences of 2 to %d "
+                "steps, %" G_GINT64_FORMAT " tokens in all at most",
+                n, num_steps, SEQ2SEQ_MAX_EXAMPLES, SEQ2SEQ_MAX_STEPS, SEQ2SEQ_MAX_IDS);
+    return FALSE;
+  }
   data->n = n;
   data->num_steps = num_steps;
   data->src_vocab = reverse_vocab(vocab);
@@ -266,7 +333,7 @@ seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guin
   data->src_valid = g_new0(gint32, n);
   data->tgt_valid = g_new0(gint32, n);
   guint64 state = seed;
-  gint32 tokens[num_steps > 0 ? num_steps : 1];
+  g_autofree gint32 *tokens = g_new(gint32, num_steps);
   for (gint s = 0; s < n; s++) {
     gint len =
         num_steps / 2 + (gint)(splitmix64(&state) % (guint64)(num_steps - num_steps / 2 + 1));
@@ -282,6 +349,7 @@ seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guin
     src[len - 1] = tgt[len - 1] = 2;
     data->src_valid[s] = data->tgt_valid[s] = len;
   }
+  return TRUE;
 }
 
 void

@@ -10,6 +10,15 @@ typedef struct {
   gint unk, pad, bos, eos;
 } Vocab;
 
+/* Limits of the data the example builds: enough for the whole fra-eng corpus
+ * (about 190,000 pairs) and far longer sequences than the book's 10 steps;
+ * the reverse task also keeps n * num_steps under SEQ2SEQ_MAX_IDS (512 MB
+ * per id array). */
+#define SEQ2SEQ_MAX_EXAMPLES 1000000
+#define SEQ2SEQ_MAX_STEPS 1024
+#define SEQ2SEQ_MAX_IDS (G_GINT64_CONSTANT(1) << 27)
+#define SEQ2SEQ_MAX_REVERSE_VOCAB 1000000
+
 /* n sequences of num_steps ids each, with valid lengths (the <eos> counted). */
 typedef struct {
   gint n;
@@ -33,12 +42,15 @@ const gchar *vocab_token(const Vocab *vocab, gint id);
 gchar *nmt_preprocess(const gchar *text);
 
 /* Load the first num_examples + 1 lines of fra.txt (plain or .gz), exactly
- * as the book's load_data_nmt does. */
+ * as the book's load_data_nmt does. Fails on limits outside the ones above,
+ * a NUL byte, a line over 64 KiB, invalid UTF-8, or no sentence pair. */
 gboolean seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples,
                                gint num_steps, GError **error);
 /* The synthetic reverse task of bench/peers (splitmix64 stream from seed):
- * tokens <pad>=0, <bos>=1, <eos>=2, others 3..vocab-1. */
-void seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guint64 seed);
+ * tokens <pad>=0, <bos>=1, <eos>=2, others 3..vocab-1. Fails unless
+ * vocab >= 4, n >= 1 and num_steps >= 2 (and within the limits above). */
+gboolean seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vocab, guint64 seed,
+                              GError **error);
 void seq2seq_data_clear(Seq2SeqData *data);
 
 /* Tokens of a sentence as the book's predict_seq2seq does: lower-case, split

@@ -7,10 +7,12 @@
  *   qkv-seq2seq --task reverse           a synthetic task that needs no data
  *   qkv-seq2seq --save m.safetensors     then: --resume m.safetensors --translate "i'm home ."
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <glib/gstdio.h>
 #include <qkv/qkv.h>
 #include <qkv/qkv-checkpoint.h>
 #include <qkv/qkv-optim.h>
@@ -39,7 +41,7 @@ default_data_path(void)
 static gchar *opt_model = NULL;
 static gchar *opt_task = NULL;
 static gchar *opt_data = NULL;
-static gint opt_epochs = -1;
+static gint opt_epochs = 0; /* until given: the model's default */
 static gint opt_num_examples = 600;
 static gint opt_batch = 64;
 static gint opt_steps = 10;
@@ -50,7 +52,7 @@ static gint opt_layers = 2;
 static gint opt_heads = 4;
 static gint opt_ffn = 64;
 static double opt_clip = 1.0;
-static gint opt_threads = 0;
+static gint opt_threads = 0; /* 0: the library's default */
 static gint64 opt_seed = 0;
 static gchar *opt_save = NULL;
 static gchar *opt_resume = NULL;
@@ -59,6 +61,66 @@ static gchar *opt_heatmap = NULL;
 static gint opt_reverse_vocab = 200;
 static gint opt_reverse_size = 2000;
 static gboolean opt_quiet = FALSE;
+
+/* The numeric options are read as text and parsed by parse_numeric_options
+ * rather than by GOption, which takes "nan" for a double and knows no ranges:
+ * every value is parsed in full and checked against its range, so nonsense
+ * stops the program before any work. The upper limits are far beyond the
+ * book's settings; they keep a typo from asking for terabytes. */
+typedef struct {
+  const gchar *name;
+  gint *value;
+  gint64 min, max; /* max 0: worked out when parsed (--threads) */
+  gchar *text;     /* as given, or NULL */
+} IntOption;
+
+enum {
+  O_EPOCHS,
+  O_NUM_EXAMPLES,
+  O_BATCH,
+  O_STEPS,
+  O_HIDDEN,
+  O_LAYERS,
+  O_HEADS,
+  O_FFN,
+  O_THREADS,
+  O_REVERSE_VOCAB,
+  O_REVERSE_SIZE,
+  N_INT_OPTIONS
+};
+
+static IntOption int_options[N_INT_OPTIONS] = {
+    [O_EPOCHS] = {"epochs", &opt_epochs, 0, 1000000, NULL},
+    [O_NUM_EXAMPLES] = {"num-examples", &opt_num_examples, 1, SEQ2SEQ_MAX_EXAMPLES, NULL},
+    [O_BATCH] = {"batch-size", &opt_batch, 1, 1000000, NULL},
+    [O_STEPS] = {"num-steps", &opt_steps, 2, SEQ2SEQ_MAX_STEPS, NULL},
+    [O_HIDDEN] = {"hidden", &opt_hidden, 1, 8192, NULL},
+    [O_LAYERS] = {"layers", &opt_layers, 1, 64, NULL},
+    [O_HEADS] = {"heads", &opt_heads, 1, 8192, NULL},
+    [O_FFN] = {"ffn", &opt_ffn, 1, 65536, NULL},
+    [O_THREADS] = {"threads", &opt_threads, 1, 0, NULL},
+    [O_REVERSE_VOCAB] = {"reverse-vocab", &opt_reverse_vocab, 4, SEQ2SEQ_MAX_REVERSE_VOCAB, NULL},
+    [O_REVERSE_SIZE] = {"reverse-size", &opt_reverse_size, 1, SEQ2SEQ_MAX_EXAMPLES, NULL},
+};
+
+typedef struct {
+  const gchar *name;
+  double *value;
+  double min, max;
+  gboolean min_open, max_open; /* whether the bound itself is excluded */
+  gchar *text;
+} DoubleOption;
+
+enum { O_LR, O_DROPOUT, O_CLIP, N_DOUBLE_OPTIONS };
+
+static DoubleOption double_options[N_DOUBLE_OPTIONS] = {
+    [O_LR] = {"lr", &opt_lr, 0, 10, TRUE, FALSE, NULL},
+    [O_DROPOUT] = {"dropout", &opt_dropout, 0, 1, FALSE, TRUE, NULL},
+    [O_CLIP] = {"clip", &opt_clip, 0, 1e30, FALSE, FALSE, NULL},
+};
+
+#define INT_ARG(o) G_OPTION_ARG_STRING, &int_options[o].text
+#define DOUBLE_ARG(o) G_OPTION_ARG_STRING, &double_options[o].text
 
 static GOptionEntry entries[] = {
     {"model", 'm', 0, G_OPTION_ARG_STRING, &opt_model,
@@ -69,29 +131,30 @@ static GOptionEntry entries[] = {
      "NAME"},
     {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
      "fra.txt or fra.txt.gz to read (default: the copy shipped with qkv)", "FILE"},
-    {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs,
+    {"epochs", 'e', 0, INT_ARG(O_EPOCHS),
      "Training epochs in all (default 200 for transformer, 250 for bahdanau); with --resume, "
      "training continues up to this count",
      "N"},
-    {"num-examples", 0, 0, G_OPTION_ARG_INT, &opt_num_examples,
+    {"num-examples", 0, 0, INT_ARG(O_NUM_EXAMPLES),
      "Sentence pairs to read, as the book's num_examples (default 600; the book's loop keeps "
      "one more)",
      "N"},
-    {"batch-size", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Batch size (default 64)", "N"},
-    {"num-steps", 0, 0, G_OPTION_ARG_INT, &opt_steps,
-     "Tokens per sequence after truncating or padding (default 10)", "N"},
-    {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.005)", "LR"},
-    {"dropout", 0, 0, G_OPTION_ARG_DOUBLE, &opt_dropout, "Dropout probability (default 0.1)", "P"},
-    {"hidden", 0, 0, G_OPTION_ARG_INT, &opt_hidden,
+    {"batch-size", 'b', 0, INT_ARG(O_BATCH), "Batch size (default 64)", "N"},
+    {"num-steps", 0, 0, INT_ARG(O_STEPS),
+     "Tokens per sequence after truncating or padding (default 10, at most 1024)", "N"},
+    {"lr", 0, 0, DOUBLE_ARG(O_LR), "Adam learning rate (default 0.005)", "LR"},
+    {"dropout", 0, 0, DOUBLE_ARG(O_DROPOUT), "Dropout probability, in [0, 1) (default 0.1)", "P"},
+    {"hidden", 0, 0, INT_ARG(O_HIDDEN),
      "d_model of the Transformer, hidden and embedding size of the GRUs (default 32)", "N"},
-    {"layers", 0, 0, G_OPTION_ARG_INT, &opt_layers, "Blocks or GRU layers (default 2)", "N"},
-    {"heads", 0, 0, G_OPTION_ARG_INT, &opt_heads, "Attention heads (default 4)", "N"},
-    {"ffn", 0, 0, G_OPTION_ARG_INT, &opt_ffn, "Hidden size of the position-wise FFN (default 64)",
-     "N"},
-    {"clip", 0, 0, G_OPTION_ARG_DOUBLE, &opt_clip,
+    {"layers", 0, 0, INT_ARG(O_LAYERS), "Blocks or GRU layers (default 2)", "N"},
+    {"heads", 0, 0, INT_ARG(O_HEADS), "Attention heads; must divide --hidden (default 4)", "N"},
+    {"ffn", 0, 0, INT_ARG(O_FFN), "Hidden size of the position-wise FFN (default 64)", "N"},
+    {"clip", 0, 0, DOUBLE_ARG(O_CLIP),
      "Clip gradients to this global L2 norm (default 1; 0 turns clipping off)", "NORM"},
-    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads,
-     "Worker threads (default: OpenMP's default, usually the number of cores)", "N"},
+    {"threads", 't', 0, INT_ARG(O_THREADS),
+     "Worker threads, at most 4 per processor (default: OpenMP's default, usually the number "
+     "of cores)",
+     "N"},
     {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed,
      "Seed for initial weights, shuffling and dropout (default 0)", "N"},
     {"save", 0, 0, G_OPTION_ARG_FILENAME, &opt_save,
@@ -105,12 +168,60 @@ static GOptionEntry entries[] = {
      "Draw the encoder-decoder attention weights of the first translated sentence, per head, "
      "to FILE.png",
      "FILE"},
-    {"reverse-vocab", 0, 0, G_OPTION_ARG_INT, &opt_reverse_vocab,
-     "Vocabulary size of --task reverse (default 200)", "N"},
-    {"reverse-size", 0, 0, G_OPTION_ARG_INT, &opt_reverse_size,
+    {"reverse-vocab", 0, 0, INT_ARG(O_REVERSE_VOCAB),
+     "Vocabulary size of --task reverse, at least 4 (default 200)", "N"},
+    {"reverse-size", 0, 0, INT_ARG(O_REVERSE_SIZE),
      "Training sequences of --task reverse (default 2000)", "N"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the final results", NULL},
     {NULL}};
+
+/* More threads than this only adds overhead: --threads 10000 took 53.6 s and
+ * 2.2 GB where 2 threads took 0.11 s. */
+static gint
+max_threads(void)
+{
+  return 4 * (gint)g_get_num_processors();
+}
+
+static gboolean
+parse_numeric_options(GError **error)
+{
+  for (guint i = 0; i < N_INT_OPTIONS; i++) {
+    const IntOption *o = &int_options[i];
+    if (o->text == NULL)
+      continue;
+    gint64 max = o->max > 0 ? o->max : max_threads(), n;
+    if (!g_ascii_string_to_signed(o->text, 10, o->min, max, &n, NULL)) {
+      g_autofree gchar *why =
+          o->max > 0 ? g_strdup("")
+                     : g_strdup_printf(" (4 times the %u processors here)", g_get_num_processors());
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "--%s must be an integer from %" G_GINT64_FORMAT " to %" G_GINT64_FORMAT
+                  "%s, not '%s'",
+                  o->name, o->min, max, why, o->text);
+      return FALSE;
+    }
+    *o->value = (gint)n;
+  }
+  for (guint i = 0; i < N_DOUBLE_OPTIONS; i++) {
+    const DoubleOption *o = &double_options[i];
+    if (o->text == NULL)
+      continue;
+    gchar *end = NULL;
+    double x = g_ascii_strtod(o->text, &end);
+    gboolean ok = end != o->text && *end == '\0' && isfinite(x) &&
+                  (o->min_open ? x > o->min : x >= o->min) &&
+                  (o->max_open ? x < o->max : x <= o->max);
+    if (!ok) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "--%s must be a number in %c%g, %g%c, not '%s'", o->name, o->min_open ? '(' : '[',
+                  o->min, o->max, o->max_open ? ')' : ']', o->text);
+      return FALSE;
+    }
+    *o->value = x;
+  }
+  return TRUE;
+}
 
 typedef struct {
   ModelConfig cfg;
@@ -231,7 +342,17 @@ train(Trainer *tr, gint epochs, GError **error)
       qkv_plan_set_step(mp->plan, (guint64)tr->global_step);
       if (!qkv_plan_run(mp->plan, error))
         return FALSE;
-      loss_sum += qkv_plan_output_scalar(mp->plan, 0);
+      double loss = qkv_plan_output_scalar(mp->plan, 0);
+      /* Once the loss is NaN or Inf the weights are too (or soon will be):
+       * going on would train on garbage and save it. */
+      if (!isfinite(loss)) {
+        g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                    "the loss became %s at epoch %d, step %" G_GINT64_FORMAT
+                    "; stopping (try a smaller --lr, or --clip)",
+                    isnan(loss) ? "NaN" : "infinite", epoch + 1, tr->global_step + 1);
+        return FALSE;
+      }
+      loss_sum += loss;
       if (opt_clip > 0)
         qkv_optimizer_clip_grad_norm(tr->optimizer, opt_clip);
       if (!qkv_optimizer_step(tr->optimizer, error))
@@ -331,9 +452,50 @@ save(Trainer *tr, const gchar *path, GError **error)
   g_hash_table_insert(meta, "seq2seq.epochs_done", g_strdup_printf("%d", tr->epochs_done));
   g_hash_table_insert(meta, "seq2seq.global_step",
                       g_strdup_printf("%" G_GINT64_FORMAT, tr->global_step));
+  /* the options that shape the model but not its parameters' shapes (heads)
+   * or that the data depends on, so that --resume can refuse a mismatch */
+  g_hash_table_insert(meta, "seq2seq.hidden", g_strdup_printf("%d", opt_hidden));
+  g_hash_table_insert(meta, "seq2seq.layers", g_strdup_printf("%d", opt_layers));
+  g_hash_table_insert(meta, "seq2seq.heads", g_strdup_printf("%d", opt_heads));
+  g_hash_table_insert(meta, "seq2seq.ffn", g_strdup_printf("%d", opt_ffn));
+  g_hash_table_insert(meta, "seq2seq.num_steps", g_strdup_printf("%d", opt_steps));
   g_hash_table_insert(meta, "seq2seq.src_vocab", vocab_join(tr->data.src_vocab));
   g_hash_table_insert(meta, "seq2seq.tgt_vocab", vocab_join(tr->data.tgt_vocab));
   return qkv_checkpoint_save(path, tr->params, tr->optimizer, NULL, meta, error);
+}
+
+/* An integer of the checkpoint's metadata, parsed in full and in range. */
+static gboolean
+meta_int(GHashTable *meta, const gchar *path, const gchar *key, gint64 min, gint64 max, gint64 *out,
+         GError **error)
+{
+  const gchar *text = g_hash_table_lookup(meta, key);
+  if (text == NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s has no %s in its metadata (not written by this qkv-seq2seq's --save)", path,
+                key);
+    return FALSE;
+  }
+  if (!g_ascii_string_to_signed(text, 10, min, max, out, NULL)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: metadata %s is '%s', not an integer from %" G_GINT64_FORMAT
+                " to %" G_GINT64_FORMAT,
+                path, key, text, min, max);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+tensor_is_finite(QkvTensor *t)
+{
+  if (qkv_tensor_dtype(t) != QKV_F32)
+    return TRUE;
+  const float *x = qkv_tensor_f32(t);
+  for (gint64 i = 0, n = qkv_tensor_numel(t); i < n; i++)
+    if (!isfinite(x[i]))
+      return FALSE;
+  return TRUE;
 }
 
 static gboolean
@@ -349,6 +511,38 @@ resume(Trainer *tr, const gchar *path, GError **error)
                 "%s holds a '%s' model, not '%s' (use --model)", path, model ? model : "?", want);
     return FALSE;
   }
+  /* The number of heads does not show in the parameters' shapes, so a
+   * strict load alone would take a 2-head model as a 4-head one. */
+  struct {
+    const gchar *key, *option;
+    gint value;
+    gboolean applies;
+  } config[] = {
+      {"seq2seq.hidden", "--hidden", opt_hidden, TRUE},
+      {"seq2seq.layers", "--layers", opt_layers, TRUE},
+      {"seq2seq.heads", "--heads", opt_heads, tr->cfg.kind == MODEL_TRANSFORMER},
+      {"seq2seq.ffn", "--ffn", opt_ffn, tr->cfg.kind == MODEL_TRANSFORMER},
+      {"seq2seq.num_steps", "--num-steps", opt_steps, TRUE},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(config); i++) {
+    gint64 stored;
+    if (!config[i].applies)
+      continue;
+    if (!meta_int(meta, path, config[i].key, 1, G_MAXINT, &stored, error))
+      return FALSE;
+    if (stored != config[i].value) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "%s was trained with %s %" G_GINT64_FORMAT
+                  ", not %s %d (give %s %" G_GINT64_FORMAT ")",
+                  path, config[i].option, stored, config[i].option, config[i].value,
+                  config[i].option, stored);
+      return FALSE;
+    }
+  }
+  gint64 done, step;
+  if (!meta_int(meta, path, "seq2seq.epochs_done", 0, 1000000, &done, error) ||
+      !meta_int(meta, path, "seq2seq.global_step", 0, G_MAXINT64, &step, error))
+    return FALSE;
   g_autofree gchar *sv = vocab_join(tr->data.src_vocab);
   g_autofree gchar *tv = vocab_join(tr->data.tgt_vocab);
   const gchar *fsv = g_hash_table_lookup(meta, "seq2seq.src_vocab");
@@ -363,45 +557,117 @@ resume(Trainer *tr, const gchar *path, GError **error)
   if (!qkv_checkpoint_load(path, tr->params, tr->optimizer, NULL, QKV_CHECKPOINT_STRICT, NULL, NULL,
                            error))
     return FALSE;
-  const gchar *done = g_hash_table_lookup(meta, "seq2seq.epochs_done");
-  const gchar *step = g_hash_table_lookup(meta, "seq2seq.global_step");
-  tr->epochs_done = done ? atoi(done) : 0;
-  tr->global_step = step ? g_ascii_strtoll(step, NULL, 10) : 0;
+  /* NaN or Inf weights would train to a NaN loss and translate to noise */
+  for (guint i = 0; i < qkv_params_size(tr->params); i++) {
+    QkvParam *param = qkv_params_nth(tr->params, i);
+    const gchar *bad = tensor_is_finite(qkv_param_value(param)) ? NULL : "value";
+    for (guint j = 0; bad == NULL && j < qkv_param_n_states(param); j++) {
+      QkvTensor *state = NULL;
+      const gchar *name = qkv_param_nth_state(param, j, &state);
+      if (!tensor_is_finite(state))
+        bad = name;
+    }
+    if (bad != NULL) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "%s: %s of parameter %s holds NaN or Inf", path,
+                  g_str_equal(bad, "value") ? "the value" : bad, qkv_param_name(param));
+      return FALSE;
+    }
+  }
+  tr->epochs_done = (gint)done;
+  tr->global_step = step;
   return TRUE;
 }
 
+/* --save and --heatmap are written after training: a path that cannot be
+ * written must stop the program before training, not lose the model after.
+ * Creating and removing a file beside it is the test that cannot lie
+ * (permissions, read-only mounts, a missing directory). */
 static gboolean
-run(GError **error)
+check_writable(const gchar *option, const gchar *path, GError **error)
 {
-  Trainer tr = {0};
-  gboolean ok = FALSE;
+  if (g_file_test(path, G_FILE_TEST_IS_DIR)) {
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_ISDIR, "%s %s: is a directory", option, path);
+    return FALSE;
+  }
+  if (g_file_test(path, G_FILE_TEST_EXISTS) && g_access(path, W_OK) != 0) {
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_ACCES, "%s %s: cannot write it: %s", option, path,
+                g_strerror(errno));
+    return FALSE;
+  }
+  g_autofree gchar *dir = g_path_get_dirname(path);
+  g_autofree gchar *probe = g_build_filename(dir, ".qkv-seq2seq-XXXXXX", NULL);
+  gint fd = g_mkstemp(probe);
+  if (fd < 0) {
+    int saved = errno;
+    g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(saved),
+                "%s %s: cannot create files in %s: %s", option, path, dir, g_strerror(saved));
+    return FALSE;
+  }
+  close(fd);
+  g_unlink(probe);
+  return TRUE;
+}
+
+/* The checks between options, made before any work (each option's own
+ * range is checked as it is parsed). */
+static gboolean
+check_options(gboolean *reverse_out, ModelKind *kind_out, GError **error)
+{
   gboolean reverse = opt_task != NULL && g_str_equal(opt_task, "reverse");
   if (opt_task != NULL && !reverse && !g_str_equal(opt_task, "fra")) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --task '%s'", opt_task);
     return FALSE;
   }
-  tr.cfg.kind = MODEL_TRANSFORMER;
+  ModelKind kind = MODEL_TRANSFORMER;
   if (opt_model != NULL && g_str_equal(opt_model, "bahdanau"))
-    tr.cfg.kind = MODEL_BAHDANAU;
+    kind = MODEL_BAHDANAU;
   else if (opt_model != NULL && !g_str_equal(opt_model, "transformer")) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --model '%s'", opt_model);
     return FALSE;
   }
-  if (opt_batch < 1 || opt_steps < 2 || opt_hidden < 1 || opt_layers < 1 || opt_heads < 1 ||
-      opt_num_examples < 1 || opt_dropout < 0 || opt_dropout >= 1) {
+  *reverse_out = reverse;
+  *kind_out = kind;
+  if (kind == MODEL_TRANSFORMER && opt_hidden % opt_heads != 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "--batch-size, --num-steps, --hidden, --layers, --heads and --num-examples "
-                "must be positive (num-steps ≥ 2), and --dropout in [0, 1)");
+                "--heads %d does not divide --hidden %d (each head takes hidden / heads "
+                "features)",
+                opt_heads, opt_hidden);
     return FALSE;
   }
-  if (opt_epochs < 0)
-    opt_epochs = tr.cfg.kind == MODEL_TRANSFORMER ? 200 : 250;
+  if (reverse && (gint64)opt_reverse_size * opt_steps > SEQ2SEQ_MAX_IDS) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--reverse-size %d times --num-steps %d is over %" G_GINT64_FORMAT " tokens",
+                opt_reverse_size, opt_steps, SEQ2SEQ_MAX_IDS);
+    return FALSE;
+  }
+  if (opt_heatmap != NULL && reverse && opt_translate == NULL) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--heatmap draws the first translated sentence, and --task reverse translates "
+                "none without --translate");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+run(gboolean reverse, ModelKind kind, GError **error)
+{
+  Trainer tr = {0};
+  gboolean ok = FALSE;
+  tr.cfg.kind = kind;
+  if (int_options[O_EPOCHS].text == NULL)
+    opt_epochs = kind == MODEL_TRANSFORMER ? 200 : 250;
   if (opt_threads > 0)
     qkv_set_num_threads(opt_threads);
+  if ((opt_save != NULL && !check_writable("--save", opt_save, error)) ||
+      (opt_heatmap != NULL && !check_writable("--heatmap", opt_heatmap, error)))
+    return FALSE;
 
   if (reverse) {
-    seq2seq_data_reverse(&tr.data, opt_reverse_size, opt_steps, opt_reverse_vocab,
-                         (guint64)opt_seed);
+    if (!seq2seq_data_reverse(&tr.data, opt_reverse_size, opt_steps, opt_reverse_vocab,
+                              (guint64)opt_seed, error))
+      return FALSE;
   } else {
     g_autofree gchar *path = opt_data ? g_strdup(opt_data) : default_data_path();
     if (!seq2seq_data_load_nmt(&tr.data, path, opt_num_examples, opt_steps, error))
@@ -477,7 +743,9 @@ run(GError **error)
   if (reverse) {
     /* greedy decoding of held-out sequences, token accuracy up to <eos> */
     Seq2SeqData test;
-    seq2seq_data_reverse(&test, 100, opt_steps, opt_reverse_vocab, (guint64)opt_seed + 1000003u);
+    if (!seq2seq_data_reverse(&test, 100, opt_steps, opt_reverse_vocab,
+                              (guint64)opt_seed + 1000003u, error))
+      goto out;
     gint right = 0, total = 0;
     for (gint s = 0; s < test.n; s++) {
       GString *sentence = g_string_new(NULL);
@@ -531,7 +799,13 @@ main(int argc, char **argv)
     g_printerr("qkv-seq2seq: %s\n", error->message);
     return 2;
   }
-  if (!run(&error)) {
+  gboolean reverse = FALSE;
+  ModelKind kind = MODEL_TRANSFORMER;
+  if (!parse_numeric_options(&error) || !check_options(&reverse, &kind, &error)) {
+    g_printerr("qkv-seq2seq: %s\n", error->message);
+    return 2;
+  }
+  if (!run(reverse, kind, &error)) {
     g_printerr("qkv-seq2seq: %s\n", error->message);
     return 1;
   }

@@ -1,0 +1,364 @@
+/* test-seq2seq-cli.c: qkv-seq2seq refuses bad options, data and checkpoints
+ * with a message and a non-zero exit status, before training where it can,
+ * instead of crashing or training on nonsense. The binary is $QKV_SEQ2SEQ.
+ * Every run is tiny (the reverse task, a few sequences, one epoch). */
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* settings that train in milliseconds */
+#define TINY                                                                                       \
+  "--task", "reverse", "--reverse-size", "20", "--reverse-vocab", "10", "--num-steps", "6",        \
+      "--hidden", "8", "--ffn", "8", "--heads", "2", "--layers", "1", "--batch-size", "4", "-q"
+
+static gchar *tmpdir;
+
+typedef struct {
+  gint exit_status; /* -1: killed by a signal */
+  gchar *out, *err;
+} Run;
+
+static void
+run_clear(Run *r)
+{
+  g_free(r->out);
+  g_free(r->err);
+}
+
+static Run
+run_cli(const gchar *const *args)
+{
+  const gchar *binary = g_getenv("QKV_SEQ2SEQ");
+  g_assert_nonnull(binary);
+  GPtrArray *argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (gpointer)binary);
+  for (guint i = 0; args[i] != NULL; i++)
+    g_ptr_array_add(argv, (gpointer)args[i]);
+  g_ptr_array_add(argv, NULL);
+  Run r = {0};
+  gint status = 0;
+  g_autoptr(GError) error = NULL;
+  g_assert_true(g_spawn_sync(NULL, (gchar **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out,
+                             &r.err, &status, &error));
+  g_assert_no_error(error);
+  g_ptr_array_unref(argv);
+  r.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+static gchar *
+describe(const gchar *const *args)
+{
+  return g_strjoinv(" ", (gchar **)args);
+}
+
+/* The run exits with status want (not a crash), says what is wrong on
+ * stderr (a message containing needle), and trained nothing. */
+static void
+expect_refused(const gchar *const *args, gint want, const gchar *needle)
+{
+  g_autofree gchar *what = describe(args);
+  Run r = run_cli(args);
+  if (r.exit_status != want || strstr(r.err, needle) == NULL || strstr(r.out, "loss ") != NULL)
+    g_error("qkv-seq2seq %s: exit status %d (want %d), stderr '%s' (want '%s'), stdout '%s'", what,
+            r.exit_status, want, r.err, needle, r.out);
+  g_test_message("%s -> %s", what, r.err);
+  run_clear(&r);
+}
+
+static void
+expect_success(const gchar *const *args)
+{
+  g_autofree gchar *what = describe(args);
+  Run r = run_cli(args);
+  if (r.exit_status != 0)
+    g_error("qkv-seq2seq %s: exit status %d, stderr '%s'", what, r.exit_status, r.err);
+  run_clear(&r);
+}
+
+/* Item 6 of issue 17: these crashed (SIGFPE, a stack overflow through a
+ * variable-length array, an abort in g_new0). */
+static void
+test_crashing_options(void)
+{
+  expect_refused((const gchar *[]){"--task", "reverse", "--reverse-vocab", "3", NULL}, 2,
+                 "--reverse-vocab");
+  expect_refused((const gchar *[]){"--task", "reverse", "--num-steps", "50000000", "--reverse-size",
+                                   "1", NULL},
+                 2, "--num-steps");
+  expect_refused((const gchar *[]){"--task", "reverse", "--reverse-size", "-1", NULL}, 2,
+                 "--reverse-size");
+}
+
+/* Every numeric option out of range, not a number, or NaN/Inf. Each case is
+ * refused before any data is read or model built. */
+static void
+test_option_ranges(void)
+{
+  const struct {
+    const gchar *option, *value;
+  } bad[] = {
+      {"--epochs", "-1"},       {"--epochs", "99999999999"},
+      {"--epochs", "3x"},       {"--threads", "0"},
+      {"--threads", "-3"},      {"--threads", "10000"},
+      {"--clip", "nan"},        {"--clip", "-1"},
+      {"--clip", "inf"},        {"--lr", "0"},
+      {"--lr", "-0.1"},         {"--lr", "nan"},
+      {"--lr", "inf"},          {"--lr", "1e-3x"},
+      {"--dropout", "1"},       {"--dropout", "-0.1"},
+      {"--dropout", "nan"},     {"--batch-size", "0"},
+      {"--num-steps", "1"},     {"--num-steps", "100000"},
+      {"--hidden", "0"},        {"--layers", "0"},
+      {"--heads", "0"},         {"--ffn", "0"},
+      {"--num-examples", "0"},  {"--num-examples", "-5"},
+      {"--reverse-vocab", "0"}, {"--reverse-vocab", "2"},
+      {"--reverse-size", "0"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++)
+    expect_refused(
+        (const gchar *[]){"--task", "reverse", "--epochs", "1", bad[i].option, bad[i].value, NULL},
+        2, bad[i].option);
+  /* between options */
+  expect_refused((const gchar *[]){"--heads", "3", NULL}, 2, "--heads 3 does not divide");
+  expect_refused((const gchar *[]){"--task", "reverse", "--heatmap", "h.png", NULL}, 2,
+                 "--heatmap");
+}
+
+/* A --save or --heatmap path that cannot be written is refused before
+ * training (stdout shows no loss), so the trained model is not lost. */
+static void
+test_output_paths(void)
+{
+  g_autofree gchar *missing = g_build_filename(tmpdir, "no-such-dir", "m.safetensors", NULL);
+  g_autofree gchar *png = g_build_filename(tmpdir, "no-such-dir", "h.png", NULL);
+  expect_refused((const gchar *[]){TINY, "--epochs", "1", "--save", missing, NULL}, 1, missing);
+  expect_refused((const gchar *[]){TINY, "--epochs", "1", "--save", tmpdir, NULL}, 1,
+                 "is a directory");
+  expect_refused(
+      (const gchar *[]){TINY, "--epochs", "1", "--translate", "t3 t4", "--heatmap", png, NULL}, 1,
+      png);
+}
+
+static gchar *
+write_data(const gchar *name, const gchar *contents, gssize len)
+{
+  gchar *path = g_build_filename(tmpdir, name, NULL);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(g_file_set_contents(path, contents, len, &error));
+  g_assert_no_error(error);
+  return path;
+}
+
+/* --data files that hold no sentence pairs trained on nothing and exited 0. */
+static void
+test_data_files(void)
+{
+  g_autofree gchar *empty = write_data("empty.txt", "", 0);
+  g_autofree gchar *no_tabs = write_data("no-tabs.txt", "go .\nhi .\nrun !\n", -1);
+  static const gchar nul[] = "go .\tva !\nhi .\0\tsalut !\n";
+  g_autofree gchar *with_nul = write_data("nul.txt", nul, sizeof nul - 1);
+  gsize big = 5 * 1024 * 1024;
+  g_autofree gchar *line = g_malloc(big + 1);
+  memset(line, 'a', big);
+  line[big / 2] = '\t';
+  line[big] = '\0';
+  g_autofree gchar *one_line = write_data("one-line.txt", line, big);
+  const struct {
+    const gchar *path, *needle;
+  } cases[] = {
+      {empty, "no sentence pairs"},
+      {no_tabs, "no sentence pairs"},
+      {with_nul, "NUL byte"},
+      {one_line, "longer than"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++)
+    expect_refused((const gchar *[]){"--data", cases[i].path, "--epochs", "1", "-q", NULL}, 1,
+                   cases[i].needle);
+}
+
+/* A checkpoint of the tiny model, one epoch. */
+static gchar *
+make_checkpoint(const gchar *name)
+{
+  gchar *path = g_build_filename(tmpdir, name, NULL);
+  expect_success((const gchar *[]){TINY, "--epochs", "1", "--save", path, NULL});
+  return path;
+}
+
+/* The safetensors header of path, parsed, and its data. */
+static JsonObject *
+read_header(const gchar *path, GBytes **data_out)
+{
+  gchar *contents = NULL;
+  gsize len = 0;
+  g_autoptr(GError) error = NULL;
+  g_assert_true(g_file_get_contents(path, &contents, &len, &error));
+  g_assert_no_error(error);
+  guint64 n = 0;
+  g_assert_cmpuint(len, >=, 8);
+  for (int i = 7; i >= 0; i--)
+    n = n << 8 | (guchar)contents[i];
+  g_assert_cmpuint(n, <=, len - 8);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, contents + 8, (gssize)n, &error));
+  g_assert_no_error(error);
+  JsonObject *header = json_object_ref(json_node_get_object(json_parser_get_root(parser)));
+  *data_out = g_bytes_new(contents + 8 + n, len - 8 - n);
+  g_free(contents);
+  return header;
+}
+
+static void
+write_checkpoint(const gchar *path, JsonObject *header, GBytes *data)
+{
+  g_autoptr(JsonNode) root = json_node_new(JSON_NODE_OBJECT);
+  json_node_set_object(root, header);
+  g_autofree gchar *json = json_to_string(root, FALSE);
+  GString *out = g_string_new(json);
+  while (out->len % 8 != 0)
+    g_string_append_c(out, ' ');
+  guint64 n = out->len;
+  gchar len[8];
+  for (int i = 0; i < 8; i++)
+    len[i] = (gchar)(n >> (8 * i));
+  g_string_prepend_len(out, len, 8);
+  gsize size = 0;
+  const gchar *bytes = g_bytes_get_data(data, &size);
+  g_string_append_len(out, bytes, (gssize)size);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(g_file_set_contents(path, out->str, (gssize)out->len, &error));
+  g_assert_no_error(error);
+  g_string_free(out, TRUE);
+}
+
+/* Overwrite every float of tensor name in the checkpoint at path. */
+static void
+set_tensor(const gchar *path, const gchar *name, float value)
+{
+  g_autoptr(GBytes) data = NULL;
+  g_autoptr(JsonObject) header = read_header(path, &data);
+  JsonObject *entry = json_object_get_object_member(header, name);
+  g_assert_nonnull(entry);
+  JsonArray *offsets = json_object_get_array_member(entry, "data_offsets");
+  gsize begin = (gsize)json_array_get_int_element(offsets, 0);
+  gsize end = (gsize)json_array_get_int_element(offsets, 1);
+  gsize size = 0;
+  const guchar *original = g_bytes_get_data(data, &size);
+  guchar *bytes = g_memdup2(original, size);
+  g_assert_cmpuint(end, <=, size);
+  for (gsize at = begin; at + sizeof value <= end; at += sizeof value)
+    memcpy(bytes + at, &value, sizeof value);
+  g_autoptr(GBytes) patched = g_bytes_new_take(bytes, size);
+  write_checkpoint(path, header, patched);
+}
+
+static void
+set_metadata(const gchar *path, const gchar *key, const gchar *value)
+{
+  g_autoptr(GBytes) data = NULL;
+  g_autoptr(JsonObject) header = read_header(path, &data);
+  JsonObject *meta = json_object_get_object_member(header, "__metadata__");
+  g_assert_nonnull(meta);
+  json_object_set_string_member(meta, key, value);
+  write_checkpoint(path, header, data);
+}
+
+/* The heads do not show in the parameters' shapes: a 2-head checkpoint was
+ * resumed as a 4-head model. The model config is now in the metadata. */
+static void
+test_checkpoint_config(void)
+{
+  g_autofree gchar *path = make_checkpoint("heads2.safetensors");
+  expect_success((const gchar *[]){TINY, "--epochs", "2", "--resume", path, NULL});
+  expect_refused((const gchar *[]){TINY, "--epochs", "2", "--resume", path, "--heads", "4", NULL},
+                 1, "--heads 2");
+  expect_refused(
+      (const gchar *[]){TINY, "--epochs", "2", "--resume", path, "--num-steps", "7", NULL}, 1,
+      "--num-steps 6");
+  /* a checkpoint without the config (another program's, or edited) */
+  set_metadata(path, "seq2seq.heads", "two");
+  expect_refused((const gchar *[]){TINY, "--epochs", "2", "--resume", path, NULL}, 1,
+                 "seq2seq.heads");
+}
+
+/* NaN or Inf in the weights or optimizer state trained to "loss nan" with
+ * exit status 0. */
+static void
+test_checkpoint_nonfinite(void)
+{
+  g_autofree gchar *path = make_checkpoint("nan.safetensors");
+  set_tensor(path, "encoder.embedding.weight", NAN);
+  expect_refused((const gchar *[]){TINY, "--epochs", "2", "--resume", path, NULL}, 1,
+                 "encoder.embedding.weight holds NaN or Inf");
+  g_autofree gchar *inf = make_checkpoint("inf.safetensors");
+  set_tensor(inf, "decoder.dense.weight", INFINITY);
+  expect_refused((const gchar *[]){TINY, "--epochs", "2", "--resume", inf, NULL}, 1,
+                 "decoder.dense.weight holds NaN or Inf");
+}
+
+/* epochs_done and global_step were read with atoi and strtoll. */
+static void
+test_checkpoint_metadata(void)
+{
+  const struct {
+    const gchar *key, *value;
+  } bad[] = {
+      {"seq2seq.epochs_done", "-5"},
+      {"seq2seq.epochs_done", "1x"},
+      {"seq2seq.global_step", "abc"},
+      {"seq2seq.global_step", "-1"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_autofree gchar *path = make_checkpoint("meta.safetensors");
+    set_metadata(path, bad[i].key, bad[i].value);
+    expect_refused((const gchar *[]){TINY, "--epochs", "2", "--resume", path, NULL}, 1, bad[i].key);
+  }
+}
+
+/* Weights that are finite but so large that the forward pass overflows:
+ * the loss becomes non-finite and training must stop, not go on to save. */
+static void
+test_nonfinite_loss(void)
+{
+  g_autofree gchar *path = make_checkpoint("huge.safetensors");
+  g_autofree gchar *out = g_build_filename(tmpdir, "after.safetensors", NULL);
+  set_tensor(path, "decoder.dense.weight", 3e38f);
+  Run r = run_cli((const gchar *[]){TINY, "--epochs", "2", "--resume", path, "--save", out, NULL});
+  if (r.exit_status != 1 || strstr(r.err, "the loss became") == NULL)
+    g_error("huge weights: exit status %d, stderr '%s', stdout '%s'", r.exit_status, r.err, r.out);
+  g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_autoptr(GError) error = NULL;
+  tmpdir = g_dir_make_tmp("qkv-seq2seq-cli-XXXXXX", &error);
+  g_assert_no_error(error);
+  g_test_add_func("/seq2seq-cli/crashing-options", test_crashing_options);
+  g_test_add_func("/seq2seq-cli/option-ranges", test_option_ranges);
+  g_test_add_func("/seq2seq-cli/output-paths", test_output_paths);
+  g_test_add_func("/seq2seq-cli/data-files", test_data_files);
+  g_test_add_func("/seq2seq-cli/checkpoint-config", test_checkpoint_config);
+  g_test_add_func("/seq2seq-cli/checkpoint-nonfinite", test_checkpoint_nonfinite);
+  g_test_add_func("/seq2seq-cli/checkpoint-metadata", test_checkpoint_metadata);
+  g_test_add_func("/seq2seq-cli/nonfinite-loss", test_nonfinite_loss);
+  int status = g_test_run();
+  /* the files written above, then the directory */
+  GDir *dir = g_dir_open(tmpdir, 0, NULL);
+  const gchar *name;
+  while (dir != NULL && (name = g_dir_read_name(dir)) != NULL) {
+    g_autofree gchar *path = g_build_filename(tmpdir, name, NULL);
+    g_unlink(path);
+  }
+  if (dir != NULL)
+    g_dir_close(dir);
+  g_rmdir(tmpdir);
+  g_free(tmpdir);
+  return status;
+}
