@@ -13,7 +13,10 @@
 #include "qkv-private.h"
 
 #include <elf.h>
+#include <errno.h>
+#include <glib/gstdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #if defined(__x86_64__)
 #define QKV_ELF_MACHINE EM_X86_64
@@ -267,15 +270,23 @@ qkv_elf_check_shared_object(const guint8 *data, gsize size, GError **error)
 gboolean
 qkv_elf_check_file(const gchar *path, GError **error)
 {
-  /* Read, not mapped: a mapping of a file that another process truncates
-   * would raise the very SIGBUS this check is for. */
-  g_autofree gchar *contents = NULL;
-  gsize length = 0;
-  GError *read_error = NULL;
-  if (!g_file_get_contents(path, &contents, &length, &read_error)) {
-    elf_error(error, "cannot read it: %s", read_error->message);
-    g_error_free(read_error);
+  /* Only a regular file: reading a FIFO or /dev/zero to the end would never
+   * end, and dlopen() of a device makes no sense. */
+  GStatBuf st;
+  if (g_stat(path, &st) != 0)
+    return elf_error(error, "cannot read it: %s", g_strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return elf_error(error, "not a regular file");
+  /* Mapped, not read: only the headers are looked at, and a large module
+   * costs no memory. (Were the file truncated while it is mapped, reading
+   * past the new end would raise SIGBUS; dlopen() would do the same.) */
+  GError *map_error = NULL;
+  g_autoptr(GMappedFile) mapped = g_mapped_file_new(path, FALSE, &map_error);
+  if (mapped == NULL) {
+    elf_error(error, "cannot read it: %s", map_error->message);
+    g_error_free(map_error);
     return FALSE;
   }
-  return qkv_elf_check_shared_object((const guint8 *)contents, length, error);
+  return qkv_elf_check_shared_object((const guint8 *)g_mapped_file_get_contents(mapped),
+                                     g_mapped_file_get_length(mapped), error);
 }

@@ -7,6 +7,7 @@
 
 #include <glib/gstdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A small graph still builds and runs. */
 static void
@@ -299,6 +300,22 @@ test_wrong_elf(void)
   remove_dir(dir);
 }
 
+/* Files that are not regular files are refused without being read: a FIFO
+ * (reading it, or dlopen() opening it, would wait for a writer forever) and
+ * a device. */
+static void
+test_not_regular(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree gchar *dir = g_dir_make_tmp("qkv-fifo-XXXXXX", &error);
+  g_assert_no_error(error);
+  g_autofree gchar *fifo = g_build_filename(dir, "fifo.so", NULL);
+  g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+  assert_load_fails(fifo, "not a loadable module: not a regular file");
+  assert_load_fails("/dev/null", "not a loadable module: not a regular file");
+  remove_dir(dir);
+}
+
 /* The same at initialisation, through QKV_PLUGIN_PATH: each cut copy is a
  * warning, and a good plugin beside them still loads. */
 static void
@@ -419,6 +436,7 @@ main(int argc, char **argv)
   g_test_add_func("/plugin-errors/loads-itself", test_reentrant);
   g_test_add_func("/plugin-errors/truncated", test_truncated);
   g_test_add_func("/plugin-errors/wrong-elf", test_wrong_elf);
+  g_test_add_func("/plugin-errors/not-a-regular-file", test_not_regular);
   g_test_add_func("/plugin-errors/truncated-autoload", test_truncated_autoload);
   return g_test_run();
 }
