@@ -3,6 +3,8 @@
  * time as graph nodes. */
 #include <qkv/qkv.h>
 
+#include "builder-checks.h"
+
 typedef struct {
   QkvValue *w_ih, *w_hh, *b_ih, *b_hh;
 } GruLayer;
@@ -86,23 +88,15 @@ stack(QkvValue *const *rows, guint n, gint axis, GError **error)
   return qkv_concat(lifted, n, axis, error);
 }
 
-QkvValue *
-qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
-              gint num_layers, double dropout, QkvValue **h_n, GError **error)
+static QkvValue *
+gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden, gint num_layers,
+    double dropout, QkvValue **h_n, GError **error)
 {
-  if (x == NULL)
-    return NULL;
   const QkvShape *xs = qkv_value_shape(x);
-  if (xs->rank != 3) {
-    g_autofree gchar *sh = qkv_shape_to_string(xs);
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE, "gru '%s': x must be (T, B, in), got %s", name,
-                sh);
-    return NULL;
-  }
   gint64 steps = xs->dims[0], batch = xs->dims[1];
   QkvValue *seq = x;
   g_autofree QkvValue **finals = g_new0(QkvValue *, num_layers);
-  g_autofree QkvValue **outs = g_new0(QkvValue *, steps);
+  g_autofree QkvValue **outs = g_new0(QkvValue *, MAX(steps, 1));
   for (gint k = 0; k < num_layers; k++) {
     gint64 in = qkv_value_shape(seq)->dims[2];
     GruLayer layer;
@@ -139,12 +133,65 @@ qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint6
 }
 
 QkvValue *
-qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
-                           QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
-                           GError **error)
+qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
+              gint num_layers, double dropout, QkvValue **h_n, GError **error)
 {
-  if (src == NULL || src_valid == NULL || dec_in == NULL)
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL, NULL);
+  if (h_n != NULL)
+    *h_n = NULL;
+  if (x == NULL)
     return NULL;
+  const gchar *me = "qkv_build_gru";
+  if (!builder_check_positive(me, "hidden", hidden, error) ||
+      !builder_check_positive(me, "num_layers", num_layers, error) ||
+      !builder_check_dropout(me, "dropout", dropout, error))
+    return NULL;
+  const QkvShape *xs = qkv_value_shape(x);
+  if (xs->rank != 3 || xs->dims[0] < 1) {
+    g_autofree gchar *sh = qkv_shape_to_string(xs);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "%s '%s': x must be (T, B, in) with T >= 1, got %s", me, name, sh);
+    return NULL;
+  }
+  if (h0 != NULL) {
+    const QkvShape *hs = qkv_value_shape(h0);
+    QkvShape want = QKV_SHAPE(num_layers, xs->dims[1], hidden);
+    if (!qkv_shape_equal(hs, &want)) {
+      g_autofree gchar *have = qkv_shape_to_string(hs);
+      g_autofree gchar *need = qkv_shape_to_string(&want);
+      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                  "%s '%s': h0 must be (num_layers, B, hidden) = %s, got %s", me, name, need, have);
+      return NULL;
+    }
+  }
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *final_state = NULL;
+  QkvValue *out =
+      gru(b, name, x, h0, hidden, num_layers, dropout, h_n ? &final_state : NULL, error);
+  out = qkv_builder_end(b, &mark, out);
+  if (out != NULL && h_n != NULL)
+    *h_n = final_state;
+  return out;
+}
+
+static gboolean
+check_seq2seq_config(const QkvGruSeq2SeqConfig *cfg, GError **error)
+{
+  const gchar *me = "qkv_build_bahdanau_seq2seq";
+  return builder_check_positive(me, "cfg->src_vocab", cfg->src_vocab, error) &&
+         builder_check_positive(me, "cfg->tgt_vocab", cfg->tgt_vocab, error) &&
+         builder_check_positive(me, "cfg->embed_size", cfg->embed_size, error) &&
+         builder_check_positive(me, "cfg->num_hiddens", cfg->num_hiddens, error) &&
+         builder_check_positive(me, "cfg->num_layers", cfg->num_layers, error) &&
+         builder_check_dropout(me, "cfg->dropout", cfg->dropout, error);
+}
+
+static QkvValue *
+bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, QkvValue *src_valid,
+                 QkvValue *dec_in, QkvValue **weights, GError **error)
+{
   const gint64 H = cfg->num_hiddens, E = cfg->embed_size;
   const gint perm_tb[] = {1, 0, 2};
 
@@ -218,4 +265,35 @@ qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvVal
   }
   return dec_out ? qkv_build_linear(b, "decoder.dense", dec_out, cfg->tgt_vocab, TRUE, error)
                  : NULL;
+}
+
+QkvValue *
+qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
+                           QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
+                           GError **error)
+{
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(cfg != NULL, NULL);
+  if (weights != NULL)
+    *weights = NULL;
+  if (src == NULL || src_valid == NULL || dec_in == NULL)
+    return NULL;
+  if (!check_seq2seq_config(cfg, error))
+    return NULL;
+  const QkvShape *ds = qkv_value_shape(dec_in);
+  if (ds->rank != 2 || ds->dims[1] < 1) {
+    g_autofree gchar *sh = qkv_shape_to_string(ds);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "qkv_build_bahdanau_seq2seq: dec_in must be (B, T) with T >= 1, got %s", sh);
+    return NULL;
+  }
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *attention_weights = NULL;
+  QkvValue *logits =
+      bahdanau_seq2seq(b, cfg, src, src_valid, dec_in, weights ? &attention_weights : NULL, error);
+  logits = qkv_builder_end(b, &mark, logits);
+  if (logits != NULL && weights != NULL)
+    *weights = attention_weights;
+  return logits;
 }

@@ -4,6 +4,11 @@
 #include <qkv/qkv.h>
 #include <qkv/qkv-init.h>
 
+#include "builder-checks.h"
+
+static const gchar *const initialisers[] = {"zeros",         "ones",        "embedding", "xavier",
+                                            "linear_weight", "linear_bias", NULL};
+
 static gboolean
 init_param(QkvBuilder *b, QkvParam *p, const gchar *init, gint64 fan_in, GError **error)
 {
@@ -32,6 +37,8 @@ QkvValue *
 qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape, const gchar *init,
                 gint64 fan_in, GError **error)
 {
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL && shape != NULL && init != NULL, NULL);
   QkvParam *p = qkv_params_lookup(b->params, name);
   if (p != NULL) {
     if (!qkv_shape_equal(qkv_param_shape(p), shape)) {
@@ -41,12 +48,20 @@ qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape, const g
                   "parameter '%s' exists with shape %s, the model needs %s", name, have, want);
       return NULL;
     }
-  } else {
-    p = qkv_params_add(b->params, name, shape, error);
-    if (p == NULL || !init_param(b, p, init, fan_in, error))
-      return NULL;
+    return qkv_graph_param(b->graph, b->params, name, error);
   }
-  return qkv_graph_param(b->graph, b->params, name, error);
+  if (!g_strv_contains(initialisers, init)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_build_param: parameter '%s': unknown initialiser '%s'", name, init);
+    return NULL;
+  }
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  p = qkv_params_add(b->params, name, shape, error);
+  QkvValue *v = p != NULL && init_param(b, p, init, fan_in, error)
+                    ? qkv_graph_param(b->graph, b->params, name, error)
+                    : NULL;
+  return qkv_builder_end(b, &mark, v);
 }
 
 static gint64
@@ -56,12 +71,10 @@ last_dim(QkvValue *x)
   return s->rank > 0 ? s->dims[s->rank - 1] : 1;
 }
 
-QkvValue *
-qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gboolean bias,
-                 GError **error)
+static QkvValue *
+linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gboolean bias,
+       GError **error)
 {
-  if (x == NULL)
-    return NULL;
   gint64 in = last_dim(x);
   g_autofree gchar *wn = g_strconcat(name, ".weight", NULL);
   QkvShape ws = QKV_SHAPE(out_features, in);
@@ -76,15 +89,37 @@ qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_featu
 }
 
 QkvValue *
+qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gboolean bias,
+                 GError **error)
+{
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL, NULL);
+  if (x == NULL)
+    return NULL;
+  if (!builder_check_positive("qkv_build_linear", "out_features", out_features, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  return qkv_builder_end(b, &mark, linear(b, name, x, out_features, bias, error));
+}
+
+QkvValue *
 qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num, gint64 dim,
                     GError **error)
 {
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL, NULL);
   if (ids == NULL)
     return NULL;
+  if (!builder_check_positive("qkv_build_embedding", "num", num, error) ||
+      !builder_check_positive("qkv_build_embedding", "dim", dim, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
   g_autofree gchar *wn = g_strconcat(name, ".weight", NULL);
   QkvShape ws = QKV_SHAPE(num, dim);
   QkvValue *w = qkv_build_param(b, wn, &ws, "embedding", 0, error);
-  return w ? qkv_embedding(ids, w, error) : NULL;
+  return qkv_builder_end(b, &mark, w ? qkv_embedding(ids, w, error) : NULL);
 }
 
 QkvValue *
@@ -92,28 +127,50 @@ qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *key
               gint64 num_hiddens, gint num_heads, QkvValue *valid_lens, gboolean causal,
               double dropout, QkvValue **weights, GError **error)
 {
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL, NULL);
+  if (weights != NULL)
+    *weights = NULL;
   if (queries == NULL || keys == NULL || values == NULL)
     return NULL;
+  if (!builder_check_heads("qkv_build_mha", "num_heads", num_heads, "num_hiddens", num_hiddens,
+                           error) ||
+      !builder_check_dropout("qkv_build_mha", "dropout", dropout, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
   const gchar *proj[] = {"W_q", "W_k", "W_v", "W_o"};
   gint64 in[] = {last_dim(queries), last_dim(keys), last_dim(values), num_hiddens};
-  QkvValue *w[4];
-  for (int i = 0; i < 4; i++) {
+  QkvValue *w[4] = {NULL};
+  for (int i = 0; i < 4 && (i == 0 || w[i - 1] != NULL); i++) {
     g_autofree gchar *wn = g_strdup_printf("%s.%s.weight", name, proj[i]);
     QkvShape ws = QKV_SHAPE(num_hiddens, in[i]);
     w[i] = qkv_build_param(b, wn, &ws, "linear_weight", in[i], error);
-    if (w[i] == NULL)
-      return NULL;
   }
-  return qkv_multi_head_attention(queries, keys, values, w[0], w[1], w[2], w[3], NULL, num_heads,
-                                  valid_lens, causal, dropout, weights, error);
+  QkvValue *attention_weights = NULL;
+  QkvValue *out = w[3] ? qkv_multi_head_attention(queries, keys, values, w[0], w[1], w[2], w[3],
+                                                  NULL, num_heads, valid_lens, causal, dropout,
+                                                  weights ? &attention_weights : NULL, error)
+                       : NULL;
+  out = qkv_builder_end(b, &mark, out);
+  if (out != NULL && weights != NULL)
+    *weights = attention_weights;
+  return out;
 }
 
 QkvValue *
 qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
               gint64 out_features, GError **error)
 {
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL, NULL);
   if (x == NULL)
     return NULL;
+  if (!builder_check_positive("qkv_build_ffn", "ffn_hiddens", ffn_hiddens, error) ||
+      !builder_check_positive("qkv_build_ffn", "out_features", out_features, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
   gint64 in = last_dim(x);
   g_autofree gchar *w1n = g_strconcat(name, ".dense1.weight", NULL);
   g_autofree gchar *b1n = g_strconcat(name, ".dense1.bias", NULL);
@@ -125,15 +182,21 @@ qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
   QkvValue *b1 = w1 ? qkv_build_param(b, b1n, &b1s, "linear_bias", in, error) : NULL;
   QkvValue *w2 = b1 ? qkv_build_param(b, w2n, &w2s, "linear_weight", ffn_hiddens, error) : NULL;
   QkvValue *b2 = w2 ? qkv_build_param(b, b2n, &b2s, "linear_bias", ffn_hiddens, error) : NULL;
-  return b2 ? qkv_position_wise_ffn(x, w1, b1, w2, b2, error) : NULL;
+  return qkv_builder_end(b, &mark, b2 ? qkv_position_wise_ffn(x, w1, b1, w2, b2, error) : NULL);
 }
 
 QkvValue *
 qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, double dropout,
                   GError **error)
 {
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(name != NULL, NULL);
   if (x == NULL || y == NULL)
     return NULL;
+  if (!builder_check_dropout("qkv_build_addnorm", "dropout", dropout, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
   gint64 d = last_dim(x);
   g_autofree gchar *gn = g_strconcat(name, ".ln.weight", NULL);
   g_autofree gchar *bn = g_strconcat(name, ".ln.bias", NULL);
@@ -142,7 +205,7 @@ qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, do
   QkvValue *beta = gamma ? qkv_build_param(b, bn, &s, "zeros", 0, error) : NULL;
   QkvValue *dropped = beta ? (dropout > 0 ? qkv_dropout(y, dropout, error) : y) : NULL;
   QkvValue *sum = dropped ? qkv_add(dropped, x, error) : NULL;
-  return sum ? qkv_layer_norm(sum, gamma, beta, 1e-5, error) : NULL;
+  return qkv_builder_end(b, &mark, sum ? qkv_layer_norm(sum, gamma, beta, 1e-5, error) : NULL);
 }
 
 QkvValue *
@@ -150,9 +213,15 @@ qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, GErro
 {
   if (logits == NULL || labels == NULL || mask == NULL)
     return NULL;
+  QkvGraph *graph = qkv_value_graph(logits);
+  QkvGraphMark mark;
+  qkv_graph_mark(graph, &mark);
   /* Σ_b mean_t(ce · mask) = (Σ_{b,t} ce · mask) / T */
   const QkvShape *ls = qkv_value_shape(labels);
   gint64 steps = ls->rank > 0 ? ls->dims[ls->rank - 1] : 1;
   QkvValue *total = qkv_cross_entropy(logits, labels, mask, QKV_REDUCTION_SUM, error);
-  return total ? qkv_scale(total, 1.0 / (double)steps, error) : NULL;
+  QkvValue *loss = total ? qkv_scale(total, 1.0 / (double)steps, error) : NULL;
+  if (loss == NULL)
+    qkv_graph_rollback(graph, &mark);
+  return loss;
 }

@@ -3,6 +3,23 @@
 #include <math.h>
 #include <qkv/qkv.h>
 
+#include "builder-checks.h"
+
+/* The fields both halves use; vocab is src_vocab or tgt_vocab. */
+static gboolean
+check_config(const gchar *builder, const QkvTransformerConfig *cfg, const gchar *vocab_field,
+             gint64 vocab, GError **error)
+{
+  if (!builder_check_positive(builder, vocab_field, vocab, error) ||
+      !builder_check_heads(builder, "cfg->num_heads", cfg->num_heads, "cfg->num_hiddens",
+                           cfg->num_hiddens, error) ||
+      !builder_check_positive(builder, "cfg->ffn_hiddens", cfg->ffn_hiddens, error) ||
+      !builder_check_positive(builder, "cfg->num_layers", cfg->num_layers, error) ||
+      !builder_check_dropout(builder, "cfg->dropout", cfg->dropout, error))
+    return FALSE;
+  return TRUE;
+}
+
 static QkvValue *
 embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 vocab,
                            const QkvTransformerConfig *cfg, GError **error)
@@ -13,9 +30,9 @@ embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint
   return x ? qkv_positional_encoding(x, cfg->dropout, 0, error) : NULL;
 }
 
-QkvValue *
-qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
-                              QkvValue *valid_lens, GError **error)
+static QkvValue *
+encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src, QkvValue *valid_lens,
+        GError **error)
 {
   QkvValue *x = embed_and_encode_positions(b, "encoder", src, cfg->src_vocab, cfg, error);
   for (gint i = 0; x != NULL && i < cfg->num_layers; i++) {
@@ -31,14 +48,29 @@ qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, Qk
     QkvValue *f = qkv_build_ffn(b, ffn, y, cfg->ffn_hiddens, cfg->num_hiddens, error);
     x = qkv_build_addnorm(b, an2, y, f, cfg->dropout, error);
   }
-  qkv_graph_set_scope(b->graph, NULL);
   return x;
 }
 
 QkvValue *
-qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt,
-                              QkvValue *enc_outputs, QkvValue *enc_valid_lens,
-                              QkvValue **cross_weights, GError **error)
+qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
+                              QkvValue *valid_lens, GError **error)
+{
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(cfg != NULL, NULL);
+  if (src == NULL)
+    return NULL;
+  if (!check_config("qkv_build_transformer_encoder", cfg, "cfg->src_vocab", cfg->src_vocab, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  return qkv_builder_end(b, &mark, encoder(b, cfg, src, valid_lens, error));
+}
+
+/* outer_scope: the caller's scope, for the nodes after the blocks. */
+static QkvValue *
+decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue *enc_outputs,
+        QkvValue *enc_valid_lens, QkvValue **cross_weights, const gchar *outer_scope,
+        GError **error)
 {
   QkvValue *x = embed_and_encode_positions(b, "decoder", tgt, cfg->tgt_vocab, cfg, error);
   for (gint i = 0; x != NULL && i < cfg->num_layers; i++) {
@@ -62,6 +94,30 @@ qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, Qk
     QkvValue *f = qkv_build_ffn(b, ffn, z, cfg->ffn_hiddens, cfg->num_hiddens, error);
     x = qkv_build_addnorm(b, an3, z, f, cfg->dropout, error);
   }
-  qkv_graph_set_scope(b->graph, NULL);
+  qkv_graph_set_scope(b->graph, outer_scope);
   return x ? qkv_build_linear(b, "decoder.dense", x, cfg->tgt_vocab, TRUE, error) : NULL;
+}
+
+QkvValue *
+qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt,
+                              QkvValue *enc_outputs, QkvValue *enc_valid_lens,
+                              QkvValue **cross_weights, GError **error)
+{
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(cfg != NULL, NULL);
+  if (cross_weights != NULL)
+    *cross_weights = NULL;
+  if (tgt == NULL || enc_outputs == NULL)
+    return NULL;
+  if (!check_config("qkv_build_transformer_decoder", cfg, "cfg->tgt_vocab", cfg->tgt_vocab, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *weights = NULL;
+  QkvValue *logits = decoder(b, cfg, tgt, enc_outputs, enc_valid_lens,
+                             cross_weights ? &weights : NULL, mark.scope, error);
+  logits = qkv_builder_end(b, &mark, logits);
+  if (logits != NULL && cross_weights != NULL)
+    *cross_weights = weights;
+  return logits;
 }

@@ -514,3 +514,36 @@ qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes)
   g_ptr_array_set_size(graph->nodes, n_nodes);
   g_ptr_array_set_size(graph->values, n_values);
 }
+
+const gchar *
+qkv_graph_get_scope(const QkvGraph *graph)
+{
+  g_return_val_if_fail(graph != NULL, NULL);
+  return graph->scope;
+}
+
+void
+qkv_graph_mark(QkvGraph *graph, QkvGraphMark *mark)
+{
+  g_return_if_fail(graph != NULL && mark != NULL);
+  *mark = (QkvGraphMark){
+      .n_values = graph->values->len,
+      .n_nodes = graph->nodes->len,
+      .had_backward = graph->has_backward,
+  };
+}
+
+void
+qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark)
+{
+  g_return_if_fail(graph != NULL && mark != NULL);
+  /* A mark from after an earlier rollback would point past the end. */
+  g_return_if_fail(mark->n_values <= graph->values->len && mark->n_nodes <= graph->nodes->len);
+  if (graph->has_backward && !mark->had_backward) {
+    /* Every gradient value came after the mark and is about to go. */
+    g_hash_table_remove_all(graph->grads);
+    g_ptr_array_set_size(graph->param_grads, 0);
+    graph->has_backward = FALSE;
+  }
+  qkv_graph_truncate(graph, mark->n_values, mark->n_nodes);
+}

@@ -208,3 +208,22 @@ qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor)
     *tensor = g_ptr_array_index(param->states, index);
   return g_ptr_array_index(param->state_names, index);
 }
+
+void
+qkv_params_mark(QkvParams *params, QkvParamsMark *mark)
+{
+  g_return_if_fail(params != NULL && mark != NULL);
+  *mark = (QkvParamsMark){.n_params = params->list->len};
+}
+
+void
+qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark)
+{
+  g_return_if_fail(params != NULL && mark != NULL);
+  g_return_if_fail(mark->n_params <= params->list->len);
+  while (params->list->len > mark->n_params) {
+    QkvParam *p = g_ptr_array_index(params->list, params->list->len - 1);
+    g_hash_table_remove(params->by_name, p->name);
+    g_ptr_array_remove_index(params->list, params->list->len - 1);
+  }
+}

@@ -1,7 +1,8 @@
 /* plugin.c: the plugin loader.
  *
  * A plugin is a shared module that exports qkv_plugin_describe() (written by
- * QKV_PLUGIN_DEFINE()). Loading opens it with GModule, checks the descriptor,
+ * QKV_PLUGIN_DEFINE()). Loading checks the file's ELF structure (elf.c), opens
+ * it with GModule, checks the descriptor,
  * and calls its register function with the registry's origin set to the
  * module's path, so every op it registers is recorded as its own. A plugin
  * that fails at any step registers nothing: the ops it registered before the
@@ -28,6 +29,10 @@ struct _QkvPlugin {
  * register function may look at the plugin list. */
 static GRecMutex plugins_lock;
 static GPtrArray *plugins; /* QkvPlugin*, load order, never freed */
+/* Resolved paths of the modules being loaded now (under plugins_lock): a
+ * register function that loads its own module again would otherwise recurse
+ * until the stack overflows, since the module is not in plugins yet. */
+static GPtrArray *loading;
 static gchar **search_path;
 
 /* Smallest descriptor: everything up to the reserved space of ABI 1.0. */
@@ -84,6 +89,9 @@ plugin_error(GError **error, const gchar *path, const gchar *format, ...)
   g_set_error(error, QKV_ERROR, QKV_ERROR_PLUGIN, "plugin '%s': %s", path, reason);
 }
 
+static QkvPlugin *open_and_register(const gchar *abs_path, const gchar *real_path,
+                                    gboolean *name_taken, GError **error);
+
 /* Load one module. *name_taken is set when the only problem is that a plugin
  * of the same name is already loaded from another file. */
 static QkvPlugin *
@@ -108,7 +116,35 @@ load_locked(const gchar *path, gboolean *name_taken, GError **error)
   QkvPlugin *loaded = find_plugin_locked(real_path, NULL);
   if (loaded != NULL)
     return loaded;
+  if (loading != NULL && g_ptr_array_find_with_equal_func(loading, real_path, g_str_equal, NULL)) {
+    plugin_error(error, abs_path,
+                 "is being loaded already: loading it again from its own register function (or "
+                 "a module it loads) would never end");
+    return NULL;
+  }
 
+  /* dlopen() maps the file as its headers describe it; a truncated file
+   * makes that raise SIGBUS, which no caller could recover from. */
+  GError *elf_error = NULL;
+  if (!qkv_elf_check_file(abs_path, &elf_error)) {
+    plugin_error(error, abs_path, "not a loadable module: %s", elf_error->message);
+    g_error_free(elf_error);
+    return NULL;
+  }
+
+  if (loading == NULL)
+    loading = g_ptr_array_new_with_free_func(g_free);
+  g_ptr_array_add(loading, g_strdup(real_path));
+  QkvPlugin *plugin = open_and_register(abs_path, real_path, name_taken, error);
+  g_ptr_array_remove_index(loading, loading->len - 1);
+  return plugin;
+}
+
+/* The part of load_locked() that runs while real_path is marked as loading. */
+static QkvPlugin *
+open_and_register(const gchar *abs_path, const gchar *real_path, gboolean *name_taken,
+                  GError **error)
+{
   GModule *module = g_module_open(abs_path, G_MODULE_BIND_LOCAL);
   if (module == NULL) {
     /* dlerror() starts with the path; the message names it already. */
@@ -210,8 +246,8 @@ load_locked(const gchar *path, gboolean *name_taken, GError **error)
   plugin->version = g_strdup(info.version ? info.version : "");
   plugin->license = g_strdup(info.license ? info.license : "");
   plugin->description = g_strdup(info.description ? info.description : "");
-  plugin->path = g_steal_pointer(&abs_path);
-  plugin->real_path = g_steal_pointer(&real_path);
+  plugin->path = g_strdup(abs_path);
+  plugin->real_path = g_strdup(real_path);
   plugin->ops = ops;
   plugin->module = module;
   if (plugins == NULL)

@@ -5,7 +5,9 @@
  * the same name is refused, and at initialisation failures are warnings. */
 #include "test-util.h"
 
+#include <glib/gstdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A small graph still builds and runs. */
 static void
@@ -168,6 +170,183 @@ test_same_name(void)
   g_assert_no_error(error);
 }
 
+/* A register function that loads its own module gets an error for that
+ * inner load instead of being called again until the stack overflows; the
+ * module is no longer marked as loading afterwards (the second attempt in
+ * assert_load_fails() fails the same way). */
+static void
+test_reentrant(void)
+{
+  g_autofree gchar *abs_path = g_canonicalize_filename(PLUGIN_REENTRANT, NULL);
+  g_autofree gchar *reason = g_strdup_printf(
+      "registering its ops failed: plugin '%s': is being loaded already*", abs_path);
+  assert_load_fails(PLUGIN_REENTRANT, reason);
+  g_assert_null(qkv_op_lookup("broken.fourth"));
+}
+
+/* Lengths at which to cut a plugin: every 1/16 of it and around the ELF
+ * header and the first program headers. */
+static GArray *
+cut_lengths(gsize size)
+{
+  GArray *lengths = g_array_new(FALSE, FALSE, sizeof(gsize));
+  const gsize fixed[] = {0, 1, 3, 4, 16, 63, 64, 65, 64 + 56, 64 + 3 * 56, 1000, size - 1};
+  for (guint i = 0; i < G_N_ELEMENTS(fixed); i++)
+    g_array_append_val(lengths, fixed[i]);
+  for (gsize k = 1; k < 16; k++) {
+    gsize n = size * k / 16;
+    g_array_append_val(lengths, n);
+  }
+  return lengths;
+}
+
+/* What the error says about a plugin cut to n bytes. */
+static const gchar *
+cut_reason(gsize n)
+{
+  if (n == 0)
+    return "not a loadable module: the file is empty";
+  if (n < 4)
+    return "not a loadable module: not an ELF file*";
+  return "not a loadable module: truncated: *";
+}
+
+/* Copies of PLUGIN_GELU cut to each length, in a new directory. */
+static gchar *
+write_cut_copies(GArray *lengths)
+{
+  g_autofree gchar *contents = NULL;
+  gsize size = 0;
+  g_autoptr(GError) error = NULL;
+  g_assert_true(g_file_get_contents(PLUGIN_GELU, &contents, &size, &error));
+  gchar *dir = g_dir_make_tmp("qkv-cut-plugins-XXXXXX", &error);
+  g_assert_no_error(error);
+  for (guint i = 0; i < lengths->len; i++) {
+    gsize n = g_array_index(lengths, gsize, i);
+    g_assert_cmpuint(n, <, size);
+    g_autofree gchar *name = g_strdup_printf("gelu-%" G_GSIZE_FORMAT ".so", n);
+    g_autofree gchar *path = g_build_filename(dir, name, NULL);
+    g_assert_true(g_file_set_contents(path, contents, (gssize)n, &error));
+  }
+  return dir;
+}
+
+static void
+remove_dir(const gchar *dir_path)
+{
+  g_autoptr(GDir) dir = g_dir_open(dir_path, 0, NULL);
+  const gchar *entry;
+  while (dir != NULL && (entry = g_dir_read_name(dir)) != NULL) {
+    g_autofree gchar *path = g_build_filename(dir_path, entry, NULL);
+    g_remove(path);
+  }
+  g_rmdir(dir_path);
+}
+
+static gsize
+file_size(const gchar *path)
+{
+  g_autofree gchar *contents = NULL;
+  gsize size = 0;
+  g_assert_true(g_file_get_contents(path, &contents, &size, NULL));
+  return size;
+}
+
+/* A truncated plugin is refused with an error before dlopen() maps it
+ * (mapping it raised SIGBUS in the dynamic loader). */
+static void
+test_truncated(void)
+{
+  g_autoptr(GArray) lengths = cut_lengths(file_size(PLUGIN_GELU));
+  g_autofree gchar *dir = write_cut_copies(lengths);
+  for (guint i = 0; i < lengths->len; i++) {
+    gsize n = g_array_index(lengths, gsize, i);
+    g_autofree gchar *name = g_strdup_printf("gelu-%" G_GSIZE_FORMAT ".so", n);
+    g_autofree gchar *path = g_build_filename(dir, name, NULL);
+    assert_load_fails(path, cut_reason(n));
+  }
+  g_assert_null(qkv_op_lookup("gelu"));
+  remove_dir(dir);
+}
+
+/* A complete file, but not for this machine or not a shared object. */
+static void
+test_wrong_elf(void)
+{
+  g_autofree gchar *contents = NULL;
+  gsize size = 0;
+  g_autoptr(GError) error = NULL;
+  g_assert_true(g_file_get_contents(PLUGIN_GELU, &contents, &size, &error));
+  g_autofree gchar *dir = g_dir_make_tmp("qkv-wrong-elf-XXXXXX", &error);
+  g_assert_no_error(error);
+  const struct {
+    guint offset;
+    guint8 value;
+    const gchar *reason;
+  } cases[] = {
+      {4, 1, "not a loadable module: ELF class 1, not 64-bit*"},
+      {5, 2, "not a loadable module: ELF data encoding 2, not little-endian*"},
+      {16, 2, "not a loadable module: ELF type 2, not a shared object*"},
+      {18, 2, "not a loadable module: built for ELF machine 2, not this machine's*"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree gchar *copy = g_memdup2(contents, size);
+    copy[cases[i].offset] = (gchar)cases[i].value;
+    g_autofree gchar *name = g_strdup_printf("gelu-%u.so", i);
+    g_autofree gchar *path = g_build_filename(dir, name, NULL);
+    g_assert_true(g_file_set_contents(path, copy, (gssize)size, &error));
+    assert_load_fails(path, cases[i].reason);
+  }
+  remove_dir(dir);
+}
+
+/* Files that are not regular files are refused without being read: a FIFO
+ * (reading it, or dlopen() opening it, would wait for a writer forever) and
+ * a device. */
+static void
+test_not_regular(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree gchar *dir = g_dir_make_tmp("qkv-fifo-XXXXXX", &error);
+  g_assert_no_error(error);
+  g_autofree gchar *fifo = g_build_filename(dir, "fifo.so", NULL);
+  g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+  assert_load_fails(fifo, "not a loadable module: not a regular file");
+  assert_load_fails("/dev/null", "not a loadable module: not a regular file");
+  remove_dir(dir);
+}
+
+/* The same at initialisation, through QKV_PLUGIN_PATH: each cut copy is a
+ * warning, and a good plugin beside them still loads. */
+static void
+test_truncated_autoload(void)
+{
+  if (g_test_subprocess()) {
+    g_autoptr(GArray) lengths = cut_lengths(file_size(PLUGIN_GELU));
+    g_autofree gchar *dir = write_cut_copies(lengths);
+    g_autofree gchar *good = NULL;
+    gsize good_size = 0;
+    g_assert_true(g_file_get_contents(PLUGIN_GOOD_A, &good, &good_size, NULL));
+    g_autofree gchar *good_path = g_build_filename(dir, "good.so", NULL);
+    g_assert_true(g_file_set_contents(good_path, good, (gssize)good_size, NULL));
+    /* The first qkv call: initialisation reads the variable. */
+    g_setenv("QKV_PLUGIN_PATH", dir, TRUE);
+    g_log_set_always_fatal(G_LOG_FATAL_MASK);
+    g_log_set_fatal_mask("qkv", G_LOG_FATAL_MASK);
+    g_assert_cmpuint(qkv_plugin_count(), ==, 1);
+    g_assert_nonnull(qkv_op_lookup("test.good_a"));
+    g_assert_null(qkv_op_lookup("gelu"));
+    assert_library_works();
+    remove_dir(dir);
+    return;
+  }
+  g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed();
+  g_test_trap_assert_stderr("*WARNING*gelu-0.so': not a loadable module: the file is empty*");
+  g_test_trap_assert_stderr("*WARNING*gelu-1000.so': not a loadable module: truncated: *");
+  g_test_trap_assert_stderr_unmatched("*good.so*");
+}
+
 /* An op built against ABI 1.0 (no decompose field; garbage in the reserved
  * space where 1.1 keeps it) registers and runs, and autodiff reports that it
  * has no gradient instead of calling the garbage. */
@@ -254,5 +433,10 @@ main(int argc, char **argv)
   g_test_add_func("/plugin-errors/same-plugin-name", test_same_name);
   g_test_add_func("/plugin-errors/old-abi-loads", test_old_abi);
   g_test_add_func("/plugin-errors/autoload-warnings", test_autoload_warnings);
+  g_test_add_func("/plugin-errors/loads-itself", test_reentrant);
+  g_test_add_func("/plugin-errors/truncated", test_truncated);
+  g_test_add_func("/plugin-errors/wrong-elf", test_wrong_elf);
+  g_test_add_func("/plugin-errors/not-a-regular-file", test_not_regular);
+  g_test_add_func("/plugin-errors/truncated-autoload", test_truncated_autoload);
   return g_test_run();
 }

@@ -28,6 +28,31 @@ typedef struct {
   gpointer reserved[4];
 } QkvBuilder;
 
+/* Builders are all-or-nothing: a builder that fails returns NULL with an
+ * error (QKV_ERROR_INVALID_ARGUMENT, naming the builder and the field, for a
+ * bad size or config) and leaves the graph (its nodes, values and scope) and
+ * the parameter store (its parameters and their names) as they were before
+ * the call; its out-parameters (weights, h_n) are set to NULL. A NULL input
+ * value (an earlier step failed) gives NULL and leaves the error as it is,
+ * so calls can be chained. Your own builders get the same with
+ * qkv_builder_begin() and qkv_builder_end(). */
+
+/* What qkv_builder_begin() saw: the graph, the store and the graph's scope. */
+typedef struct {
+  QkvGraphMark graph;
+  QkvParamsMark params;
+  gchar *scope; /* owned until qkv_builder_end() */
+  gpointer reserved[2];
+} QkvBuilderMark;
+
+/* Start a step that adds everything or nothing to b's graph and store. */
+void qkv_builder_begin(QkvBuilder *b, QkvBuilderMark *mark);
+/* End the step begun with mark: when result is NULL (it failed) roll the
+ * graph and the store back to mark (qkv_graph_rollback(),
+ * qkv_params_rollback()); in either case set the graph's scope back to what it
+ * was at qkv_builder_begin(). Returns result. Steps nest. */
+QkvValue *qkv_builder_end(QkvBuilder *b, QkvBuilderMark *mark, QkvValue *result);
+
 /* A parameter of the given shape: reused, or created and filled by init
  * ("zeros", "ones", "linear_weight", "linear_bias", "embedding", "xavier"). */
 QkvValue *qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape,

@@ -72,6 +72,28 @@ guint qkv_graph_n_values(const QkvGraph *graph);
 /* Prefix for the names of nodes added from now on ("encoder.blks.block0");
  * NULL or "" clears it. */
 void qkv_graph_set_scope(QkvGraph *graph, const gchar *scope);
+/* The current prefix, or NULL; owned by the graph until the next change. */
+const gchar *qkv_graph_get_scope(const QkvGraph *graph);
+
+/* A point to roll a graph back to, for all-or-nothing construction: take a
+ * mark, add inputs, constants, parameters and nodes, and on failure roll
+ * back to the mark. Plain data; nothing to free. */
+typedef struct {
+  guint n_values;
+  guint n_nodes;
+  gboolean had_backward;
+  gpointer reserved[2];
+} QkvGraphMark;
+
+/* Record in *mark what the graph holds now. */
+void qkv_graph_mark(QkvGraph *graph, QkvGraphMark *mark);
+/* Remove every value and node added since mark was taken (they are freed:
+ * pointers to them become invalid), including the gradient nodes of a
+ * qkv_graph_backward() run since. The scope is not changed. Marks nest:
+ * rolling back to an inner mark, then to an outer one, is fine; a mark taken
+ * after the point rolled back to must not be used any more. Plans compiled
+ * from the graph since the mark must be freed first. */
+void qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark);
 
 /* Append to the graph the nodes that compute d loss / d v for every parameter
  * that is not frozen and every input marked requires_grad. loss must be an f32

@@ -58,6 +58,21 @@ QkvTensor *qkv_param_lookup_state(QkvParam *param, const gchar *name);
 guint qkv_param_n_states(QkvParam *param);
 const gchar *qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor);
 
+/* A point to roll a store back to (see QkvGraphMark): what
+ * qkv_params_mark() saw. Plain data; nothing to free. */
+typedef struct {
+  guint n_params;
+  gpointer reserved[2];
+} QkvParamsMark;
+
+/* Record in *mark which parameters the store holds now. */
+void qkv_params_mark(QkvParams *params, QkvParamsMark *mark);
+/* Remove (and free) the parameters added since mark was taken; those there
+ * before keep their values. Nothing may use a removed parameter any more: roll
+ * back the graphs that took it (qkv_graph_rollback()) first, and do not use
+ * an optimizer or plan made since the mark. */
+void qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvParams, qkv_params_free)
 
 G_END_DECLS

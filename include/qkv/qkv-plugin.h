@@ -334,9 +334,13 @@ typedef const QkvPluginInfo *(*QkvPluginDescribeFunc)(void);
 typedef struct _QkvPlugin QkvPlugin;
 
 /* Load the plugin module at path and register its ops, whose origin
- * (qkv_op_origin()) becomes the module's absolute path. On any failure (file
- * missing or not a module, no descriptor, an incompatible ABI, a descriptor
- * too small, an op name already taken, a failing register function) returns
+ * (qkv_op_origin()) becomes the module's absolute path. Before the module is
+ * opened its ELF headers are checked against the file: a truncated or
+ * damaged file, or one built for another machine, is refused instead of
+ * being handed to the dynamic loader. On any failure (file missing, truncated
+ * or not a module, no descriptor, an incompatible ABI, a descriptor too
+ * small, an op name already taken, a failing register function, a register
+ * function that loads its own module again: that inner load fails) returns
  * NULL with a QKV_ERROR_PLUGIN error naming the file and the reason; the
  * plugin then registers nothing and the library is unchanged. Loading a file
  * that is already loaded (the same file, by its resolved path) does nothing

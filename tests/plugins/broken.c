@@ -41,6 +41,17 @@ register_broken(GError **error)
   return FALSE;
 #elif defined(BROKEN_SILENT_FAILURE)
   return register_first("broken.third", error) && FALSE;
+#elif defined(BROKEN_REENTRANT)
+  /* Loads its own file from its register function, before registering
+   * anything: the loader must refuse the inner load instead of calling this
+   * function again without end. */
+  GError *inner = NULL;
+  if (qkv_plugin_load(SELF_PATH, &inner) != NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "loading itself again succeeded");
+    return FALSE;
+  }
+  g_propagate_error(error, inner);
+  return register_first("broken.fourth", NULL) && FALSE;
 #else
   return register_first("broken.never", error);
 #endif

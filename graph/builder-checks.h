@@ -1,0 +1,45 @@
+/* builder-checks.h: config checks shared by the builders (not installed).
+ * Each names the builder and the field in its message. */
+#pragma once
+
+#include <qkv/qkv.h>
+
+static inline gboolean
+builder_check_positive(const gchar *builder, const gchar *field, gint64 value, GError **error)
+{
+  if (value > 0)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s is %" G_GINT64_FORMAT ", it must be > 0", builder, field, value);
+  return FALSE;
+}
+
+static inline gboolean
+builder_check_dropout(const gchar *builder, const gchar *field, double p, GError **error)
+{
+  if (p >= 0.0 && p < 1.0)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "%s: %s is %g, it must be in [0, 1)",
+              builder, field, p);
+  return FALSE;
+}
+
+/* heads > 0 and dividing hiddens (each head gets hiddens / heads features). */
+static inline gboolean
+builder_check_heads(const gchar *builder, const gchar *heads_field, gint heads,
+                    const gchar *hiddens_field, gint64 hiddens, GError **error)
+{
+  if (!builder_check_positive(builder, heads_field, heads, error) ||
+      !builder_check_positive(builder, hiddens_field, hiddens, error))
+    return FALSE;
+  if (hiddens % heads == 0)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s (%d) does not divide %s (%" G_GINT64_FORMAT ")", builder, heads_field, heads,
+              hiddens_field, hiddens);
+  return FALSE;
+}
+
+/* The checks every builder makes of its QkvBuilder. */
+#define BUILDER_RETURN_IF_INVALID(b)                                                               \
+  g_return_val_if_fail((b) != NULL && (b)->graph != NULL && (b)->params != NULL, NULL)
