@@ -590,8 +590,7 @@ metadata_int(const StFile *f, const gchar *key, gint64 *out, GError **error)
   if (v == NULL)
     return FALSE;
   guint64 u;
-  /* G_MAXINT64 itself is refused: a step count at it could not advance */
-  if (!g_ascii_string_to_unsigned(v, 10, 0, G_MAXINT64 - 1, &u, NULL)) {
+  if (!g_ascii_string_to_unsigned(v, 10, 0, G_MAXINT64, &u, NULL)) {
     CORRUPT("checkpoint '%s': metadata '%s' = '%s' is not a non-negative integer", f->path, key, v);
     return FALSE;
   }
@@ -797,16 +796,18 @@ qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimize
     if (e->dtype == ST_I64 && !copy_i64_to_i32(f, e, NULL, error))
       return FALSE;
     if (is_step) {
-      /* a negative count makes the next Adam update NaN; the optimizer
-       * cannot advance a count of G_MAXINT32 (see qkv_optimizer_step) */
+      /* a negative count makes the next Adam update NaN. G_MAXINT32 loads
+       * (a save of a store at that count must load back); the optimizer
+       * refuses to step past it. */
       gint32 count = 0;
       if (e->dtype == ST_I64)
         copy_i64_to_i32(f, e, &count, NULL);
       else
         copy_le32(&count, entry_data(f, e), 1);
-      if (count < 0 || count == G_MAXINT32) {
-        CORRUPT("checkpoint '%s': %s is %d at byte offset %" G_GUINT64_FORMAT ", outside [0, %d)",
-                f->path, what, count, f->data_start + e->begin, G_MAXINT32);
+      if (count < 0) {
+        CORRUPT("checkpoint '%s': %s is %d at byte offset %" G_GUINT64_FORMAT
+                ", a step count cannot be negative",
+                f->path, what, count, f->data_start + e->begin);
         return FALSE;
       }
     }

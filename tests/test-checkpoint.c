@@ -959,14 +959,21 @@ test_step_state_range(void)
   QkvOptimConfig c = qkv_optim_config_adam(0.1);
   g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
   g_autoptr(GBytes) before = snapshot(params);
+  /* loads: accepted; steps: the next optimizer step succeeds (a count of
+   * G_MAXINT32 loads, as a store that reached it must save and load back,
+   * but cannot advance) */
   const struct {
     gint64 value;
-    gboolean i64, loads;
+    gboolean i64, loads, steps;
   } cases[] = {
-      {-1, FALSE, FALSE},         {-5, FALSE, FALSE},
-      {G_MAXINT32, FALSE, FALSE}, {G_MININT32, FALSE, FALSE},
-      {-5, TRUE, FALSE},          {G_MAXINT32, TRUE, FALSE},
-      {7, FALSE, TRUE},           {G_MAXINT32 - 1, TRUE, TRUE},
+      {-1, FALSE, FALSE, FALSE},
+      {-5, FALSE, FALSE, FALSE},
+      {G_MININT32, FALSE, FALSE, FALSE},
+      {-5, TRUE, FALSE, FALSE},
+      {G_MAXINT32 + G_GINT64_CONSTANT(1), TRUE, FALSE, FALSE},
+      {7, FALSE, TRUE, TRUE},
+      {G_MAXINT32 - 1, TRUE, TRUE, TRUE},
+      {G_MAXINT32, FALSE, TRUE, FALSE},
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     guint8 data[16] = {0, 0, 128, 63, 0, 0, 0, 64};
@@ -990,9 +997,17 @@ test_step_state_range(void)
     if (cases[i].loads) {
       g_assert_no_error(error);
       g_assert_true(ok);
-      /* and the next step is finite */
+      /* and the next step is finite, or refused without overflowing */
       qkv_tensor_fill(qkv_param_grad(qkv_params_lookup(params, "w")), 0.25);
-      g_assert_true(qkv_optimizer_step(opt, &error));
+      g_autoptr(GBytes) loaded = snapshot(params);
+      gboolean stepped = qkv_optimizer_step(opt, &error);
+      g_test_message("step: %s", error ? error->message : "ok");
+      g_assert_cmpint(stepped, ==, cases[i].steps);
+      if (!stepped) {
+        g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+        assert_unchanged(params, loaded);
+        continue;
+      }
       g_assert_no_error(error);
       QkvTensor *v = qkv_param_value(qkv_params_lookup(params, "w"));
       g_assert_true(isfinite(qkv_tensor_get(v, 0)) && isfinite(qkv_tensor_get(v, 1)));

@@ -260,6 +260,19 @@ test_optimizer_step_range(void)
   g_assert_cmpint(step[0], ==, 5);
 }
 
+/* A schedule position restored as G_MAXINT64 (checkpoints accept it)
+ * overflowed at the next qkv_schedule_step(). */
+static void
+test_schedule_position_limit(void)
+{
+  g_autoptr(QkvSchedule) s = qkv_schedule_new_step(0.1, 10, 0.5);
+  qkv_schedule_set_position(s, G_MAXINT64 - 1);
+  double lr = qkv_schedule_step(s, NULL);
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, G_MAXINT64);
+  g_assert_cmpfloat(qkv_schedule_step(s, NULL), ==, lr);
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, G_MAXINT64);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -270,5 +283,6 @@ main(int argc, char **argv)
   g_test_add_func("/hostile/plugin-op-huge", test_plugin_op_huge);
   g_test_add_func("/hostile/tensor-bad-arguments", test_tensor_bad_arguments);
   g_test_add_func("/hostile/optimizer-step-range", test_optimizer_step_range);
+  g_test_add_func("/hostile/schedule-position-limit", test_schedule_position_limit);
   return g_test_run();
 }
