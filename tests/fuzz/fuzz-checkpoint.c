@@ -7,12 +7,21 @@
  * QKV_FUZZ_SEEDS: checkpoints (run.sh seeds it with files qkv saves) */
 #include "fuzz-common.h"
 
+#include <glib/gstdio.h>
 #include <string.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const guint8 *data, size_t size);
 
 static gchar *save_dir;
+
+static void
+remove_save_dir(void)
+{
+  g_autofree gchar *out = g_build_filename(save_dir, "c.safetensors", NULL);
+  g_remove(out);
+  g_rmdir(save_dir);
+}
 
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -23,6 +32,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
   save_dir = g_mkdtemp(g_steal_pointer(&tmpl));
   if (save_dir == NULL)
     abort();
+  atexit(remove_save_dir);
   return 0;
 }
 
