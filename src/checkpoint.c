@@ -8,6 +8,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OPTIM_PREFIX "__optim__."
@@ -42,32 +45,81 @@ typedef struct {
 /* Deeper nesting than any safetensors header needs is refused before parsing. */
 #define MAX_JSON_DEPTH 16
 
-/* TRUE if brackets outside strings nest deeper than limit; *where gets the
- * offending byte's offset in text. */
+/* A pass over the raw header before json-glib sees it, for what json-glib
+ * lets through: nesting deep enough to overflow its recursive parser, an
+ * escaped NUL (json-glib returns C strings, so "a.weight\u0000evil" would
+ * become "a.weight"), and text after the first JSON value. It also counts
+ * object keys: json-glib keeps only the last of duplicate keys, so fewer
+ * members in the parsed tree than keys here means a duplicate. FALSE with
+ * *where (offset in text) and *why on the first problem. */
 static gboolean
-json_depth_exceeds(const gchar *text, gsize n, gint limit, gsize *where)
+json_prescan(const gchar *text, gsize n, guint64 *n_keys, gsize *where, const gchar **why)
 {
   gint depth = 0;
-  gboolean in_string = FALSE;
+  gboolean in_string = FALSE, ended = FALSE;
+  gsize string_end = 0;
+  *n_keys = 0;
   for (gsize i = 0; i < n; i++) {
     gchar c = text[i];
     if (in_string) {
-      if (c == '\\')
+      if (c == '\\') {
+        if (i + 5 < n && memcmp(text + i + 1, "u0000", 5) == 0) {
+          *where = i;
+          *why = "a string holds an escaped NUL (\\u0000)";
+          return FALSE;
+        }
         i++;
-      else if (c == '"')
+      } else if (c == '"') {
         in_string = FALSE;
-    } else if (c == '"') {
+        string_end = i;
+      }
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+      continue;
+    if (ended) {
+      *where = i;
+      *why = "text follows the header's JSON object";
+      return FALSE;
+    }
+    if (c == ':' && string_end > 0) {
+      /* the last token was a string and a colon follows: a key */
+      (*n_keys)++;
+    }
+    string_end = 0;
+    if (c == '"') {
       in_string = TRUE;
     } else if (c == '{' || c == '[') {
-      if (++depth > limit) {
+      if (++depth > MAX_JSON_DEPTH) {
         *where = i;
-        return TRUE;
+        *why = "the header nests deeper than " G_STRINGIFY(MAX_JSON_DEPTH) " levels";
+        return FALSE;
       }
     } else if (c == '}' || c == ']') {
-      depth--;
+      if (--depth == 0)
+        ended = TRUE;
     }
   }
-  return FALSE;
+  return TRUE;
+}
+
+/* Members of every object in the tree. */
+static guint64
+json_count_members(JsonNode *node)
+{
+  guint64 n = 0;
+  if (JSON_NODE_HOLDS_OBJECT(node)) {
+    JsonObject *o = json_node_get_object(node);
+    g_autoptr(GList) members = json_object_get_values(o);
+    n += g_list_length(members);
+    for (GList *l = members; l != NULL; l = l->next)
+      n += json_count_members(l->data);
+  } else if (JSON_NODE_HOLDS_ARRAY(node)) {
+    JsonArray *a = json_node_get_array(node);
+    for (guint i = 0; i < json_array_get_length(a); i++)
+      n += json_count_members(json_array_get_element(a, i));
+  }
+  return n;
 }
 
 static void
@@ -285,23 +337,33 @@ parse_header(StFile *f, GError **error)
   /* json-glib parses recursively without a depth limit; a header nested a
    * million levels deep would overflow the stack. Valid safetensors headers
    * nest three levels. */
-  gsize deep_at = 0;
-  if (json_depth_exceeds(header, n, MAX_JSON_DEPTH, &deep_at)) {
-    CORRUPT("checkpoint '%s': header nests deeper than %d levels at byte offset %" G_GUINT64_FORMAT,
-            path, MAX_JSON_DEPTH, (guint64)(8 + deep_at));
+  gsize bad_at = 0;
+  guint64 n_keys = 0;
+  const gchar *why = NULL;
+  if (!json_prescan(header, n, &n_keys, &bad_at, &why)) {
+    CORRUPT("checkpoint '%s': %s at byte offset %" G_GUINT64_FORMAT, path, why,
+            (guint64)(8 + bad_at));
     return FALSE;
   }
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) json_error = NULL;
   if (!json_parser_load_from_data(parser, header, (gssize)n, &json_error)) {
+    /* json-glib quotes the offending token, which may not be UTF-8 */
+    g_autofree gchar *shown = g_utf8_make_valid(json_error->message, -1);
     CORRUPT("checkpoint '%s': header (byte offsets 8 to %" G_GUINT64_FORMAT
             ") is not valid JSON: %s",
-            path, 8 + n, json_error->message);
+            path, 8 + n, shown);
     return FALSE;
   }
   JsonNode *root = json_parser_get_root(parser);
   if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
     CORRUPT("checkpoint '%s': header at byte offset 8 is not a JSON object", path);
+    return FALSE;
+  }
+  if (json_count_members(root) != n_keys) {
+    CORRUPT("checkpoint '%s': the header (byte offsets 8 to %" G_GUINT64_FORMAT
+            ") repeats a key; names must be unique",
+            path, 8 + n);
     return FALSE;
   }
   JsonObject *obj = json_node_get_object(root);
@@ -312,6 +374,12 @@ parse_header(StFile *f, GError **error)
   for (GList *l = members; l != NULL; l = l->next) {
     const gchar *name = l->data;
     JsonNode *node = json_object_get_member(obj, name);
+    if (!g_utf8_validate(name, -1, NULL)) {
+      g_autofree gchar *shown = g_utf8_make_valid(name, -1);
+      CORRUPT("checkpoint '%s': tensor name '%s' is not valid UTF-8 (an escaped lone surrogate?)",
+              path, shown);
+      return FALSE;
+    }
     if (g_str_equal(name, METADATA_KEY)) {
       if (!JSON_NODE_HOLDS_OBJECT(node)) {
         CORRUPT("checkpoint '%s': \"__metadata__\" is not an object", path);
@@ -335,17 +403,20 @@ parse_header(StFile *f, GError **error)
     g_ptr_array_add(f->entries, e);
     g_hash_table_insert(f->by_name, e->name, e);
   }
-  /* no two tensors may share bytes */
+  /* Like the reference implementation: sorted by offsets, the tensors tile
+   * the data section exactly, from 0 to its end, with no gap, no overlap and
+   * no trailing bytes. (Alignment needs no rule of its own: qkv copies bytes,
+   * and tiling from 0 with 4- and 8-byte elements keeps every tensor 4-byte
+   * aligned anyway.) */
   g_autoptr(GPtrArray) sorted = g_ptr_array_sized_new(f->entries->len);
   for (guint i = 0; i < f->entries->len; i++)
     g_ptr_array_add(sorted, g_ptr_array_index(f->entries, i));
   g_ptr_array_sort(sorted, compare_entries);
   const Entry *prev = NULL;
+  guint64 expected = 0;
   for (guint i = 0; i < sorted->len; i++) {
     const Entry *e = g_ptr_array_index(sorted, i);
-    if (e->begin == e->end)
-      continue;
-    if (prev != NULL && e->begin < prev->end) {
+    if (e->begin < expected) {
       CORRUPT("checkpoint '%s': tensor '%s' (data_offsets [%" G_GUINT64_FORMAT
               ", %" G_GUINT64_FORMAT "]) overlaps tensor '%s' (data_offsets [%" G_GUINT64_FORMAT
               ", %" G_GUINT64_FORMAT "]) at byte offset %" G_GUINT64_FORMAT,
@@ -353,7 +424,22 @@ parse_header(StFile *f, GError **error)
               f->data_start + e->begin);
       return FALSE;
     }
+    if (e->begin > expected) {
+      CORRUPT("checkpoint '%s': a gap of %" G_GUINT64_FORMAT
+              " unused bytes before tensor '%s' (data_offsets [%" G_GUINT64_FORMAT
+              ", %" G_GUINT64_FORMAT "]) at byte offset %" G_GUINT64_FORMAT
+              "; tensors must cover the data section without gaps",
+              path, e->begin - expected, e->name, e->begin, e->end, f->data_start + expected);
+      return FALSE;
+    }
+    expected = e->end;
     prev = e;
+  }
+  if (expected != data_size) {
+    CORRUPT("checkpoint '%s': %" G_GUINT64_FORMAT " trailing bytes after the last tensor, from "
+            "byte offset %" G_GUINT64_FORMAT " to the end of the file",
+            path, data_size - expected, f->data_start + expected);
+    return FALSE;
   }
   return TRUE;
 }
@@ -429,7 +515,11 @@ qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error)
       g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)qkv_tensor_free);
   for (guint i = 0; i < f->entries->len; i++) {
     const Entry *e = g_ptr_array_index(f->entries, i);
-    QkvTensor *t = qkv_tensor_new(e->dtype == ST_F32 ? QKV_F32 : QKV_I32, &e->shape);
+    QkvTensor *t = qkv_tensor_try_new(e->dtype == ST_F32 ? QKV_F32 : QKV_I32, &e->shape, error);
+    if (t == NULL) {
+      g_prefix_error(error, "checkpoint '%s': tensor '%s': ", path, e->name);
+      return NULL;
+    }
     g_hash_table_insert(out, g_strdup(e->name), t);
     if (e->dtype == ST_I64) {
       if (!copy_i64_to_i32(f, e, qkv_tensor_i32(t), error))
@@ -705,6 +795,22 @@ qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimize
     }
     if (e->dtype == ST_I64 && !copy_i64_to_i32(f, e, NULL, error))
       return FALSE;
+    if (is_step) {
+      /* a negative count makes the next Adam update NaN. G_MAXINT32 loads
+       * (a save of a store at that count must load back); the optimizer
+       * refuses to step past it. */
+      gint32 count = 0;
+      if (e->dtype == ST_I64)
+        copy_i64_to_i32(f, e, &count, NULL);
+      else
+        copy_le32(&count, entry_data(f, e), 1);
+      if (count < 0) {
+        CORRUPT("checkpoint '%s': %s is %d at byte offset %" G_GUINT64_FORMAT
+                ", a step count cannot be negative",
+                f->path, what, count, f->data_start + e->begin);
+        return FALSE;
+      }
+    }
     Assignment *a = g_new0(Assignment, 1);
     a->param = p;
     a->state = g_strdup(state);
@@ -777,6 +883,60 @@ qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimize
   if (unexpected != NULL)
     *unexpected = g_steal_pointer(&unexpected_names);
   return TRUE;
+}
+
+/* ---- stale temporary files ---- */
+
+/* A save writes ".BASE.tmp-XXXXXX" beside BASE (XXXXXX: six characters from
+ * g_mkstemp's alphabet) and holds an exclusive flock() on it until the
+ * rename. A save that is killed leaves that file behind; the next successful
+ * save of the same target removes such leftovers. A leftover is removed only
+ * if its name has exactly that pattern for this target, it is a regular file
+ * of ours, nobody holds its lock (a live writer does), and it has not been
+ * modified for STALE_TMP_SECONDS: the age rule covers the instant between
+ * g_mkstemp and flock in another process, and writers that do not lock
+ * (older qkv versions, file systems where flock is local). */
+#define STALE_TMP_SECONDS 60
+
+static gboolean
+is_temp_name_for(const gchar *name, const gchar *base)
+{
+  gsize nb = strlen(base);
+  if (name[0] != '.' || strncmp(name + 1, base, nb) != 0 || strncmp(name + 1 + nb, ".tmp-", 5) != 0)
+    return FALSE;
+  const gchar *x = name + 1 + nb + 5;
+  for (int i = 0; i < 6; i++)
+    if (!g_ascii_isalnum(x[i]))
+      return FALSE;
+  return x[6] == '\0';
+}
+
+/* Best effort: a leftover that cannot be removed stays, the save has
+ * succeeded either way. */
+static void
+remove_stale_temporaries(const gchar *dir, const gchar *base, const gchar *own_tmp)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (d == NULL)
+    return;
+  time_t now = time(NULL);
+  const gchar *name;
+  while ((name = g_dir_read_name(d)) != NULL) {
+    if (!is_temp_name_for(name, base))
+      continue;
+    g_autofree gchar *p = g_build_filename(dir, name, NULL);
+    if (g_str_equal(p, own_tmp))
+      continue;
+    int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+      continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        now - st.st_mtime >= STALE_TMP_SECONDS && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlink(p);
+    close(fd);
+  }
+  g_dir_close(d);
 }
 
 /* ---- save ---- */
@@ -862,6 +1022,14 @@ qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimize
                   "saving checkpoint '%s': parameter name '%s' is reserved", path, name);
       return FALSE;
     }
+    /* json-glib would write the bytes as they are, and no reader (qkv's
+     * included) accepts a header that is not UTF-8 */
+    if (!g_utf8_validate(name, -1, NULL)) {
+      g_autofree gchar *shown = g_utf8_make_valid(name, -1);
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "saving checkpoint '%s': parameter name '%s' is not valid UTF-8", path, shown);
+      return FALSE;
+    }
     add_item(items, g_strdup(name), qkv_param_value(p));
   }
   if (optimizer != NULL) {
@@ -870,10 +1038,10 @@ qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimize
       for (guint s = 0; s < qkv_param_n_states(p); s++) {
         QkvTensor *t;
         const gchar *state = qkv_param_nth_state(p, s, &t);
-        if (state[0] == '\0' || strchr(state, '.') != NULL) {
+        if (state[0] == '\0' || strchr(state, '.') != NULL || !g_utf8_validate(state, -1, NULL)) {
           g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
                       "saving checkpoint '%s': state name '%s' of parameter '%s' must be "
-                      "non-empty and contain no '.'",
+                      "non-empty UTF-8 and contain no '.'",
                       path, state, qkv_param_name(p));
           return FALSE;
         }
@@ -991,6 +1159,9 @@ qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimize
                 g_strerror(err));
     return FALSE;
   }
+  /* marks the file as being written (see remove_stale_temporaries); a file
+   * system without flock just leaves the age rule */
+  (void)flock(fd, LOCK_EX | LOCK_NB);
   gboolean ok = write_all(fd, header->str, header->len, path, tmp, error);
   g_string_free(header, TRUE);
   for (guint i = 0; ok && i < items->len; i++)
@@ -1029,5 +1200,6 @@ qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimize
     return FALSE;
   }
   close(dfd);
+  remove_stale_temporaries(dir, base, tmp);
   return TRUE;
 }

@@ -364,7 +364,7 @@ run_spans(QkvRangeFunc span, const SpanJob *job, gint64 work_per_element)
 }
 
 static void
-sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale)
+sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale, gboolean first)
 {
   QkvTensor *value = qkv_param_value(param);
   float *p = qkv_tensor_f32(value);
@@ -381,8 +381,8 @@ sgd_update(const QkvOptimConfig *c, QkvParam *param, float grad_scale)
   float *buf = NULL;
   if (c->momentum != 0) {
     /* PyTorch starts the buffer as a copy of the first (decayed) gradient */
-    k.first = qkv_param_lookup_state(param, "momentum_buffer") == NULL;
-    buf = qkv_tensor_f32(qkv_param_state(param, "momentum_buffer"));
+    k.first = first;
+    buf = qkv_tensor_f32(qkv_param_lookup_state(param, "momentum_buffer"));
   }
   SpanJob job = {.k = &k, .wide = qkv_use_avx512(), .n = n, .p = p, .buf = buf, .g = g};
   run_spans(sgd_blocks, &job, 4);
@@ -399,7 +399,9 @@ adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param, flo
   gint32 *step_state = qkv_tensor_i32(qkv_param_state_full(param, "step", QKV_I32, &scalar));
   float *m = qkv_tensor_f32(qkv_param_state(param, "exp_avg"));
   float *v = qkv_tensor_f32(qkv_param_state(param, "exp_avg_sq"));
-  gint32 step = ++step_state[0];
+  /* optimizer_update checked 0 <= step < G_MAXINT32; count in 64 bits */
+  gint64 step = (gint64)step_state[0] + 1;
+  step_state[0] = (gint32)step;
 
   const double bias_correction1 = 1.0 - pow(c->beta1, (double)step);
   const double bias_correction2 = 1.0 - pow(c->beta2, (double)step);
@@ -427,10 +429,15 @@ adam_update(QkvOptimizerKind kind, const QkvOptimConfig *c, QkvParam *param, flo
 static gboolean
 optimizer_update(QkvOptimizer *opt, GPtrArray *active, float grad_scale, GError **error)
 {
+  if (opt->step == G_MAXINT64) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "optimizer step: the step count %" G_GINT64_FORMAT " cannot go higher", opt->step);
+    return FALSE;
+  }
+  QkvShape scalar = qkv_shape_scalar();
   for (guint i = 0; i < active->len; i++) {
     QkvParam *p = g_ptr_array_index(active, i);
     const QkvShape *shape = qkv_param_shape(p);
-    QkvShape scalar = qkv_shape_scalar();
     gboolean ok;
     if (opt->kind == QKV_OPTIMIZER_SGD)
       ok = check_state(p, "momentum_buffer", QKV_F32, shape, error);
@@ -440,11 +447,39 @@ optimizer_update(QkvOptimizer *opt, GPtrArray *active, float grad_scale, GError 
            check_state(p, "step", QKV_I32, &scalar, error);
     if (!ok)
       return FALSE;
+    QkvTensor *st = opt->kind == QKV_OPTIMIZER_SGD ? NULL : qkv_param_lookup_state(p, "step");
+    gint32 count = st != NULL ? qkv_tensor_i32(st)[0] : 0;
+    /* a negative count makes 1 - beta^step zero or negative (NaN updates);
+     * the i32 state cannot count past G_MAXINT32 */
+    if (count < 0 || count == G_MAXINT32) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "optimizer state 'step' of parameter '%s' is %d; it must be in [0, %d)",
+                  qkv_param_name(p), count, G_MAXINT32);
+      return FALSE;
+    }
+  }
+  /* create missing state up front, so running out of memory is an error
+   * before any param has moved */
+  g_autofree gboolean *first = g_new0(gboolean, MAX(active->len, 1));
+  for (guint i = 0; i < active->len; i++) {
+    QkvParam *p = g_ptr_array_index(active, i);
+    const QkvShape *shape = qkv_param_shape(p);
+    first[i] = qkv_param_lookup_state(p, "momentum_buffer") == NULL;
+    gboolean ok;
+    if (opt->kind == QKV_OPTIMIZER_SGD)
+      ok = opt->config.momentum == 0 ||
+           qkv_param_try_state(p, "momentum_buffer", QKV_F32, shape, error) != NULL;
+    else
+      ok = qkv_param_try_state(p, "exp_avg", QKV_F32, shape, error) != NULL &&
+           qkv_param_try_state(p, "exp_avg_sq", QKV_F32, shape, error) != NULL &&
+           qkv_param_try_state(p, "step", QKV_I32, &scalar, error) != NULL;
+    if (!ok)
+      return FALSE;
   }
   for (guint i = 0; i < active->len; i++) {
     QkvParam *p = g_ptr_array_index(active, i);
     if (opt->kind == QKV_OPTIMIZER_SGD)
-      sgd_update(&opt->config, p, grad_scale);
+      sgd_update(&opt->config, p, grad_scale, first[i]);
     else
       adam_update(opt->kind, &opt->config, p, grad_scale);
   }

@@ -47,10 +47,21 @@ qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape, GErr
                 name, shape->rank);
     return NULL;
   }
+  g_autoptr(QkvTensor) value = qkv_tensor_try_new(QKV_F32, shape, NULL);
+  g_autoptr(QkvTensor) grad = value != NULL ? qkv_tensor_try_new(QKV_F32, shape, NULL) : NULL;
+  if (grad == NULL) {
+    g_autofree gchar *s = qkv_shape_to_string(shape);
+    gsize nbytes = (gsize)qkv_shape_numel(shape) * sizeof(float);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+                "parameter '%s': cannot allocate its value and gradient, shape %s, %" G_GSIZE_FORMAT
+                " bytes each",
+                name, s, nbytes);
+    return NULL;
+  }
   QkvParam *p = g_new0(QkvParam, 1);
   p->name = g_strdup(name);
-  p->value = qkv_tensor_new(QKV_F32, shape);
-  p->grad = qkv_tensor_new(QKV_F32, shape);
+  p->value = g_steal_pointer(&value);
+  p->grad = g_steal_pointer(&grad);
   p->state_names = g_ptr_array_new_with_free_func(g_free);
   p->states = g_ptr_array_new_with_free_func((GDestroyNotify)qkv_tensor_free);
   g_ptr_array_add(params->list, p);
@@ -158,6 +169,27 @@ qkv_param_state(QkvParam *param, const gchar *name)
   if (t != NULL)
     return t;
   t = qkv_tensor_new(QKV_F32, qkv_tensor_shape(param->value));
+  g_ptr_array_add(param->state_names, g_strdup(name));
+  g_ptr_array_add(param->states, t);
+  return t;
+}
+
+QkvTensor *
+qkv_param_try_state(QkvParam *param, const gchar *name, QkvDType dtype, const QkvShape *shape,
+                    GError **error)
+{
+  QkvTensor *t = qkv_param_lookup_state(param, name);
+  if (t != NULL)
+    return t;
+  t = qkv_tensor_try_new(dtype, shape, NULL);
+  if (t == NULL) {
+    g_autofree gchar *s = qkv_shape_to_string(shape);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+                "parameter '%s': cannot allocate state '%s', %s %s, %" G_GSIZE_FORMAT " bytes",
+                param->name, name, qkv_dtype_name(dtype), s,
+                (gsize)qkv_shape_numel(shape) * qkv_dtype_size(dtype));
+    return NULL;
+  }
   g_ptr_array_add(param->state_names, g_strdup(name));
   g_ptr_array_add(param->states, t);
   return t;

@@ -59,11 +59,16 @@ typedef struct {
 typedef struct {
   GArray *free; /* Block, sorted by offset, never adjacent */
   gsize top;
+  gboolean overflow; /* the layout needs more than G_MAXSIZE bytes */
 } OffsetAllocator;
 
+/* n rounded up to the arena alignment; G_MAXSIZE if that does not fit
+ * (a plugin's scratch_size may return anything). */
 static gsize
 round_up(gsize n)
 {
+  if (n > G_MAXSIZE - ARENA_ALIGN)
+    return G_MAXSIZE;
   return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
@@ -91,13 +96,17 @@ offsets_alloc(OffsetAllocator *a, gsize size)
     Block *last = &g_array_index(a->free, Block, a->free->len - 1);
     if (last->offset + last->size == a->top) {
       gsize off = last->offset;
-      a->top = off + size;
+      if (!g_size_checked_add(&a->top, off, size))
+        a->overflow = TRUE;
       g_array_remove_index(a->free, a->free->len - 1);
       return off;
     }
   }
   gsize off = a->top;
-  a->top += size;
+  if (!g_size_checked_add(&a->top, a->top, size)) {
+    a->overflow = TRUE;
+    return 0;
+  }
   return off;
 }
 
@@ -312,7 +321,10 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
       last_use[i] = G_MAXINT;
 
   /* layout: assign arena offsets in execution order */
-  OffsetAllocator alloc = {g_array_new(FALSE, FALSE, sizeof(Block)), 0};
+  OffsetAllocator alloc = {g_array_new(FALSE, FALSE, sizeof(Block)), 0, FALSE};
+  /* the largest single request, for the message if the arena cannot be had */
+  gsize largest = 0;
+  g_autofree gchar *largest_what = NULL;
   GArray *buffers = g_array_new(FALSE, TRUE, sizeof(Buffer));
   gint *value_buffer = g_new(gint, n_values);
   for (guint i = 0; i < n_values; i++)
@@ -331,7 +343,9 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
         last_use[out->id] = (gint)s; /* written, never read: dies at once */
       if (plan->value_external[out->id] != NULL)
         continue;
-      plan->intermediates_size += round_up(bytes);
+      /* a statistic: saturate rather than wrap */
+      if (!g_size_checked_add(&plan->intermediates_size, plan->intermediates_size, round_up(bytes)))
+        plan->intermediates_size = G_MAXSIZE;
       gint reuse = -1;
       if (o == 0 && (node->op->flags & QKV_OP_INPLACE) && node->n_inputs > 0 &&
           node->inputs[0]->kind == QKV_VALUE_OP) {
@@ -355,6 +369,13 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
       } else {
         Buffer buf = {0};
         buf.size = round_up(bytes);
+        if (buf.size > largest) {
+          g_autofree gchar *shape = qkv_shape_to_string(&out->shape);
+          largest = buf.size;
+          g_free(largest_what);
+          largest_what = g_strdup_printf("value '%s' of node '%s', %s %s", out->name, node->name,
+                                         qkv_dtype_name(out->dtype), shape);
+        }
         buf.offset = buf.size ? offsets_alloc(&alloc, buf.size) : 0;
         buf.last_use = last_use[out->id];
         buf.pinned = last_use[out->id] == G_MAXINT;
@@ -368,6 +389,12 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
       g_autofree QkvDType *idt = g_new(QkvDType, MAX(node->n_inputs, 1));
       qkv_node_fill_shape_ctx(node, &sctx, ins, idt);
       scratch_size[s] = round_up(node->op->scratch_size(&sctx, plan->max_threads));
+      if (scratch_size[s] > largest) {
+        largest = scratch_size[s];
+        g_free(largest_what);
+        largest_what =
+            g_strdup_printf("scratch memory of node '%s' (op '%s')", node->name, node->op->name);
+      }
       if (scratch_size[s] > 0) {
         plan->steps[s].scratch_offset = offsets_alloc(&alloc, scratch_size[s]);
         offsets_free(&alloc, plan->steps[s].scratch_offset, scratch_size[s]);
@@ -387,7 +414,28 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
     }
   }
   plan->arena_size = alloc.top;
-  plan->arena = qkv_aligned_alloc0(MAX(plan->arena_size, 1));
+  plan->arena = alloc.overflow ? NULL : qkv_aligned_alloc0(MAX(plan->arena_size, 1));
+  if (plan->arena == NULL) {
+    if (alloc.overflow)
+      g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+                  "compile: the plan's arena would need more than %" G_GSIZE_FORMAT
+                  " bytes (largest request: %" G_GSIZE_FORMAT " bytes for %s)",
+                  G_MAXSIZE, largest, largest_what);
+    else
+      g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+                  "compile: cannot allocate the plan's arena of %" G_GSIZE_FORMAT
+                  " bytes (largest request: %" G_GSIZE_FORMAT " bytes for %s)",
+                  plan->arena_size, largest, largest_what ? largest_what : "nothing");
+    g_free(scratch_size);
+    g_free(value_buffer);
+    g_array_unref(buffers);
+    g_array_unref(alloc.free);
+    g_free(node_needed);
+    g_free(needed);
+    g_free(last_use);
+    qkv_plan_free(plan);
+    return NULL;
+  }
   for (guint i = 0; i < n_values; i++)
     if (value_buffer[i] >= 0)
       plan->value_offset[i] = g_array_index(buffers, Buffer, value_buffer[i]).offset;
@@ -441,8 +489,8 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   plan->outputs = g_new0(QkvTensor *, MAX(n_outputs, 1));
   for (guint i = 0; i < n_outputs; i++) {
     plan->output_values[i] = outputs[i];
-    plan->outputs[i] = qkv_tensor_new_borrowed(outputs[i]->dtype, &outputs[i]->shape,
-                                               value_pointer(plan, outputs[i]));
+    plan->outputs[i] =
+        qkv_tensor_new_view(outputs[i]->dtype, &outputs[i]->shape, value_pointer(plan, outputs[i]));
   }
 
   g_free(scratch_size);

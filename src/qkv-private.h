@@ -108,7 +108,17 @@ void qkv_plugins_init(void);
 gboolean qkv_elf_check_shared_object(const guint8 *data, gsize size, GError **error);
 gboolean qkv_elf_check_file(const gchar *path, GError **error);
 
-/* Aligned allocation that counts calls (see qkv_alloc_count()). */
+/* The param's state of that name, created (zero) if absent; a GError
+ * (QKV_ERROR_MEMORY) instead of an abort when it cannot be allocated. */
+QkvTensor *qkv_param_try_state(QkvParam *param, const gchar *name, QkvDType dtype,
+                               const QkvShape *shape, GError **error);
+
+/* A tensor over data with no checks: data may be NULL until a plan binds an
+ * input (plan outputs that are graph inputs). */
+QkvTensor *qkv_tensor_new_view(QkvDType dtype, const QkvShape *shape, gpointer data);
+
+/* Zeroed, 64-byte aligned allocation that counts calls (see qkv_alloc_count());
+ * NULL when the memory cannot be had (never aborts). */
 gpointer qkv_aligned_alloc0(gsize size);
 void qkv_aligned_free(gpointer ptr);
 

@@ -95,7 +95,10 @@ double
 qkv_schedule_step(QkvSchedule *s, QkvOptimizer *opt)
 {
   g_return_val_if_fail(s != NULL, 0);
-  s->position++;
+  /* saturate: a position restored from a checkpoint may be G_MAXINT64, and
+   * every rule's lr is settled long before that */
+  if (s->position < G_MAXINT64)
+    s->position++;
   double lr = qkv_schedule_lr_at(s, s->position);
   if (opt != NULL)
     qkv_optimizer_set_lr(opt, lr);

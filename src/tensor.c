@@ -111,14 +111,65 @@ tensor_alloc(QkvDType dtype, const QkvShape *shape)
   return t;
 }
 
+static gboolean
+dtype_is_valid(QkvDType dtype)
+{
+  return dtype == QKV_F32 || dtype == QKV_I32;
+}
+
+/* The checks every constructor makes; what names the constructor. */
+static gboolean
+check_tensor_args(const gchar *what, QkvDType dtype, const QkvShape *shape, GError **error)
+{
+  if (!dtype_is_valid(dtype)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE, "%s: dtype %d is neither f32 nor i32", what,
+                (gint)dtype);
+    return FALSE;
+  }
+  if (shape == NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "%s: shape is NULL", what);
+    return FALSE;
+  }
+  if (!qkv_shape_is_valid(shape)) {
+    g_autofree gchar *s = shape->rank >= 0 && shape->rank <= QKV_MAX_RANK
+                              ? qkv_shape_to_string(shape)
+                              : g_strdup_printf("of rank %d", shape->rank);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "%s: shape %s is invalid (rank above %d, a negative dimension, or more bytes "
+                "than fit in a gssize)",
+                what, s, QKV_MAX_RANK);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+QkvTensor *
+qkv_tensor_try_new(QkvDType dtype, const QkvShape *shape, GError **error)
+{
+  if (!check_tensor_args("tensor", dtype, shape, error))
+    return NULL;
+  gsize nbytes = (gsize)qkv_shape_numel(shape) * qkv_dtype_size(dtype);
+  gpointer data = qkv_aligned_alloc0(nbytes);
+  if (data == NULL) {
+    g_autofree gchar *s = qkv_shape_to_string(shape);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+                "tensor: cannot allocate %" G_GSIZE_FORMAT " bytes for a %s tensor of shape %s",
+                nbytes, qkv_dtype_name(dtype), s);
+    return NULL;
+  }
+  QkvTensor *t = tensor_alloc(dtype, shape);
+  t->data = data;
+  t->owns_data = TRUE;
+  return t;
+}
+
 QkvTensor *
 qkv_tensor_new(QkvDType dtype, const QkvShape *shape)
 {
+  g_return_val_if_fail(dtype_is_valid(dtype), NULL);
   g_return_val_if_fail(shape != NULL && qkv_shape_is_valid(shape), NULL);
-  QkvTensor *t = tensor_alloc(dtype, shape);
-  t->data = qkv_aligned_alloc0(qkv_tensor_nbytes(t));
-  t->owns_data = TRUE;
-  return t;
+  /* out of memory: NULL, quietly (qkv_tensor_try_new says why) */
+  return qkv_tensor_try_new(dtype, shape, NULL);
 }
 
 QkvTensor *
@@ -131,9 +182,32 @@ qkv_tensor_new_from_data(QkvDType dtype, const QkvShape *shape, gconstpointer da
 }
 
 QkvTensor *
+qkv_tensor_try_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data, GError **error)
+{
+  if (!check_tensor_args("borrowed tensor", dtype, shape, error))
+    return NULL;
+  if (data == NULL) {
+    g_autofree gchar *s = qkv_shape_to_string(shape);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "borrowed tensor: data is NULL for a %s tensor of shape %s", qkv_dtype_name(dtype),
+                s);
+    return NULL;
+  }
+  return qkv_tensor_new_view(dtype, shape, data);
+}
+
+QkvTensor *
 qkv_tensor_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data)
 {
+  g_return_val_if_fail(dtype_is_valid(dtype), NULL);
   g_return_val_if_fail(shape != NULL && qkv_shape_is_valid(shape), NULL);
+  g_return_val_if_fail(data != NULL, NULL);
+  return qkv_tensor_new_view(dtype, shape, data);
+}
+
+QkvTensor *
+qkv_tensor_new_view(QkvDType dtype, const QkvShape *shape, gpointer data)
+{
   QkvTensor *t = tensor_alloc(dtype, shape);
   t->data = data;
   t->owns_data = FALSE;
@@ -243,6 +317,7 @@ qkv_tensor_i32(QkvTensor *tensor)
 void
 qkv_tensor_fill(QkvTensor *tensor, double value)
 {
+  g_return_if_fail(tensor != NULL);
   gint64 n = qkv_tensor_numel(tensor);
   if (tensor->dtype == QKV_F32) {
     float *d = tensor->data;

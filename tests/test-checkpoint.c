@@ -7,11 +7,14 @@
 #include "test-util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glib/gstdio.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <utime.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
@@ -631,10 +634,37 @@ static const Corrupt corrupt_cases[] = {
     {"NUL in header", "{\"a\0\":1}", 68, 9, QKV_ERROR_CORRUPT, "UTF-8", "byte offset"},
     {"non-string metadata", "{\"__metadata__\":{\"epoch\":3}," W_OK_ENTRY "}", 68, G_MAXUINT64,
      QKV_ERROR_CORRUPT, "'epoch'", NULL},
-    /* the last of two equal names wins, as in the reference reader (serde) */
+    /* json-glib keeps the last of two equal names; qkv refuses the file */
     {"duplicate name",
      "{\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}," S_OK_ENTRY "}", 68,
-     G_MAXUINT64, QKV_ERROR_NOT_FOUND, "'layer.weight'", NULL},
+     G_MAXUINT64, QKV_ERROR_CORRUPT, "repeats a key", NULL},
+    {"duplicate metadata key",
+     "{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"},\"layer.weight\":" W_GOOD "," W_OK_ENTRY
+     "," S_OK_ENTRY "}",
+     68, G_MAXUINT64, QKV_ERROR_CORRUPT, "repeats a key", NULL},
+    {"two JSON values", CORE(W_GOOD) "{}", 68, G_MAXUINT64, QKV_ERROR_CORRUPT, "follows",
+     "byte offset"},
+    {"escaped NUL in a name",
+     "{\"layer.weight\":" W_GOOD ",\"layer.bias\\u0000evil\":{\"dtype\":\"F32\",\"shape\":[4],"
+     "\"data_offsets\":[48,64]}," S_OK_ENTRY "}",
+     68, G_MAXUINT64, QKV_ERROR_CORRUPT, "NUL", "byte offset"},
+    {"escaped lone surrogate in a name",
+     "{\"layer.weight\":" W_GOOD ",\"layer.bias\\ud800\":{\"dtype\":\"F32\",\"shape\":[4],"
+     "\"data_offsets\":[48,64]}," S_OK_ENTRY "}",
+     68, G_MAXUINT64, QKV_ERROR_CORRUPT, NULL, NULL},
+    /* as in the reference implementation, tensors tile the data exactly */
+    {"gap between tensors",
+     "{\"layer.weight\":" W_GOOD ",\"layer.bias\":{\"dtype\":\"F32\",\"shape\":[4],"
+     "\"data_offsets\":[56,72]},\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[48,"
+     "52]}}",
+     72, G_MAXUINT64, QKV_ERROR_CORRUPT, "gap of 4", "byte offset"},
+    {"gap at the start",
+     "{\"layer.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[4,52]},"
+     "\"layer.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[52,68]},"
+     "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[68,72]}}",
+     72, G_MAXUINT64, QKV_ERROR_CORRUPT, "gap of 4", "'layer.weight'"},
+    {"trailing bytes", CORE(W_GOOD), 69, G_MAXUINT64, QKV_ERROR_CORRUPT, "1 trailing byte",
+     "byte offset"},
 };
 
 static void
@@ -789,7 +819,9 @@ test_corrupt_optimizer_state(void)
     g_autofree gchar *json =
         g_strdup_printf("{%s,\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},%s}",
                         meta, cases[i].state_entry);
-    write_raw(bad, json, data, 16, G_MAXUINT64);
+    /* the data section ends where the state tensor ends */
+    gsize len = strstr(cases[i].state_entry, "[8,12]") != NULL ? 12 : 16;
+    write_raw(bad, json, data, len, G_MAXUINT64);
     gboolean ok = qkv_checkpoint_load(bad, params, opt, NULL, 0, NULL, NULL, &error);
     if (cases[i].code < 0) {
       g_assert_no_error(error);
@@ -913,6 +945,166 @@ test_save_failures(void)
   remove_tmpdir(dir);
 }
 
+/* Per-param Adam step counts out of range: a negative count once loaded and
+ * turned every value into NaN at the next step; G_MAXINT32 overflowed the
+ * i32 counter at the next step. */
+static void
+test_step_state_range(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *bad = g_build_filename(dir, "step.safetensors", NULL);
+  QkvShape ws = QKV_SHAPE(2);
+  g_autoptr(QkvParams) params = qkv_params_new();
+  fill_pattern(qkv_param_value(qkv_params_add(params, "w", &ws, NULL)), 1, 0);
+  QkvOptimConfig c = qkv_optim_config_adam(0.1);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  g_autoptr(GBytes) before = snapshot(params);
+  /* loads: accepted; steps: the next optimizer step succeeds (a count of
+   * G_MAXINT32 loads, as a store that reached it must save and load back,
+   * but cannot advance) */
+  const struct {
+    gint64 value;
+    gboolean i64, loads, steps;
+  } cases[] = {
+      {-1, FALSE, FALSE, FALSE},
+      {-5, FALSE, FALSE, FALSE},
+      {G_MININT32, FALSE, FALSE, FALSE},
+      {-5, TRUE, FALSE, FALSE},
+      {G_MAXINT32 + G_GINT64_CONSTANT(1), TRUE, FALSE, FALSE},
+      {7, FALSE, TRUE, TRUE},
+      {G_MAXINT32 - 1, TRUE, TRUE, TRUE},
+      {G_MAXINT32, FALSE, TRUE, FALSE},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    guint8 data[16] = {0, 0, 128, 63, 0, 0, 0, 64};
+    guint64 u = (guint64)cases[i].value;
+    for (int b = 0; b < 8; b++)
+      data[8 + b] = (guint8)(u >> (8 * b));
+    g_autofree gchar *json = g_strdup_printf(
+        "{\"__metadata__\":{\"qkv.optimizer.kind\":\"adam\",\"qkv.optimizer.step\":\"3\","
+        "\"qkv.optimizer.lr\":\"0.1\",\"qkv.optimizer.weight_decay\":\"0\","
+        "\"qkv.optimizer.momentum\":\"0\",\"qkv.optimizer.dampening\":\"0\","
+        "\"qkv.optimizer.nesterov\":\"false\",\"qkv.optimizer.beta1\":\"0.9\","
+        "\"qkv.optimizer.beta2\":\"0.999\",\"qkv.optimizer.eps\":\"1e-8\"},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"__optim__.w.step\":{\"dtype\":\"%s\",\"shape\":[],\"data_offsets\":[8,%d]}}",
+        cases[i].i64 ? "I64" : "I32", cases[i].i64 ? 16 : 12);
+    write_raw(bad, json, data, cases[i].i64 ? 16 : 12, G_MAXUINT64);
+    g_autoptr(GError) error = NULL;
+    gboolean ok = qkv_checkpoint_load(bad, params, opt, NULL, 0, NULL, NULL, &error);
+    g_test_message("%" G_GINT64_FORMAT " (%s): %s", cases[i].value, cases[i].i64 ? "I64" : "I32",
+                   error ? error->message : "loaded");
+    if (cases[i].loads) {
+      g_assert_no_error(error);
+      g_assert_true(ok);
+      /* and the next step is finite, or refused without overflowing */
+      qkv_tensor_fill(qkv_param_grad(qkv_params_lookup(params, "w")), 0.25);
+      g_autoptr(GBytes) loaded = snapshot(params);
+      gboolean stepped = qkv_optimizer_step(opt, &error);
+      g_test_message("step: %s", error ? error->message : "ok");
+      g_assert_cmpint(stepped, ==, cases[i].steps);
+      if (!stepped) {
+        g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+        assert_unchanged(params, loaded);
+        continue;
+      }
+      g_assert_no_error(error);
+      QkvTensor *v = qkv_param_value(qkv_params_lookup(params, "w"));
+      g_assert_true(isfinite(qkv_tensor_get(v, 0)) && isfinite(qkv_tensor_get(v, 1)));
+      continue;
+    }
+    g_assert_false(ok);
+    g_assert_nonnull(error);
+    g_assert_true(error->code == QKV_ERROR_CORRUPT || error->code == QKV_ERROR_DTYPE);
+    g_assert_nonnull(strstr(error->message, "step"));
+    assert_unchanged(params, before);
+  }
+  remove_tmpdir(dir);
+}
+
+/* A name that is not UTF-8 used to be written as is, into a file that no
+ * reader accepts; the save refuses it and leaves no file. */
+static void
+test_save_refuses_bad_names(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *path = g_build_filename(dir, "names.safetensors", NULL);
+  g_autoptr(GError) error = NULL;
+  QkvShape s = QKV_SHAPE(2);
+  g_autoptr(QkvParams) params = qkv_params_new();
+  g_assert_nonnull(qkv_params_add(params, "bad\xff.weight", &s, NULL));
+  g_assert_false(qkv_checkpoint_save(path, params, NULL, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "UTF-8"));
+  g_test_message("%s", error->message);
+  g_clear_error(&error);
+  g_assert_cmpuint(count_files(dir), ==, 0);
+
+  /* a state name that is not UTF-8, with the optimizer's state */
+  g_autoptr(QkvParams) p2 = qkv_params_new();
+  QkvParam *w = qkv_params_add(p2, "w", &s, NULL);
+  qkv_param_state(w, "exp\xc3");
+  QkvOptimConfig c = qkv_optim_config_adam(0.1);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(p2, &c, NULL);
+  g_assert_false(qkv_checkpoint_save(path, p2, opt, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "UTF-8"));
+  g_clear_error(&error);
+  g_assert_cmpuint(count_files(dir), ==, 0);
+  remove_tmpdir(dir);
+}
+
+/* What killed saves leave behind: ".NAME.tmp-XXXXXX". The next successful
+ * save of NAME removes the stale ones, and nothing else. */
+static void
+test_stale_temporaries(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *path = g_build_filename(dir, "model.safetensors", NULL);
+  g_autoptr(QkvParams) params = small_store(0.0f);
+  const struct {
+    const gchar *name;
+    gboolean old, locked, removed;
+  } files[] = {
+      {".model.safetensors.tmp-a1B2c3", TRUE, FALSE, TRUE},
+      {".model.safetensors.tmp-ZZZZZZ", TRUE, FALSE, TRUE},
+      /* fresh: may be another save in progress */
+      {".model.safetensors.tmp-fresh1", FALSE, FALSE, FALSE},
+      /* old but locked: a live writer that has not written for a while */
+      {".model.safetensors.tmp-lockd1", TRUE, TRUE, FALSE},
+      /* not exactly the pattern, or another target */
+      {".model.safetensors.tmp-a1B2c3x", TRUE, FALSE, FALSE},
+      {".model.safetensors.tmp-a1B2", TRUE, FALSE, FALSE},
+      {"model.safetensors.tmp-a1B2c3", TRUE, FALSE, FALSE},
+      {".other.safetensors.tmp-a1B2c3", TRUE, FALSE, FALSE},
+      {".model.safetensors.tmp-a.B2c3", TRUE, FALSE, FALSE},
+  };
+  int lock_fd = -1;
+  for (guint i = 0; i < G_N_ELEMENTS(files); i++) {
+    g_autofree gchar *p = g_build_filename(dir, files[i].name, NULL);
+    g_assert_true(g_file_set_contents(p, "partial", 7, NULL));
+    if (files[i].old) {
+      struct utimbuf t = {time(NULL) - 3600, time(NULL) - 3600};
+      g_assert_cmpint(g_utime(p, &t), ==, 0);
+    }
+    if (files[i].locked) {
+      lock_fd = open(p, O_RDONLY);
+      g_assert_cmpint(flock(lock_fd, LOCK_EX), ==, 0);
+    }
+  }
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_checkpoint_save(path, params, NULL, NULL, NULL, &error));
+  g_assert_no_error(error);
+  for (guint i = 0; i < G_N_ELEMENTS(files); i++) {
+    g_autofree gchar *p = g_build_filename(dir, files[i].name, NULL);
+    if (files[i].removed == g_file_test(p, G_FILE_TEST_EXISTS))
+      g_error("%s: %s", files[i].name, files[i].removed ? "not removed" : "removed");
+  }
+  g_assert_cmpuint(count_files(dir), ==, 1 + G_N_ELEMENTS(files) - 2);
+  close(lock_fd);
+  remove_tmpdir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -932,5 +1124,8 @@ main(int argc, char **argv)
   g_test_add_func("/checkpoint/corrupt-optimizer-state", test_corrupt_optimizer_state);
   g_test_add_func("/checkpoint/hostile-headers", test_hostile_headers);
   g_test_add_func("/checkpoint/save-failures", test_save_failures);
+  g_test_add_func("/checkpoint/step-state-range", test_step_state_range);
+  g_test_add_func("/checkpoint/save-refuses-bad-names", test_save_refuses_bad_names);
+  g_test_add_func("/checkpoint/stale-temporaries", test_stale_temporaries);
   return g_test_run();
 }

@@ -34,21 +34,34 @@
  * the same kind makes training continue bit for bit as if it had never
  * stopped. (A plan with dropout also needs its step: qkv_plan_set_step().)
  *
- * Saving is atomic: qkv writes a temporary file in the same directory, fsyncs
- * it, renames it over path and fsyncs the directory. On any failure (an
- * unwritable directory, a full disk) path keeps its previous content and the
- * call returns a QKV_ERROR_IO.
+ * Saving is atomic: qkv writes a temporary file ".NAME.tmp-XXXXXX" (NAME:
+ * the target's file name; XXXXXX: six letters or digits) in the same
+ * directory, holding an exclusive flock() on it, fsyncs it, renames it over
+ * path and fsyncs the directory. On any failure (an unwritable directory, a
+ * full disk) path keeps its previous content and the call returns a
+ * QKV_ERROR_IO. A save that is killed leaves its temporary file; the next
+ * successful save of the same path removes every such file that matches the
+ * pattern exactly, is a regular file owned by the caller, is not locked (a
+ * live writer holds the lock) and has not been modified for 60 seconds (a
+ * writer between creating and locking it, or one that cannot lock). Names
+ * (parameters, states, metadata) must be valid UTF-8, or the save is refused
+ * (QKV_ERROR_INVALID_ARGUMENT) before anything is written.
  *
  * Loading checks the whole file before it touches anything: the header
- * length within the file, the JSON, known dtypes, shapes, offsets within the
- * data, no overlaps, sizes equal to dtype × shape, and every name and shape
- * against the store. Any problem is a GError (QKV_ERROR_CORRUPT for a
- * malformed file, naming the tensor and the byte offset; QKV_ERROR_SHAPE,
- * QKV_ERROR_DTYPE, QKV_ERROR_NOT_FOUND for a file that does not fit the
- * model) and leaves store, optimizer and schedule unchanged. Values are
- * copied into the existing tensors, whose data pointers plans hold. The
- * loader reads the whole file into memory first. As in the reference reader,
- * of two equal names in a header the last one counts.
+ * length within the file, the header is one JSON object (UTF-8, only
+ * whitespace after it, no key twice in any object, no escaped NUL "\u0000" in
+ * any string, nesting at most 16 deep), known dtypes, shapes, sizes equal to
+ * dtype × shape, and, as the reference implementation requires, tensors that
+ * sorted by offset tile the data section exactly: the first starts at 0,
+ * each starts where the previous ends, the last ends at the end of the file
+ * (no gap, no overlap, no trailing bytes; no alignment beyond that, since qkv
+ * copies bytes). Then every name and shape against the store, and optimizer
+ * step counts: a per-param "step" must be 0 to G_MAXINT32. Any problem is a
+ * GError (QKV_ERROR_CORRUPT for a malformed file, naming the tensor and the
+ * byte offset; QKV_ERROR_SHAPE, QKV_ERROR_DTYPE, QKV_ERROR_NOT_FOUND for a
+ * file that does not fit the model) and leaves store, optimizer and schedule
+ * unchanged. Values are copied into the existing tensors, whose data
+ * pointers plans hold. The loader reads the whole file into memory first.
  */
 #pragma once
 

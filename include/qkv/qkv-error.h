@@ -27,6 +27,7 @@ typedef enum {
   QKV_ERROR_IO,               /* reading or writing a file failed */
   QKV_ERROR_CORRUPT,          /* a file whose content is malformed */
   QKV_ERROR_PLUGIN,           /* a plugin that cannot be loaded */
+  QKV_ERROR_MEMORY,           /* memory for a tensor, parameter or plan could not be had */
 } QkvError;
 
 GQuark qkv_error_quark(void);

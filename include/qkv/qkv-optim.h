@@ -8,7 +8,8 @@
  *
  * Optimizer state lives in the store, as named state tensors of each param
  * (qkv_param_state()): "momentum_buffer" (SGD), "exp_avg", "exp_avg_sq" and a
- * scalar i32 "step" (Adam, AdamW: PyTorch's per-param state['step']). As in
+ * scalar i32 "step" (Adam, AdamW: PyTorch's per-param state['step'], from 0
+ * to G_MAXINT32; the optimizer's own count is 64-bit). As in
  * PyTorch, a state that does not exist yet is created on a param's first
  * update, so an optimizer made over a store that already holds state (say,
  * one a checkpoint restored) continues from it. The optimizer itself holds
@@ -93,7 +94,11 @@ void qkv_optimizer_select_all(QkvOptimizer *opt);
 gboolean qkv_optimizer_includes(QkvOptimizer *opt, QkvParam *param);
 
 /* One update of every selected, non-frozen param from its gradient buffer;
- * the step count goes up by one. */
+ * the step count goes up by one. Refused (QKV_ERROR_INVALID_ARGUMENT, nothing
+ * updated) when a param's "step" state is negative or already G_MAXINT32 (the
+ * i32 state is advanced in 64-bit arithmetic and cannot count further), when
+ * the optimizer's own count is G_MAXINT64, and (QKV_ERROR_MEMORY) when missing
+ * state cannot be allocated. */
 gboolean qkv_optimizer_step(QkvOptimizer *opt, GError **error);
 /* Zero the gradients of the selected params. */
 void qkv_optimizer_zero_grad(QkvOptimizer *opt);
@@ -160,8 +165,8 @@ void qkv_schedule_free(QkvSchedule *schedule);
 
 /* The lr for update number step (steps below 1 count as 1). */
 double qkv_schedule_lr_at(const QkvSchedule *schedule, gint64 step);
-/* Advance the position by one and return lr_at(position); if opt is not
- * NULL, also qkv_optimizer_set_lr(opt, that lr). */
+/* Advance the position by one (it stays at G_MAXINT64 once there) and return
+ * lr_at(position); if opt is not NULL, also qkv_optimizer_set_lr(opt, that lr). */
 double qkv_schedule_step(QkvSchedule *schedule, QkvOptimizer *opt);
 gint64 qkv_schedule_get_position(const QkvSchedule *schedule);
 void qkv_schedule_set_position(QkvSchedule *schedule, gint64 position);

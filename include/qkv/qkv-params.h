@@ -18,7 +18,9 @@ typedef struct _QkvParam QkvParam;
 QkvParams *qkv_params_new(void);
 void qkv_params_free(QkvParams *params);
 
-/* Add a zero-initialised f32 parameter; QKV_ERROR_EXISTS if the name is taken. */
+/* Add a zero-initialised f32 parameter; QKV_ERROR_EXISTS if the name is taken,
+ * QKV_ERROR_SHAPE for an invalid shape, QKV_ERROR_MEMORY (naming the param and
+ * the bytes) if its value and gradient cannot be allocated. */
 QkvParam *qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape,
                          GError **error);
 /* The parameter of that name, or NULL. */

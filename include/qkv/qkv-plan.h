@@ -33,7 +33,10 @@ typedef struct {
 /* The defaults: evaluation, global thread count, seed 0. */
 QkvPlanOptions qkv_plan_options_default(void);
 
-/* Compile graph for the outputs given (values of this graph). */
+/* Compile graph for the outputs given (values of this graph). All memory a run
+ * needs is allocated here (runs allocate nothing); if it cannot be had, or
+ * the layout would exceed the address space (huge shapes, a plugin's huge
+ * scratch_size), NULL with QKV_ERROR_MEMORY naming the largest request. */
 QkvPlan *qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
                            const QkvPlanOptions *options, GError **error);
 void qkv_plan_free(QkvPlan *plan);

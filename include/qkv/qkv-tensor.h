@@ -50,12 +50,21 @@ gsize qkv_dtype_size(QkvDType dtype);
 
 typedef struct _QkvTensor QkvTensor;
 
-/* A new zero-filled tensor that owns its data (64-byte aligned). */
+/* A new zero-filled tensor that owns its data (64-byte aligned). NULL with a
+ * critical warning for a dtype other than QKV_F32/QKV_I32 or an invalid shape;
+ * NULL (no warning) when the memory cannot be had. */
 QkvTensor *qkv_tensor_new(QkvDType dtype, const QkvShape *shape);
+/* Like qkv_tensor_new(), but every failure is a GError: QKV_ERROR_DTYPE,
+ * QKV_ERROR_SHAPE, or QKV_ERROR_MEMORY naming the shape and the bytes asked for. */
+QkvTensor *qkv_tensor_try_new(QkvDType dtype, const QkvShape *shape, GError **error);
 /* A new tensor that owns a copy of data (numel × dtype size bytes). */
 QkvTensor *qkv_tensor_new_from_data(QkvDType dtype, const QkvShape *shape, gconstpointer data);
-/* A tensor that borrows data: the caller keeps it alive and frees it. */
+/* A tensor that borrows data: the caller keeps it alive and frees it. NULL
+ * with a critical warning for a bad dtype or shape or NULL data. */
 QkvTensor *qkv_tensor_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data);
+/* Like qkv_tensor_new_borrowed(), with each refusal as a GError. */
+QkvTensor *qkv_tensor_try_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data,
+                                       GError **error);
 /* Convenience: an f32 tensor holding a copy of n values, shaped as given. */
 QkvTensor *qkv_tensor_new_f32(const QkvShape *shape, const float *values);
 /* Convenience: an i32 tensor holding a copy of n values, shaped as given. */

@@ -1,0 +1,288 @@
+/* test-hostile.c: the catalogue of defects a fault campaign found (issue 17),
+ * one case each: huge but valid sizes, argument checks of the tensor
+ * constructors, out-of-range optimizer step counts. Each case is input that
+ * once aborted the process or was silently accepted; now it is a GError.
+ * (Checkpoint files and saves have their cases in test-checkpoint.c.) */
+#include "test-util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Under AddressSanitizer an allocation above its limit aborts unless told to
+ * return NULL, as the C library does. Only a sanitizer build calls this. */
+const char *__asan_default_options(void);
+const char *
+__asan_default_options(void)
+{
+  return "allocator_may_return_null=1";
+}
+
+/* ---- huge but valid shapes ---- */
+
+static void
+test_params_add_huge(void)
+{
+  g_autoptr(QkvParams) params = qkv_params_new();
+  g_autoptr(GError) error = NULL;
+  QkvShape s = QKV_SHAPE(G_GINT64_CONSTANT(1) << 38, 4);
+  g_assert_true(qkv_shape_is_valid(&s));
+  g_assert_null(qkv_params_add(params, "huge.weight", &s, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_MEMORY);
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "'huge.weight'"));
+  g_assert_nonnull(strstr(error->message, "4398046511104 bytes"));
+  /* the store is unchanged and the name stays free */
+  g_assert_cmpuint(qkv_params_size(params), ==, 0);
+  g_assert_null(qkv_params_lookup(params, "huge.weight"));
+  QkvShape small = QKV_SHAPE(2);
+  g_clear_error(&error);
+  g_assert_nonnull(qkv_params_add(params, "huge.weight", &small, &error));
+  g_assert_no_error(error);
+}
+
+static void
+test_tensor_new_huge(void)
+{
+  g_autoptr(GError) error = NULL;
+  QkvShape s = QKV_SHAPE(G_GINT64_CONSTANT(1) << 40);
+  g_assert_null(qkv_tensor_try_new(QKV_F32, &s, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_MEMORY);
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "4398046511104 bytes"));
+  g_assert_nonnull(strstr(error->message, "(1099511627776)"));
+  /* the plain constructor has no GError: NULL, and no abort */
+  g_assert_null(qkv_tensor_new(QKV_F32, &s));
+}
+
+static void
+test_compile_huge_intermediate(void)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  g_autoptr(GError) error = NULL;
+  QkvShape s = QKV_SHAPE(G_GINT64_CONSTANT(1) << 20, G_GINT64_CONSTANT(1) << 18);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, &error);
+  g_assert_no_error(error);
+  QkvValue *y = qkv_relu(x, &error);
+  g_assert_no_error(error);
+  QkvValue *z = qkv_relu(y, &error);
+  g_assert_no_error(error);
+  QkvPlan *plan = qkv_graph_compile(g, &z, 1, NULL, &error);
+  g_assert_null(plan);
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_MEMORY);
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "arena"));
+  g_assert_nonnull(strstr(error->message, "1099511627776 bytes"));
+  g_assert_nonnull(strstr(error->message, "(1048576, 262144)"));
+}
+
+/* Plugin-style ops: one with a huge output, one asking for huge scratch. */
+static const gchar *const one_input[] = {"x", NULL};
+static const gchar *const one_output[] = {"y", NULL};
+
+static gboolean
+huge_output_shape(QkvShapeCtx *ctx, GError **error)
+{
+  ctx->n_outputs = 1;
+  ctx->out_shapes[0] = QKV_SHAPE(G_GINT64_CONSTANT(1) << 22, G_GINT64_CONSTANT(1) << 22);
+  ctx->out_dtypes[0] = QKV_F32;
+  return TRUE;
+}
+
+static gboolean
+same_shape(QkvShapeCtx *ctx, GError **error)
+{
+  ctx->n_outputs = 1;
+  ctx->out_shapes[0] = ctx->in_shapes[0];
+  ctx->out_dtypes[0] = QKV_F32;
+  return TRUE;
+}
+
+static void
+never_runs(const QkvKernelCtx *ctx)
+{
+  g_assert_not_reached();
+}
+
+static gsize
+scratch_near_max(const QkvShapeCtx *ctx, gint n_threads)
+{
+  /* rounding it up to the arena alignment would wrap around */
+  return G_MAXSIZE - 5;
+}
+
+static gsize
+scratch_petabyte(const QkvShapeCtx *ctx, gint n_threads)
+{
+  return (gsize)1 << 50;
+}
+
+static void
+register_hostile_ops(void)
+{
+  static const QkvOpDef defs[] = {
+      {QKV_OP_DEF_INIT, .name = "hostile.huge_output", .min_inputs = 1, .max_inputs = 1,
+       .input_names = one_input, .output_names = one_output, .shape = huge_output_shape,
+       .forward = never_runs},
+      {QKV_OP_DEF_INIT, .name = "hostile.scratch_wraps", .min_inputs = 1, .max_inputs = 1,
+       .input_names = one_input, .output_names = one_output, .shape = same_shape,
+       .forward = never_runs, .scratch_size = scratch_near_max},
+      {QKV_OP_DEF_INIT, .name = "hostile.scratch_huge", .min_inputs = 1, .max_inputs = 1,
+       .input_names = one_input, .output_names = one_output, .shape = same_shape,
+       .forward = never_runs, .scratch_size = scratch_petabyte},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(defs); i++) {
+    if (qkv_op_lookup(defs[i].name) != NULL)
+      continue;
+    g_autoptr(GError) error = NULL;
+    g_assert_true(qkv_op_register(&defs[i], &error));
+    g_assert_no_error(error);
+  }
+}
+
+static void
+test_plugin_op_huge(void)
+{
+  register_hostile_ops();
+  const struct {
+    const gchar *op, *needle1, *needle2;
+  } cases[] = {
+      {"hostile.huge_output", "70368744177664 bytes", "(4194304, 4194304)"},
+      {"hostile.scratch_wraps", "more than", "scratch memory of node"},
+      {"hostile.scratch_huge", "1125899906842624 bytes", "op 'hostile.scratch_huge'"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(QkvGraph) g = qkv_graph_new();
+    g_autoptr(GError) error = NULL;
+    QkvShape s = QKV_SHAPE(4);
+    QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, &error);
+    QkvValue *y = qkv_graph_op(g, cases[i].op, &x, 1, NULL, &error);
+    g_assert_no_error(error);
+    g_assert_null(qkv_graph_compile(g, &y, 1, NULL, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_MEMORY);
+    g_test_message("%s: %s", cases[i].op, error->message);
+    g_assert_nonnull(strstr(error->message, cases[i].needle1));
+    g_assert_nonnull(strstr(error->message, cases[i].needle2));
+  }
+}
+
+/* ---- tensor constructors ---- */
+
+static void
+test_tensor_bad_arguments(void)
+{
+  g_autoptr(GError) error = NULL;
+  QkvShape s = QKV_SHAPE(3);
+  g_assert_null(qkv_tensor_try_new((QkvDType)7, &s, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_DTYPE);
+  g_assert_nonnull(strstr(error->message, "dtype 7"));
+  g_clear_error(&error);
+
+  g_assert_null(qkv_tensor_try_new_borrowed(QKV_F32, &s, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "NULL"));
+  g_clear_error(&error);
+
+  float data[3] = {1, 2, 3};
+  g_assert_null(qkv_tensor_try_new_borrowed((QkvDType)7, &s, data, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_DTYPE);
+  g_clear_error(&error);
+  QkvShape bad = QKV_SHAPE(-1, 3);
+  g_assert_null(qkv_tensor_try_new(QKV_F32, &bad, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_assert_nonnull(strstr(error->message, "(-1, 3)"));
+  g_clear_error(&error);
+
+  /* the GError-less constructors: NULL with a critical warning, no tensor
+   * that a later qkv_tensor_fill() would write through */
+  g_test_expect_message("qkv", G_LOG_LEVEL_CRITICAL, "*data != NULL*");
+  g_assert_null(qkv_tensor_new_borrowed(QKV_F32, &s, NULL));
+  g_test_assert_expected_messages();
+  g_test_expect_message("qkv", G_LOG_LEVEL_CRITICAL, "*dtype*");
+  g_assert_null(qkv_tensor_new((QkvDType)7, &s));
+  g_test_assert_expected_messages();
+  g_test_expect_message("qkv", G_LOG_LEVEL_CRITICAL, "*dtype*");
+  g_assert_null(qkv_tensor_new_borrowed((QkvDType)7, &s, data));
+  g_test_assert_expected_messages();
+
+  /* and the good cases still work */
+  g_autoptr(QkvTensor) t = qkv_tensor_try_new_borrowed(QKV_F32, &s, data, &error);
+  g_assert_no_error(error);
+  qkv_tensor_fill(t, 4.0);
+  g_assert_cmpfloat(data[2], ==, 4.0f);
+}
+
+/* ---- optimizer step counts ---- */
+
+static void
+test_optimizer_step_range(void)
+{
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape ws = QKV_SHAPE(3), scalar = qkv_shape_scalar();
+  QkvParam *w = qkv_params_add(params, "w", &ws, NULL);
+  qkv_tensor_fill(qkv_param_value(w), 1.0);
+  qkv_tensor_fill(qkv_param_grad(w), 0.5);
+  QkvOptimConfig c = qkv_optim_config_adam(0.1);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_optimizer_step(opt, &error));
+  g_assert_no_error(error);
+  gint32 *step = qkv_tensor_i32(qkv_param_state_full(w, "step", QKV_I32, &scalar));
+  g_assert_cmpint(step[0], ==, 1);
+
+  /* a negative count would make every value NaN; G_MAXINT32 cannot count on */
+  const gint32 refused[] = {-1, -5, G_MININT32, G_MAXINT32};
+  for (guint i = 0; i < G_N_ELEMENTS(refused); i++) {
+    step[0] = refused[i];
+    g_autoptr(QkvTensor) before = qkv_tensor_copy(qkv_param_value(w));
+    g_assert_false(qkv_optimizer_step(opt, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_test_message("%s", error->message);
+    g_assert_nonnull(strstr(error->message, "'w'"));
+    g_clear_error(&error);
+    g_assert_cmpint(step[0], ==, refused[i]);
+    g_assert_cmpfloat(qkv_tensor_max_rel_diff(qkv_param_value(w), before, 1), ==, 0);
+    g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 1);
+  }
+  /* the last count that can still advance does, to finite values */
+  step[0] = G_MAXINT32 - 1;
+  g_assert_true(qkv_optimizer_step(opt, &error));
+  g_assert_no_error(error);
+  g_assert_cmpint(step[0], ==, G_MAXINT32);
+  for (gint64 i = 0; i < 3; i++)
+    g_assert_true(isfinite(qkv_tensor_get(qkv_param_value(w), i)));
+
+  /* the optimizer's own 64-bit count stops at G_MAXINT64 */
+  step[0] = 5;
+  qkv_optimizer_set_step(opt, G_MAXINT64);
+  g_assert_false(qkv_optimizer_step(opt, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_clear_error(&error);
+  g_assert_cmpint(step[0], ==, 5);
+}
+
+/* A schedule position restored as G_MAXINT64 (checkpoints accept it)
+ * overflowed at the next qkv_schedule_step(). */
+static void
+test_schedule_position_limit(void)
+{
+  g_autoptr(QkvSchedule) s = qkv_schedule_new_step(0.1, 10, 0.5);
+  qkv_schedule_set_position(s, G_MAXINT64 - 1);
+  double lr = qkv_schedule_step(s, NULL);
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, G_MAXINT64);
+  g_assert_cmpfloat(qkv_schedule_step(s, NULL), ==, lr);
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, G_MAXINT64);
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/hostile/params-add-huge", test_params_add_huge);
+  g_test_add_func("/hostile/tensor-new-huge", test_tensor_new_huge);
+  g_test_add_func("/hostile/compile-huge-intermediate", test_compile_huge_intermediate);
+  g_test_add_func("/hostile/plugin-op-huge", test_plugin_op_huge);
+  g_test_add_func("/hostile/tensor-bad-arguments", test_tensor_bad_arguments);
+  g_test_add_func("/hostile/optimizer-step-range", test_optimizer_step_range);
+  g_test_add_func("/hostile/schedule-position-limit", test_schedule_position_limit);
+  return g_test_run();
+}
