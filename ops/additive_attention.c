@@ -16,9 +16,6 @@
  */
 #include "attention-common.h"
 
-/* Below this many elements a pass runs on the calling thread. */
-#define AA_PARALLEL_MIN 16384
-
 static const gchar *const aa_input_names[] = {"q",   "k",   "v",          "w_q",
                                               "w_k", "w_v", "valid_lens", NULL};
 static const gchar *const aa_output_names[] = {"out", "weights", "features", "mask", NULL};
@@ -137,6 +134,26 @@ aa_scratch(const QkvShapeCtx *ctx, gint n_threads)
   return (gsize)n * sizeof(float);
 }
 
+typedef struct {
+  gboolean ta, tb;
+  gint64 m, n, k;
+  const float *a;
+  gint64 stride_a, lda;
+  const float *b;
+  gint64 stride_b, ldb;
+  float *c;
+  gint64 stride_c, ldc;
+} AaSgemmJob;
+
+static void
+aa_sgemm_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const AaSgemmJob *j = user_data;
+  for (gint64 i = begin; i < end; i++)
+    qkv_attn_sgemm(j->ta, j->tb, j->m, j->n, j->k, 1.0f, j->a + i * j->stride_a, j->lda,
+                   j->b + i * j->stride_b, j->ldb, 0.0f, j->c + i * j->stride_c, j->ldc);
+}
+
 /* c[i] = op(a[i]) · op(b[i]) for i < batch, with the element strides given.
  * Small products run in parallel over the batch (OpenBLAS single-threaded
  * inside), big ones one after the other (OpenBLAS threads each). */
@@ -151,10 +168,57 @@ aa_batched_sgemm(const QkvKernelCtx *ctx, gint64 batch, gboolean ta, gboolean tb
     return;
   }
   gint nt = qkv_attn_problem_threads(ctx, batch, m * n * k, 0, 0);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (gint64 i = 0; i < batch; i++)
-    qkv_attn_sgemm(ta, tb, m, n, k, 1.0f, a + i * stride_a, lda, b + i * stride_b, ldb, 0.0f,
-                   c + i * stride_c, ldc);
+  AaSgemmJob job = {ta, tb, m, n, k, a, stride_a, lda, b, stride_b, ldb, c, stride_c, ldc};
+  qkv_parallel_for(nt, batch, aa_sgemm_range, &job);
+}
+
+typedef struct {
+  const QkvKernelCtx *ctx;
+  const AaDims *d;
+  const QkvAttnMask *am;
+  const float *qp, *kp, *w_v;
+  double p;
+  gboolean drop;
+  float *features, *weights, *mask, *dropped;
+} AaForwardJob;
+
+/* Features, scores, weights (and the dropout mask) of query rows [begin, end). */
+static void
+aa_forward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const AaForwardJob *a = user_data;
+  const gint64 nk = a->d->n_k, h = a->d->h;
+  const float *qp = a->qp, *kp = a->kp, *w_v = a->w_v;
+  float *weights = a->weights, *mask = a->mask, *dropped = a->dropped;
+  for (gint64 r = begin; r < end; r++) {
+    const gint64 b = r / a->d->n_q;
+    const float *qr = qp + r * h;
+    float *fr = a->features + r * nk * h, *wr = weights + r * nk;
+    for (gint64 j = 0; j < nk; j++) {
+      const float *kr = kp + (b * nk + j) * h;
+      float *f = fr + j * h;
+#pragma omp simd
+      for (gint64 c = 0; c < h; c++)
+        f[c] = qr[c] + kr[c];
+    }
+    qkv_vec_tanh(fr, fr, (gsize)(nk * h));
+    for (gint64 j = 0; j < nk; j++) {
+      const float *f = fr + j * h;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (gint64 c = 0; c < h; c++)
+        s += f[c] * w_v[c];
+      wr[j] = s;
+    }
+    qkv_attn_softmax_row(wr, wr, nk, qkv_attn_row_limit(a->am, r, nk));
+    if (mask != NULL) {
+      float *mr = mask + r * nk;
+      qkv_dropout_fill_mask(a->ctx, a->p, mr, r * nk, nk);
+      if (a->drop)
+        for (gint64 j = 0; j < nk; j++)
+          dropped[r * nk + j] = wr[j] * mr[j];
+    }
+  }
 }
 
 static void
@@ -180,37 +244,9 @@ aa_forward(const QkvKernelCtx *ctx)
   if (d.k_size == 0)
     memset(kp, 0, (gsize)(d.batch * nk * h) * sizeof(float));
 
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * nk * h > AA_PARALLEL_MIN)          \
-    schedule(static)
-  for (gint64 r = 0; r < rows; r++) {
-    const gint64 b = r / d.n_q;
-    const float *qr = qp + r * h;
-    float *fr = features + r * nk * h, *wr = weights + r * nk;
-    for (gint64 j = 0; j < nk; j++) {
-      const float *kr = kp + (b * nk + j) * h;
-      float *f = fr + j * h;
-#pragma omp simd
-      for (gint64 c = 0; c < h; c++)
-        f[c] = qr[c] + kr[c];
-    }
-    qkv_vec_tanh(fr, fr, (gsize)(nk * h));
-    for (gint64 j = 0; j < nk; j++) {
-      const float *f = fr + j * h;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (gint64 c = 0; c < h; c++)
-        s += f[c] * w_v[c];
-      wr[j] = s;
-    }
-    qkv_attn_softmax_row(wr, wr, nk, qkv_attn_row_limit(&am, r, nk));
-    if (mask != NULL) {
-      float *mr = mask + r * nk;
-      qkv_dropout_fill_mask(ctx, p, mr, r * nk, nk);
-      if (drop)
-        for (gint64 j = 0; j < nk; j++)
-          dropped[r * nk + j] = wr[j] * mr[j];
-    }
-  }
+  AaForwardJob job = {ctx, &d, &am, qp, kp, w_v, p, drop, features, weights, mask, dropped};
+  /* tanh is about ten units of work per feature */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 12 * rows * nk * h), rows, aa_forward_rows, &job);
 
   aa_batched_sgemm(ctx, d.batch, FALSE, FALSE, d.n_q, d.v_size, nk, drop ? dropped : weights,
                    d.n_q * nk, nk, v, nk * d.v_size, d.v_size, out, d.n_q * d.v_size, d.v_size);
@@ -376,6 +412,39 @@ aa_backward_batches(gint64 begin, gint64 end, gint thread, gpointer user_data)
   }
 }
 
+typedef struct {
+  const AaDims *d;
+  const float *dscores, *features, *w_v;
+  float *dkp;
+} AaKeyRowsJob;
+
+/* The gradient of W_k k for key rows [begin, end) of all batch elements: a
+ * sum over the queries. */
+static void
+aa_backward_key_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const AaKeyRowsJob *a = user_data;
+  const gint64 nq = a->d->n_q, nk = a->d->n_k, h = a->d->h;
+  const float *w_v = a->w_v;
+  for (gint64 bj = begin; bj < end; bj++) {
+    const gint64 b = bj / nk, j = bj % nk;
+    float *dkr = a->dkp + bj * h;
+    memset(dkr, 0, (gsize)h * sizeof(float));
+    for (gint64 i = 0; i < nq; i++) {
+      const float g = a->dscores[(b * nq + i) * nk + j];
+      if (g == 0.0f)
+        continue;
+      const float *f = a->features + ((b * nq + i) * nk + j) * h;
+#pragma omp simd
+      for (gint64 c = 0; c < h; c++)
+        dkr[c] += g * (1.0f - f[c] * f[c]);
+    }
+#pragma omp simd
+    for (gint64 c = 0; c < h; c++)
+      dkr[c] *= w_v[c];
+  }
+}
+
 static void
 aa_backward_forward(const QkvKernelCtx *ctx)
 {
@@ -397,9 +466,7 @@ aa_backward_forward(const QkvKernelCtx *ctx)
    * dropped weights, dout · vᵀ, staged in dscores. */
   const float *used = weights;
   if (mask != NULL) {
-#pragma omp parallel for num_threads(ctx->n_threads) if (nn > AA_PARALLEL_MIN) schedule(static)
-    for (gint64 i = 0; i < nn; i++)
-      dropped[i] = weights[i] * mask[i];
+    qkv_mul_floats(ctx, dropped, weights, mask, nn);
     used = dropped;
   }
   aa_batched_sgemm(ctx, d.batch, TRUE, FALSE, nk, d.v_size, nq, used, nq * nk, nk, dout,
@@ -425,9 +492,8 @@ aa_backward_forward(const QkvKernelCtx *ctx)
       .dwv_partials = dwv_partials,
   };
   gsize capacity = (ctx->scratch_size - n_floats * sizeof(float)) / ((gsize)h * sizeof(double));
-  gint n_threads = (gint)MIN((gsize)MAX(ctx->n_threads, 1), MAX(capacity, 1));
-  if (nn * h <= AA_PARALLEL_MIN)
-    n_threads = 1;
+  /* a few units of work per feature: the tanh derivative, two products */
+  gint n_threads = (gint)MIN((gsize)qkv_kernel_threads(ctx, 6 * nn * h), MAX(capacity, 1));
   const gboolean by_batch = d.batch >= n_threads;
   memset(dwv_partials, 0, (gsize)n_threads * (gsize)h * sizeof(double));
   QkvKernelCtx team = *ctx;
@@ -445,24 +511,8 @@ aa_backward_forward(const QkvKernelCtx *ctx)
 
   /* Key rows, when not done above: the gradient of W_k k sums over queries. */
   if (!by_batch) {
-#pragma omp parallel for num_threads(ctx->n_threads) if (nn * h > AA_PARALLEL_MIN) schedule(static)
-    for (gint64 bj = 0; bj < d.batch * nk; bj++) {
-      const gint64 b = bj / nk, j = bj % nk;
-      float *dkr = dkp + bj * h;
-      memset(dkr, 0, (gsize)h * sizeof(float));
-      for (gint64 i = 0; i < nq; i++) {
-        const float g = dscores[(b * nq + i) * nk + j];
-        if (g == 0.0f)
-          continue;
-        const float *f = features + ((b * nq + i) * nk + j) * h;
-#pragma omp simd
-        for (gint64 c = 0; c < h; c++)
-          dkr[c] += g * (1.0f - f[c] * f[c]);
-      }
-#pragma omp simd
-      for (gint64 c = 0; c < h; c++)
-        dkr[c] *= w_v[c];
-    }
+    AaKeyRowsJob kj = {&d, dscores, features, w_v, dkp};
+    qkv_parallel_for(qkv_kernel_threads(ctx, 4 * nn * h), d.batch * nk, aa_backward_key_rows, &kj);
   }
 
   /* Through the projections: dq = dqp · W_q, dW_q = dqpᵀ · q, and alike for k. */

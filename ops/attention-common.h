@@ -16,7 +16,27 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
+
+typedef struct {
+  float *dst;
+  const float *a, *b;
+} QkvMulJob;
+
+static inline void
+qkv_mul_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const QkvMulJob *j = user_data;
+  for (gint64 i = begin; i < end; i++)
+    j->dst[i] = j->a[i] * j->b[i];
+}
+
+/* dst[i] = a[i] · b[i] for i < n (applying a dropout mask), on the pool. */
+static inline void
+qkv_mul_floats(const QkvKernelCtx *ctx, float *dst, const float *a, const float *b, gint64 n)
+{
+  QkvMulJob job = {dst, a, b};
+  qkv_parallel_for(qkv_kernel_threads(ctx, n), n, qkv_mul_range, &job);
+}
 
 /* How the rows of a (…, n_q, n_k) score tensor are masked. */
 typedef struct {
@@ -304,9 +324,9 @@ qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *d
 }
 
 /* Below this many multiply-adds per problem and with at least as many
- * problems as threads, problems run in parallel (OpenBLAS, the OpenMP build,
- * is single-threaded inside a parallel region); otherwise one after the other
- * with OpenBLAS threading each product. */
+ * problems as threads, problems run in parallel on the pool (qkv_sgemm runs
+ * on the calling thread inside a pool chunk); otherwise one after the other
+ * with qkv_sgemm splitting each product. */
 #define QKV_ATTN_SMALL_PROBLEM (256 * 256 * 256)
 /* Below this many multiply-adds in all (per product), the problems run on one
  * thread: waking a team costs more than it saves, and OpenBLAS calls inside a
@@ -327,5 +347,7 @@ qkv_attn_problem_threads(const QkvKernelCtx *ctx, gint64 n_problems, gint64 work
   if (nt <= 1 || n_problems * work < QKV_ATTN_PARALLEL_MIN ||
       (n_problems < nt && work >= QKV_ATTN_SMALL_PROBLEM))
     return 1;
+  /* a multiply-add is two units of work */
+  nt = MIN(nt, qkv_work_threads(nt, 2 * n_problems * work));
   return (gint)MIN((gint64)nt, MAX(n_problems, 1));
 }

@@ -118,6 +118,28 @@ forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
          forward_scratch_per_thread(&ctx->in_shapes[0], &ctx->in_shapes[1], ctx->attrs);
 }
 
+typedef struct {
+  const QkvKernelCtx *ctx;
+  const QkvAttnProblem *pb;
+  const float *q, *k, *v;
+  float *p, *drop, *out;
+  gint64 fpt; /* scratch floats per thread, 0 without dropout */
+} DotForwardJob;
+
+/* Batch elements [begin, end), with this thread's dropout scratch. */
+static void
+dot_forward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const DotForwardJob *j = user_data;
+  const QkvAttnProblem *pb = j->pb;
+  const gint64 nn = pb->n_q * pb->n_k;
+  float *pd = j->fpt > 0 ? (float *)j->ctx->scratch + thread * j->fpt : NULL;
+  for (gint64 b = begin; b < end; b++)
+    qkv_attn_forward_problem(j->ctx, pb, b, j->q + b * pb->n_q * pb->d, j->k + b * pb->n_k * pb->d,
+                             j->v + b * pb->n_k * pb->d_v, j->p + b * nn,
+                             j->drop ? j->drop + b * nn : NULL, pd, j->out + b * pb->n_q * pb->d_v);
+}
+
 static void
 forward_kernel(const QkvKernelCtx *ctx)
 {
@@ -131,13 +153,8 @@ forward_kernel(const QkvKernelCtx *ctx)
   gint nt =
       qkv_attn_problem_threads(ctx, batch, nn * MAX(pb.d, pb.d_v), per_thread, ctx->scratch_size);
   gint64 fpt = (gint64)(per_thread / sizeof(float));
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (gint64 b = 0; b < batch; b++) {
-    float *pd = per_thread > 0 ? (float *)ctx->scratch + omp_get_thread_num() * fpt : NULL;
-    qkv_attn_forward_problem(ctx, &pb, b, q + b * pb.n_q * pb.d, k + b * pb.n_k * pb.d,
-                             v + b * pb.n_k * pb.d_v, p + b * nn, drop ? drop + b * nn : NULL, pd,
-                             out + b * pb.n_q * pb.d_v);
-  }
+  DotForwardJob job = {ctx, &pb, q, k, v, p, drop, out, per_thread > 0 ? fpt : 0};
+  qkv_parallel_for(nt, batch, dot_forward_problems, &job);
 }
 
 /* Where the optional inputs of the backward op are; -1 when absent. */
@@ -209,6 +226,28 @@ backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
          backward_scratch_per_thread(&ctx->in_shapes[0], &ctx->in_shapes[1]);
 }
 
+typedef struct {
+  const QkvAttnProblem *pb;
+  const float *q, *k, *v, *p, *drop, *dout, *dw;
+  float *scratch; /* 2·n_q·n_k floats per thread, or NULL */
+  float *dq, *dk, *dv;
+} DotBackwardJob;
+
+static void
+dot_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const DotBackwardJob *j = user_data;
+  const QkvAttnProblem *pb = j->pb;
+  const gint64 nn = pb->n_q * pb->n_k;
+  float *pd = j->scratch != NULL ? j->scratch + thread * 2 * nn : NULL;
+  for (gint64 b = begin; b < end; b++)
+    qkv_attn_backward_problem(
+        pb, b, j->dout ? j->dout + b * pb->n_q * pb->d_v : NULL, j->q + b * pb->n_q * pb->d,
+        j->k + b * pb->n_k * pb->d, j->v + b * pb->n_k * pb->d_v, j->p + b * nn,
+        j->drop ? j->drop + b * nn : NULL, j->dw ? j->dw + b * nn : NULL, pd, pd ? pd + nn : NULL,
+        j->dq + b * pb->n_q * pb->d, j->dk + b * pb->n_k * pb->d, j->dv + b * pb->n_k * pb->d_v);
+}
+
 static void
 backward_kernel(const QkvKernelCtx *ctx)
 {
@@ -230,15 +269,8 @@ backward_kernel(const QkvKernelCtx *ctx)
   gsize per_thread = backward_scratch_per_thread(qs, ks);
   gint nt =
       qkv_attn_problem_threads(ctx, batch, nn * MAX(pb.d, pb.d_v), per_thread, ctx->scratch_size);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (gint64 b = 0; b < batch; b++) {
-    float *pd = ctx->scratch != NULL ? (float *)ctx->scratch + omp_get_thread_num() * 2 * nn : NULL;
-    qkv_attn_backward_problem(&pb, b, dout ? dout + b * pb.n_q * pb.d_v : NULL,
-                              q + b * pb.n_q * pb.d, k + b * pb.n_k * pb.d, v + b * pb.n_k * pb.d_v,
-                              p + b * nn, drop ? drop + b * nn : NULL, dw ? dw + b * nn : NULL, pd,
-                              pd ? pd + nn : NULL, dq + b * pb.n_q * pb.d, dk + b * pb.n_k * pb.d,
-                              dv + b * pb.n_k * pb.d_v);
-  }
+  DotBackwardJob job = {&pb, q, k, v, p, drop, dout, dw, ctx->scratch, dq, dk, dv};
+  qkv_parallel_for(nt, batch, dot_backward_problems, &job);
 }
 
 /* The weights output is differentiable too (a gradient reaching it joins the

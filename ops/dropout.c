@@ -41,6 +41,26 @@ dropout_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+typedef struct {
+  const QkvKernelCtx *ctx;
+  double p;
+  const float *x;
+  float *y, *mask;
+  gint64 n;
+} DropoutJob;
+
+static void
+dropout_chunks(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const DropoutJob *d = user_data;
+  for (gint64 c = begin; c < end; c++) {
+    gint64 first = c * DROPOUT_CHUNK, len = MIN(DROPOUT_CHUNK, d->n - first);
+    qkv_dropout_fill_mask(d->ctx, d->p, d->mask + first, first, len);
+    for (gint64 j = first; j < first + len; j++)
+      d->y[j] = d->x[j] * d->mask[j];
+  }
+}
+
 static void
 dropout_forward(const QkvKernelCtx *ctx)
 {
@@ -56,14 +76,10 @@ dropout_forward(const QkvKernelCtx *ctx)
       qkv_dropout_fill_mask(ctx, p, mask, 0, n);
     return;
   }
-  gint64 n_chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
-#pragma omp parallel for num_threads(ctx->n_threads) if (n > 32768) schedule(static)
-  for (gint64 c = 0; c < n_chunks; c++) {
-    gint64 begin = c * DROPOUT_CHUNK, len = MIN(DROPOUT_CHUNK, n - begin);
-    qkv_dropout_fill_mask(ctx, p, mask + begin, begin, len);
-    for (gint64 j = begin; j < begin + len; j++)
-      y[j] = x[j] * mask[j];
-  }
+  DropoutJob job = {ctx, p, x, y, mask, n};
+  /* the hash behind each draw is about ten units of work */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 10 * n), (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK,
+                   dropout_chunks, &job);
 }
 
 static gboolean
@@ -98,9 +114,7 @@ dropout_backward_forward(const QkvKernelCtx *ctx)
   gint64 n = qkv_shape_numel(&ctx->in[0].shape);
   const float *dy = ctx->in[0].data, *mask = ctx->in[1].data;
   float *dx = ctx->out[0].data;
-#pragma omp parallel for num_threads(ctx->n_threads) if (n > 32768) schedule(static)
-  for (gint64 j = 0; j < n; j++)
-    dx[j] = dy[j] * mask[j];
+  qkv_mul_floats(ctx, dx, dy, mask, n);
 }
 
 static const QkvOpDef dropout_def = {

@@ -7,10 +7,6 @@
  */
 #include "ops-common.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 static const gchar *const embedding_input_names[] = {"ids", "weight", NULL};
 static const gchar *const embedding_output_names[] = {"y", NULL};
 static const gchar *const backward_input_names[] = {"dy", "ids", NULL};
@@ -46,6 +42,28 @@ embedding_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+typedef struct {
+  const gint32 *ids;
+  const float *src; /* weight, or dy for the backward */
+  float *dst;       /* y, or dweight for the backward */
+  gint64 v, d, n;
+} EmbeddingJob;
+
+/* Output rows [begin, end): a row of the table, or zeros for a bad id. */
+static void
+embedding_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const EmbeddingJob *j = user_data;
+  const gint64 v = j->v, d = j->d;
+  for (gint64 i = begin; i < end; i++) {
+    gint64 id = j->ids[i];
+    if (id >= 0 && id < v)
+      memcpy(j->dst + i * d, j->src + id * d, (gsize)d * sizeof(float));
+    else
+      memset(j->dst + i * d, 0, (gsize)d * sizeof(float));
+  }
+}
+
 static void
 embedding_forward(const QkvKernelCtx *ctx)
 {
@@ -56,14 +74,8 @@ embedding_forward(const QkvKernelCtx *ctx)
   gint64 v = ctx->in[1].shape.dims[0], d = ctx->in[1].shape.dims[1];
   if (d == 0)
     return;
-#pragma omp parallel for num_threads(ctx->n_threads) if (n * d > 32768) schedule(static)
-  for (gint64 i = 0; i < n; i++) {
-    gint64 id = ids[i];
-    if (id >= 0 && id < v)
-      memcpy(y + i * d, weight + id * d, (gsize)d * sizeof(float));
-    else
-      memset(y + i * d, 0, (gsize)d * sizeof(float));
-  }
+  EmbeddingJob job = {ids, weight, y, v, d, 0};
+  qkv_parallel_for(qkv_kernel_threads(ctx, n * d), n, embedding_rows, &job);
 }
 
 static gboolean
@@ -100,6 +112,27 @@ embedding_backward_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+/* Columns [c0, c1) of dweight: zeroed, then every token's share added in
+ * token order. */
+static void
+embedding_backward_columns(gint64 c0, gint64 c1, gint thread, gpointer user_data)
+{
+  const EmbeddingJob *j = user_data;
+  const gint64 v = j->v, d = j->d;
+  float *dw = j->dst;
+  for (gint64 r = 0; r < v; r++)
+    memset(dw + r * d + c0, 0, (gsize)(c1 - c0) * sizeof(float));
+  for (gint64 i = 0; i < j->n; i++) {
+    gint64 id = j->ids[i];
+    if (id < 0 || id >= v)
+      continue;
+    const float *src = j->src + i * d;
+    float *dst = dw + id * d;
+    for (gint64 c = c0; c < c1; c++)
+      dst[c] += src[c];
+  }
+}
+
 /* dweight[ids[i]] += dy[i]. Several tokens may share an id, so threads split
  * the D columns between them: each thread owns whole columns and no two
  * threads ever write the same element, and the sum over tokens keeps one
@@ -113,28 +146,9 @@ embedding_backward_forward(const QkvKernelCtx *ctx)
   gint64 n = qkv_shape_numel(&ctx->in[1].shape);
   gint64 v = ctx->out[0].shape.dims[0], d = ctx->out[0].shape.dims[1];
   /* Each thread's columns should at least fill a cache line. */
-  gint n_threads = (gint)MAX(1, MIN((gint64)ctx->n_threads, d / 16));
-
-#pragma omp parallel num_threads(n_threads) if ((n + v) * d > 32768)
-  {
-    gint t = 0, nt = 1;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-    nt = omp_get_num_threads();
-#endif
-    gint64 c0 = d * t / nt, c1 = d * (t + 1) / nt;
-    for (gint64 r = 0; r < v; r++)
-      memset(dw + r * d + c0, 0, (gsize)(c1 - c0) * sizeof(float));
-    for (gint64 i = 0; i < n; i++) {
-      gint64 id = ids[i];
-      if (id < 0 || id >= v)
-        continue;
-      const float *src = dy + i * d;
-      float *dst = dw + id * d;
-      for (gint64 c = c0; c < c1; c++)
-        dst[c] += src[c];
-    }
-  }
+  gint n_threads = (gint)MAX(1, MIN((gint64)qkv_kernel_threads(ctx, (n + v) * d), d / 16));
+  EmbeddingJob job = {ids, dy, dw, v, d, n};
+  qkv_parallel_for(n_threads, d, embedding_backward_columns, &job);
 }
 
 /* The op is linear in dy: its gradient is the lookup of the incoming

@@ -12,9 +12,6 @@
 
 #include <cblas.h>
 
-/* Below this many elements an elementwise pass runs on the calling thread. */
-#define FFN_PARALLEL_MIN 32768
-
 static const gchar *const ffn_input_names[] = {"x", "w1", "b1", "w2", "b2", NULL};
 static const gchar *const ffn_output_names[] = {"y", "hidden", NULL};
 static const gchar *const ffn_backward_input_names[] = {"dy", "x", "w1", "w2", "hidden", NULL};
@@ -64,14 +61,45 @@ sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, co
   qkv_sgemm(ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n, 0);
 }
 
+typedef struct {
+  float *c;
+  const float *src;
+  gint64 cols;
+} FfnRowsJob;
+
+static void
+fill_rows_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const FfnRowsJob *j = user_data;
+  for (gint64 r = begin; r < end; r++)
+    memcpy(j->c + r * j->cols, j->src, (gsize)j->cols * sizeof(float));
+}
+
 /* Every row of c (rows × cols) set to bias. */
 static void
 fill_rows(const QkvKernelCtx *ctx, float *c, const float *bias, gint64 rows, gint64 cols)
 {
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > FFN_PARALLEL_MIN)           \
-    schedule(static)
-  for (gint64 r = 0; r < rows; r++)
-    memcpy(c + r * cols, bias, (gsize)cols * sizeof(float));
+  FfnRowsJob job = {c, bias, cols};
+  qkv_parallel_for(qkv_kernel_threads(ctx, rows * cols), rows, fill_rows_range, &job);
+}
+
+static void
+relu_gate_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const FfnRowsJob *j = user_data;
+  float *c = j->c;
+  const float *gate = j->src;
+#pragma omp simd
+  for (gint64 i = begin; i < end; i++)
+    c[i] = gate[i] > 0.0f ? c[i] : 0.0f;
+}
+
+/* c[i] kept where gate[i] > 0, else 0 (c may be gate: the ReLU itself). */
+static void
+relu_gate(const QkvKernelCtx *ctx, float *c, const float *gate, gint64 n)
+{
+  FfnRowsJob job = {c, gate, 0};
+  qkv_parallel_for(qkv_kernel_threads(ctx, n), n, relu_gate_range, &job);
 }
 
 static void
@@ -90,10 +118,7 @@ ffn_forward(const QkvKernelCtx *ctx)
   fill_rows(ctx, hidden, b1, n, f);
   sgemm(FALSE, TRUE, n, f, d, x, w1, 1.0f, hidden);
   const gint64 nh = n * f;
-#pragma omp parallel for simd num_threads(ctx->n_threads) if (nh > FFN_PARALLEL_MIN)               \
-    schedule(static)
-  for (gint64 i = 0; i < nh; i++)
-    hidden[i] = hidden[i] > 0.0f ? hidden[i] : 0.0f;
+  relu_gate(ctx, hidden, hidden, nh);
 
   fill_rows(ctx, y, b2, n, o);
   sgemm(FALSE, TRUE, n, o, f, hidden, w2, 1.0f, y);
@@ -210,10 +235,7 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
 
   /* Through the ReLU: its output is positive exactly where it passed. */
   const gint64 nh = n * f;
-#pragma omp parallel for simd num_threads(ctx->n_threads) if (nh > FFN_PARALLEL_MIN)               \
-    schedule(static)
-  for (gint64 i = 0; i < nh; i++)
-    dhidden[i] = hidden[i] > 0.0f ? dhidden[i] : 0.0f;
+  relu_gate(ctx, dhidden, hidden, nh);
 
   /* First layer: dw1 = dhiddenᵀ · x, db1 = dhiddenᵀ · 1, dx = dhidden · w1. */
   sgemm(TRUE, FALSE, f, d, n, dhidden, x, 0.0f, dw1);

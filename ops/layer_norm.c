@@ -11,9 +11,6 @@
 
 #include <math.h>
 
-/* Below this many elements a kernel runs on the calling thread. */
-#define LN_PARALLEL_MIN 16384
-
 static const gchar *const ln_input_names[] = {"x", "gamma", "beta", NULL};
 static const gchar *const ln_output_names[] = {"y", "mean", "rstd", NULL};
 static const gchar *const ln_backward_input_names[] = {"dy", "x", "gamma", "mean", "rstd", NULL};
@@ -60,20 +57,22 @@ layer_norm_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static void
-layer_norm_forward(const QkvKernelCtx *ctx)
-{
-  gint64 rows, d;
-  qkv_view_rows(&ctx->in[0], &rows, &d);
-  const float *x = ctx->in[0].data, *gamma = ctx->in[1].data, *beta = ctx->in[2].data;
-  float *y = ctx->out[0].data, *mean = ctx->out[1].data, *rstd = ctx->out[2].data;
-  double eps = qkv_attrs_get_float(ctx->attrs, "eps");
+typedef struct {
+  const float *x, *gamma, *beta;
+  float *y, *mean, *rstd;
+  gint64 d;
+  double eps;
+} LayerNormJob;
 
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * d > LN_PARALLEL_MIN)               \
-    schedule(static)
-  for (gint64 r = 0; r < rows; r++) {
-    const float *xr = x + r * d;
-    float *yr = y + r * d;
+static void
+layer_norm_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const LayerNormJob *a = user_data;
+  const gint64 d = a->d;
+  const float *gamma = a->gamma, *beta = a->beta;
+  for (gint64 r = begin; r < end; r++) {
+    const float *xr = a->x + r * d;
+    float *yr = a->y + r * d;
     double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
     for (gint64 j = 0; j < d; j++)
@@ -85,13 +84,28 @@ layer_norm_forward(const QkvKernelCtx *ctx)
       double c = xr[j] - mu;
       var += c * c;
     }
-    double rs = 1.0 / sqrt(var / (double)d + eps);
+    double rs = 1.0 / sqrt(var / (double)d + a->eps);
 #pragma omp simd
     for (gint64 j = 0; j < d; j++)
       yr[j] = (float)((xr[j] - mu) * rs * gamma[j] + beta[j]);
-    mean[r] = (float)mu;
-    rstd[r] = (float)rs;
+    a->mean[r] = (float)mu;
+    a->rstd[r] = (float)rs;
   }
+}
+
+static void
+layer_norm_forward(const QkvKernelCtx *ctx)
+{
+  gint64 rows, d;
+  qkv_view_rows(&ctx->in[0], &rows, &d);
+  const float *x = ctx->in[0].data, *gamma = ctx->in[1].data, *beta = ctx->in[2].data;
+  float *y = ctx->out[0].data, *mean = ctx->out[1].data, *rstd = ctx->out[2].data;
+  double eps = qkv_attrs_get_float(ctx->attrs, "eps");
+
+  LayerNormJob job = {x, gamma, beta, y, mean, rstd, d, eps};
+  /* two passes for the moments, one for the output: about eight units of
+   * work per element */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 8 * rows * d), rows, layer_norm_rows, &job);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -188,9 +202,7 @@ layer_norm_backward_forward(const QkvKernelCtx *ctx)
   /* As many threads as the scratch has partial sums for (the thread count
    * may have grown since the plan was compiled), one if the work is small. */
   gint64 capacity = (gint64)(ctx->scratch_size / (2 * (gsize)d * sizeof(double)));
-  gint n_threads = (gint)MIN((gint64)MAX(ctx->n_threads, 1), MAX(capacity, 1));
-  if (rows * d <= LN_PARALLEL_MIN)
-    n_threads = 1;
+  gint n_threads = (gint)MIN((gint64)qkv_kernel_threads(ctx, 10 * rows * d), MAX(capacity, 1));
   memset(a.partials, 0, (gsize)n_threads * 2 * (gsize)d * sizeof(double));
 
   QkvKernelCtx team = *ctx;

@@ -10,9 +10,6 @@
 #include "ops-common.h"
 
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static const QkvAttrSpec reduction_attrs[] = {
     {.name = "reduction",

@@ -62,6 +62,36 @@ kernel_mask(const QkvKernelCtx *ctx, const QkvShape *x, guint vl_index)
                                  qkv_attrs_get_bool(ctx->attrs, "causal"));
 }
 
+typedef struct {
+  const QkvAttnMask *mask;
+  const float *x; /* x, or dy for the backward */
+  const float *y; /* the forward output (backward only) */
+  float *out;
+  gint64 rows, cols, block;
+} MaskedSoftmaxJob;
+
+/* Blocks [begin, end) of block rows each. */
+static void
+masked_softmax_blocks(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const MaskedSoftmaxJob *j = user_data;
+  const gint64 cols = j->cols;
+  for (gint64 b = begin; b < end; b++) {
+    gint64 r = b * j->block, n = MIN(j->block, j->rows - r);
+    qkv_attn_softmax_rows(j->out + r * cols, j->x + r * cols, n, cols, j->mask, r);
+  }
+}
+
+static void
+masked_softmax_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const MaskedSoftmaxJob *j = user_data;
+  const gint64 cols = j->cols;
+  for (gint64 r = begin; r < end; r++)
+    qkv_attn_softmax_backward_row(j->out + r * cols, j->x + r * cols, j->y + r * cols, cols,
+                                  qkv_attn_row_limit(j->mask, r, cols));
+}
+
 static void
 masked_softmax_forward(const QkvKernelCtx *ctx)
 {
@@ -73,11 +103,10 @@ masked_softmax_forward(const QkvKernelCtx *ctx)
   /* Blocks of rows of about BLOCK_ELEMENTS scores share one exp call. */
   gint64 block = cols > 0 ? MAX(BLOCK_ELEMENTS / cols, 1) : 1;
   gint64 n_blocks = (rows + block - 1) / block;
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
-  for (gint64 b = 0; b < n_blocks; b++) {
-    gint64 r = b * block, n = MIN(block, rows - r);
-    qkv_attn_softmax_rows(y + r * cols, x + r * cols, n, cols, &mask, r);
-  }
+  MaskedSoftmaxJob job = {&mask, x, NULL, y, rows, cols, block};
+  /* about ten units of work per score (max, subtract, exp, sum, scale) */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 10 * rows * cols), n_blocks, masked_softmax_blocks,
+                   &job);
 }
 
 static gboolean
@@ -119,10 +148,10 @@ masked_softmax_backward_forward(const QkvKernelCtx *ctx)
   QkvAttnMask mask = kernel_mask(ctx, &ctx->in[1].shape, 2);
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
-  for (gint64 r = 0; r < rows; r++)
-    qkv_attn_softmax_backward_row(dx + r * cols, dy + r * cols, y + r * cols, cols,
-                                  qkv_attn_row_limit(&mask, r, cols));
+  MaskedSoftmaxJob job = {&mask, dy, y, dx, rows, cols, 1};
+  /* a dot product and a scaled difference: about four units per score */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 4 * rows * cols), rows, masked_softmax_backward_rows,
+                   &job);
 }
 
 /* ---- registration -------------------------------------------------------- */

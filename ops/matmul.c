@@ -22,11 +22,11 @@ static const QkvAttrSpec matmul_attrs[] = {
      .doc = "use the transpose of b's last two axes"},
 };
 
-/* Below this many multiply-adds per product, OpenBLAS's own threading costs
- * more than it gains, so batches of such products are split across threads
- * instead (OpenBLAS then runs single-threaded inside each). Bigger products
- * are called from outside any parallel region, where OpenBLAS uses the plan's
- * thread count (the executor sets it with openblas_set_num_threads()). */
+/* Below this many multiply-adds per product, splitting each product costs
+ * more than it gains, so batches of such products are split across the pool
+ * instead (qkv_sgemm then runs on the calling thread inside each chunk).
+ * Bigger products are run one after the other, each split by qkv_sgemm over
+ * the plan's thread count. */
 #define MATMUL_SMALL_PRODUCT (128 * 128 * 128)
 
 /* The sizes of one product: op(a) is (m, k), op(b) is (k, n). */
@@ -95,6 +95,23 @@ sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, co
   qkv_sgemm(ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n, 0);
 }
 
+typedef struct {
+  gboolean ta, tb;
+  MatmulDims d;
+  const float *a, *b;
+  float *c;
+  gint64 stride_a, stride_b, stride_c;
+} MatmulBatchJob;
+
+static void
+matmul_batch_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const MatmulBatchJob *j = user_data;
+  for (gint64 i = begin; i < end; i++)
+    sgemm(j->ta, j->tb, j->d.m, j->d.n, j->d.k, j->a + i * j->stride_a, j->b + i * j->stride_b,
+          j->c + i * j->stride_c);
+}
+
 static void
 matmul_forward(const QkvKernelCtx *ctx)
 {
@@ -128,9 +145,9 @@ matmul_forward(const QkvKernelCtx *ctx)
   gint64 stride_c = d.m * d.n;
   gint64 work = d.m * d.n * d.k;
   if (work < MATMUL_SMALL_PRODUCT && ctx->n_threads > 1) {
-#pragma omp parallel for num_threads(ctx->n_threads) if (batch * work > 32768) schedule(static)
-    for (gint64 i = 0; i < batch; i++)
-      sgemm(ta, tb, d.m, d.n, d.k, pa + i * stride_a, pb + i * stride_b, pc + i * stride_c);
+    MatmulBatchJob job = {ta, tb, d, pa, pb, pc, stride_a, stride_b, stride_c};
+    /* a multiply-add is two units of work */
+    qkv_parallel_for(qkv_kernel_threads(ctx, 2 * batch * work), batch, matmul_batch_range, &job);
   } else {
     for (gint64 i = 0; i < batch; i++)
       sgemm(ta, tb, d.m, d.n, d.k, pa + i * stride_a, pb + i * stride_b, pc + i * stride_c);

@@ -227,6 +227,54 @@ forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
   return (gsize)MAX(n_threads, 1) * forward_scratch_per_thread(&d, ctx->attrs);
 }
 
+/* The (batch, head) attention problems, forward or backward. */
+typedef struct {
+  const QkvKernelCtx *ctx;
+  const QkvAttnProblem *pb;
+  const MhaDims *d;
+  const float *proj[3];
+  float *weights, *mask, *concat; /* forward outputs */
+  const float *p, *drop, *dw;     /* backward inputs */
+  const float *dconcat;
+  float *dproj[3];
+  float *scratch;        /* per-thread scratch, or NULL */
+  gint64 scratch_floats; /* per thread */
+} MhaProblemsJob;
+
+static void
+mha_forward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const MhaProblemsJob *j = user_data;
+  const MhaDims *d = j->d;
+  const gint64 nn = d->n_q * d->n_k;
+  float *pd = j->scratch != NULL ? j->scratch + thread * j->scratch_floats : NULL;
+  for (gint64 idx = begin; idx < end; idx++) {
+    gint64 b = idx / d->heads, h = idx % d->heads;
+    qkv_attn_forward_problem(j->ctx, j->pb, idx, j->proj[0] + b * d->n_q * d->hidden + h * d->dh,
+                             j->proj[1] + b * d->n_k * d->hidden + h * d->dh,
+                             j->proj[2] + b * d->n_k * d->hidden + h * d->dh, j->weights + idx * nn,
+                             j->mask ? j->mask + idx * nn : NULL, pd,
+                             j->concat + b * d->n_q * d->hidden + h * d->dh);
+  }
+}
+
+static void
+mha_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const MhaProblemsJob *j = user_data;
+  const MhaDims *d = j->d;
+  const gint64 nn = d->n_q * d->n_k;
+  float *pd = j->scratch + thread * j->scratch_floats;
+  for (gint64 idx = begin; idx < end; idx++) {
+    gint64 b = idx / d->heads, h = idx % d->heads;
+    gint64 qoff = b * d->n_q * d->hidden + h * d->dh, koff = b * d->n_k * d->hidden + h * d->dh;
+    qkv_attn_backward_problem(
+        j->pb, idx, j->dconcat + qoff, j->proj[0] + qoff, j->proj[1] + koff, j->proj[2] + koff,
+        j->p + idx * nn, j->drop ? j->drop + idx * nn : NULL, j->dw ? j->dw + idx * nn : NULL, pd,
+        pd + nn, j->dproj[0] + qoff, j->dproj[1] + koff, j->dproj[2] + koff);
+  }
+}
+
 static void
 forward_kernel(const QkvKernelCtx *ctx)
 {
@@ -257,17 +305,20 @@ forward_kernel(const QkvKernelCtx *ctx)
 
   gsize per_thread = forward_scratch_per_thread(&d, ctx->attrs);
   gint nt = problem_threads(ctx, &d, per_thread, ctx->scratch_size);
-  gint64 nn = d.n_q * d.n_k, n_problems = d.batch * d.heads;
+  gint64 n_problems = d.batch * d.heads;
   gint64 fpt = (gint64)(per_thread / sizeof(float));
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (gint64 idx = 0; idx < n_problems; idx++) {
-    gint64 b = idx / d.heads, h = idx % d.heads;
-    float *pd = per_thread > 0 ? (float *)ctx->scratch + omp_get_thread_num() * fpt : NULL;
-    qkv_attn_forward_problem(
-        ctx, &pb, idx, proj[0] + b * d.n_q * d.hidden + h * d.dh,
-        proj[1] + b * d.n_k * d.hidden + h * d.dh, proj[2] + b * d.n_k * d.hidden + h * d.dh,
-        p + idx * nn, drop ? drop + idx * nn : NULL, pd, concat + b * d.n_q * d.hidden + h * d.dh);
-  }
+  MhaProblemsJob job = {
+      .ctx = ctx,
+      .pb = &pb,
+      .d = &d,
+      .proj = {proj[0], proj[1], proj[2]},
+      .weights = p,
+      .mask = drop,
+      .concat = concat,
+      .scratch = per_thread > 0 ? (float *)ctx->scratch : NULL,
+      .scratch_floats = fpt,
+  };
+  qkv_parallel_for(nt, n_problems, mha_forward_problems, &job);
 
   project(rows[0], d.hidden, d.hidden, concat, w[3], bias[3], out);
 }
@@ -486,16 +537,20 @@ backward_kernel(const QkvKernelCtx *ctx)
   gint nt = problem_threads(ctx, &d, per_thread,
                             ctx->scratch_size > shared ? ctx->scratch_size - shared : 0);
   gint64 nn = d.n_q * d.n_k, n_problems = d.batch * d.heads;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (gint64 idx = 0; idx < n_problems; idx++) {
-    gint64 b = idx / d.heads, h = idx % d.heads;
-    gint64 qoff = b * d.n_q * d.hidden + h * d.dh, koff = b * d.n_k * d.hidden + h * d.dh;
-    float *pd = attn_scratch + omp_get_thread_num() * 2 * nn;
-    qkv_attn_backward_problem(&pb, idx, dconcat + qoff, proj[0] + qoff, proj[1] + koff,
-                              proj[2] + koff, p + idx * nn, drop ? drop + idx * nn : NULL,
-                              dw ? dw + idx * nn : NULL, pd, pd + nn, dproj[0] + qoff,
-                              dproj[1] + koff, dproj[2] + koff);
-  }
+  MhaProblemsJob job = {
+      .ctx = ctx,
+      .pb = &pb,
+      .d = &d,
+      .proj = {proj[0], proj[1], proj[2]},
+      .p = p,
+      .drop = drop,
+      .dw = dw,
+      .dconcat = dconcat,
+      .dproj = {dproj[0], dproj[1], dproj[2]},
+      .scratch = attn_scratch,
+      .scratch_floats = 2 * nn,
+  };
+  qkv_parallel_for(nt, n_problems, mha_backward_problems, &job);
 
   /* proj = x · wᵀ + b */
   for (guint i = 0; i < 3; i++)

@@ -17,9 +17,6 @@
 
 #include <math.h>
 
-/* Below this many elements the kernel runs on the calling thread. */
-#define PE_PARALLEL_MIN 32768
-
 static const gchar *const pe_input_names[] = {"x", NULL};
 static const gchar *const pe_output_names[] = {"y", "mask", NULL};
 
@@ -89,6 +86,45 @@ pe_row(float *p, const float *div, gint64 pos, gint64 d)
   }
 }
 
+typedef struct {
+  const QkvKernelCtx *ctx;
+  const float *x, *div;
+  float *table, *y, *mask;
+  double p;
+  gint64 t, d, offset;
+} PeJob;
+
+static void
+pe_table_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const PeJob *j = user_data;
+  for (gint64 pos = begin; pos < end; pos++)
+    pe_row(j->table + pos * j->d, j->div, j->offset + pos, j->d);
+}
+
+/* Rows (b, pos) in order: y may be x (in place), each row read before it is
+ * written. */
+static void
+pe_add_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const PeJob *a = user_data;
+  const gint64 d = a->d;
+  for (gint64 r = begin; r < end; r++) {
+    const float *xr = a->x + r * d, *pr = a->table + (r % a->t) * d;
+    float *yr = a->y + r * d;
+#pragma omp simd
+    for (gint64 j = 0; j < d; j++)
+      yr[j] = xr[j] + pr[j];
+    if (a->mask != NULL) {
+      float *mr = a->mask + r * d;
+      qkv_dropout_fill_mask(a->ctx, a->p, mr, r * d, d);
+#pragma omp simd
+      for (gint64 j = 0; j < d; j++)
+        yr[j] *= mr[j];
+    }
+  }
+}
+
 static void
 pe_forward(const QkvKernelCtx *ctx)
 {
@@ -101,31 +137,14 @@ pe_forward(const QkvKernelCtx *ctx)
   float *y = ctx->out[0].data;
   float *mask = ctx->n_outputs > 1 ? ctx->out[1].data : NULL;
   float *table = ctx->scratch, *div = table + t * d;
-  const gboolean parallel = batch * t * d > PE_PARALLEL_MIN;
 
   pe_divisors(div, d);
-#pragma omp parallel num_threads(ctx->n_threads) if (parallel)
-  {
-#pragma omp for schedule(static)
-    for (gint64 pos = 0; pos < t; pos++)
-      pe_row(table + pos * d, div, offset + pos, d);
-      /* Rows (b, pos) in order: y may be x (in place), read before written. */
-#pragma omp for schedule(static)
-    for (gint64 r = 0; r < batch * t; r++) {
-      const float *xr = x + r * d, *pr = table + (r % t) * d;
-      float *yr = y + r * d;
-#pragma omp simd
-      for (gint64 j = 0; j < d; j++)
-        yr[j] = xr[j] + pr[j];
-      if (mask != NULL) {
-        float *mr = mask + r * d;
-        qkv_dropout_fill_mask(ctx, p, mr, r * d, d);
-#pragma omp simd
-        for (gint64 j = 0; j < d; j++)
-          yr[j] *= mr[j];
-      }
-    }
-  }
+  PeJob job = {ctx, x, div, table, y, mask, p, t, d, offset};
+  /* a sincos is about twenty units of work per pair, ten per element */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 10 * t * d), t, pe_table_rows, &job);
+  /* the dropout draw's hash is about ten units per element */
+  qkv_parallel_for(qkv_kernel_threads(ctx, (mask != NULL ? 12 : 2) * batch * t * d), batch * t,
+                   pe_add_rows, &job);
 }
 
 static gboolean

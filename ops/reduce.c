@@ -11,8 +11,8 @@
 
 #include <math.h>
 
-/* Below this many input elements a kernel runs on the calling thread. */
-#define REDUCE_PARALLEL_MIN 32768
+/* At most this many parts for a total (its partial sums live on the stack). */
+#define REDUCE_MAX_PARTS 64
 
 /* Columns summed per task on the [outer, reduced, inner] path: a stack
  * accumulator this wide stays in L1 and the inner loop vectorises. */
@@ -20,12 +20,6 @@
 
 static const gchar *const x_input[] = {"x", NULL};
 static const gchar *const y_output[] = {"y", NULL};
-
-static gint
-reduce_n_threads(const QkvKernelCtx *ctx, gint64 work)
-{
-  return (work > REDUCE_PARALLEL_MIN && ctx->n_threads > 1) ? ctx->n_threads : 1;
-}
 
 /* ---------------------------------------------------------------------------
  * The shared reduction kernel
@@ -96,6 +90,67 @@ sum_contiguous(const float *x, gint64 n)
   return acc;
 }
 
+typedef struct {
+  const float *x;
+  gint64 n;
+  gint n_parts;
+  double *partial;
+} ReduceTotalJob;
+
+/* Parts [begin, end) of a total; part p is [n·p/n_parts, n·(p+1)/n_parts). */
+static void
+reduce_total_parts(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const ReduceTotalJob *j = user_data;
+  for (gint64 p = begin; p < end; p++) {
+    gint64 b = j->n * p / j->n_parts, e = j->n * (p + 1) / j->n_parts;
+    j->partial[p] = sum_contiguous(j->x + b, e - b);
+  }
+}
+
+typedef struct {
+  const float *x;
+  float *out;
+  gint64 red;
+} ReduceRowsJob;
+
+static void
+reduce_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const ReduceRowsJob *j = user_data;
+  for (gint64 o = begin; o < end; o++)
+    j->out[o] = (float)sum_contiguous(j->x + o * j->red, j->red);
+}
+
+typedef struct {
+  const float *x;
+  float *out;
+  gint64 red, inner, n_blocks;
+} ReduceColsJob;
+
+static void
+reduce_col_blocks(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const ReduceColsJob *c = user_data;
+  const gint64 red = c->red, inner = c->inner, n_blocks = c->n_blocks;
+  for (gint64 t = begin; t < end; t++) {
+    const gint64 o = t / n_blocks;
+    const gint64 j0 = (t % n_blocks) * REDUCE_COL_BLOCK;
+    const gint64 width = MIN(REDUCE_COL_BLOCK, inner - j0);
+    const float *slab = c->x + o * red * inner + j0;
+    float acc[REDUCE_COL_BLOCK];
+    for (gint64 j = 0; j < width; j++)
+      acc[j] = 0.0f;
+    for (gint64 r = 0; r < red; r++) {
+      const float *row = slab + r * inner;
+#pragma omp simd
+      for (gint64 j = 0; j < width; j++)
+        acc[j] += row[j];
+    }
+    memcpy(c->out + o * inner + j0, acc, (gsize)width * sizeof(float));
+  }
+}
+
 /* out = x summed over the axes flagged in reduced_axis; out has the kept axes'
  * elements in order. Allocates nothing. */
 static void
@@ -105,7 +160,7 @@ reduce_sum(const QkvKernelCtx *ctx, const float *x, const QkvShape *in_shape,
   ReduceLayout l;
   reduce_layout(in_shape, reduced_axis, &l);
   const gint64 n_in = qkv_shape_numel(in_shape);
-  const gint n_threads = reduce_n_threads(ctx, n_in);
+  const gint n_threads = qkv_kernel_threads(ctx, n_in);
 
   if (l.general) {
     /* Rare (reduced axes on both sides of a kept one): one pass over x with an
@@ -132,41 +187,26 @@ reduce_sum(const QkvKernelCtx *ctx, const float *x, const QkvShape *in_shape,
 
   const gint64 outer = l.outer, red = l.reduced, inner = l.inner;
   if (inner == 1 && outer == 1) {
-    /* A total: one contiguous part per thread. */
-    const gint64 per = (red + n_threads - 1) / n_threads;
+    /* A total: one contiguous part per thread, the parts' sums added in
+     * order, so the result depends only on the thread count (not on which
+     * thread ran which part). */
+    const gint n_parts = MIN(n_threads, REDUCE_MAX_PARTS);
+    double partial[REDUCE_MAX_PARTS];
+    ReduceTotalJob job = {x, red, n_parts, partial};
+    qkv_parallel_for(n_parts, n_parts, reduce_total_parts, &job);
     double acc = 0.0;
-#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) reduction(+ : acc)             \
-    schedule(static)
-    for (gint t = 0; t < n_threads; t++) {
-      gint64 begin = MIN(t * per, red), end = MIN(begin + per, red);
-      acc += sum_contiguous(x + begin, end - begin);
-    }
+    for (gint t = 0; t < n_parts; t++)
+      acc += partial[t];
     out[0] = (float)acc;
   } else if (inner == 1) {
     /* Row sums. */
-#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) schedule(static)
-    for (gint64 o = 0; o < outer; o++)
-      out[o] = (float)sum_contiguous(x + o * red, red);
+    ReduceRowsJob job = {x, out, red};
+    qkv_parallel_for(n_threads, outer, reduce_rows, &job);
   } else {
     /* Column sums of each [reduced, inner] slab, a block of columns per task. */
     const gint64 n_blocks = (inner + REDUCE_COL_BLOCK - 1) / REDUCE_COL_BLOCK;
-#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) schedule(static)
-    for (gint64 t = 0; t < outer * n_blocks; t++) {
-      const gint64 o = t / n_blocks;
-      const gint64 j0 = (t % n_blocks) * REDUCE_COL_BLOCK;
-      const gint64 width = MIN(REDUCE_COL_BLOCK, inner - j0);
-      const float *slab = x + o * red * inner + j0;
-      float acc[REDUCE_COL_BLOCK];
-      for (gint64 j = 0; j < width; j++)
-        acc[j] = 0.0f;
-      for (gint64 r = 0; r < red; r++) {
-        const float *row = slab + r * inner;
-#pragma omp simd
-        for (gint64 j = 0; j < width; j++)
-          acc[j] += row[j];
-      }
-      memcpy(out + o * inner + j0, acc, (gsize)width * sizeof(float));
-    }
+    ReduceColsJob job = {x, out, red, inner, n_blocks};
+    qkv_parallel_for(n_threads, outer * n_blocks, reduce_col_blocks, &job);
   }
 }
 
@@ -405,6 +445,52 @@ broadcast_to_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+typedef struct {
+  const float *x;
+  float *y;
+  const QkvShape *out;
+  const gint64 *x_strides;
+  gint last;
+  gint64 row_len;
+  gboolean repeat_elem;
+  float fill;
+} BroadcastJob;
+
+static void
+broadcast_fill(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const BroadcastJob *j = user_data;
+  const float v = j->fill;
+  float *y = j->y;
+#pragma omp simd
+  for (gint64 i = begin; i < end; i++)
+    y[i] = v;
+}
+
+static void
+broadcast_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const BroadcastJob *j = user_data;
+  const gint64 row_len = j->row_len;
+  for (gint64 r = begin; r < end; r++) {
+    /* Offset of this row's first element in x, from its coordinates. */
+    gint64 rest = r, off = 0;
+    for (gint d = j->last - 1; d >= 0; d--) {
+      off += (rest % j->out->dims[d]) * j->x_strides[d];
+      rest /= j->out->dims[d];
+    }
+    float *dst = j->y + r * row_len;
+    if (j->repeat_elem) {
+      const float v = j->x[off];
+#pragma omp simd
+      for (gint64 k = 0; k < row_len; k++)
+        dst[k] = v;
+    } else {
+      memcpy(dst, j->x + off, (gsize)row_len * sizeof(float));
+    }
+  }
+}
+
 static void
 broadcast_to_forward(const QkvKernelCtx *ctx)
 {
@@ -412,15 +498,15 @@ broadcast_to_forward(const QkvKernelCtx *ctx)
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   const gint64 n_in = qkv_shape_numel(in), n_out = qkv_shape_numel(out);
-  const gint n_threads = reduce_n_threads(ctx, n_out);
+  const gint n_threads = qkv_kernel_threads(ctx, n_out);
   if (n_out == 0)
     return;
 
   if (n_in == 1) {
     const float v = x[0];
-#pragma omp parallel for simd num_threads(n_threads) if (n_threads > 1) schedule(static)
-    for (gint64 i = 0; i < n_out; i++)
-      y[i] = v;
+    BroadcastJob job = {.x = x, .y = y, .row_len = 1, .repeat_elem = TRUE};
+    job.fill = v;
+    qkv_parallel_for(n_threads, n_out, broadcast_fill, &job);
     return;
   }
 
@@ -447,24 +533,8 @@ broadcast_to_forward(const QkvKernelCtx *ctx)
   const gint64 row_len = out->dims[last];
   const gint64 n_rows = n_out / row_len;
   const gboolean repeat_elem = x_strides[last] == 0;
-#pragma omp parallel for num_threads(n_threads) if (n_threads > 1) schedule(static)
-  for (gint64 r = 0; r < n_rows; r++) {
-    /* Offset of this row's first element in x, from its coordinates. */
-    gint64 rest = r, off = 0;
-    for (gint d = last - 1; d >= 0; d--) {
-      off += (rest % out->dims[d]) * x_strides[d];
-      rest /= out->dims[d];
-    }
-    float *dst = y + r * row_len;
-    if (repeat_elem) {
-      const float v = x[off];
-#pragma omp simd
-      for (gint64 k = 0; k < row_len; k++)
-        dst[k] = v;
-    } else {
-      memcpy(dst, x + off, (gsize)row_len * sizeof(float));
-    }
-  }
+  BroadcastJob job = {x, y, out, x_strides, last, row_len, repeat_elem, 0.0f};
+  qkv_parallel_for(n_threads, n_rows, broadcast_rows, &job);
 }
 
 static gboolean

@@ -155,6 +155,54 @@ permute_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+typedef struct {
+  const guint32 *src;
+  guint32 *dst;
+  const QkvShape *out_shape;
+  const gint *perm;
+  const gint64 *in_strides;
+  gint keep;          /* leading axes that move */
+  gint64 block;       /* elements of the trailing axes that stay */
+  gint64 row, stride; /* when the last axis moves: its length and stride in x */
+} PermuteJob;
+
+/* Output blocks [begin, end) of block elements each, copied whole. */
+static void
+permute_blocks(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const PermuteJob *j = user_data;
+  for (gint64 b = begin; b < end; b++) {
+    gint64 rem = b, offset = 0;
+    for (gint i = j->keep - 1; i >= 0; i--) {
+      gint64 d = j->out_shape->dims[i];
+      offset += (rem % d) * j->in_strides[j->perm[i]];
+      rem /= d;
+    }
+    memcpy(j->dst + b * j->block, j->src + offset, (gsize)j->block * sizeof(guint32));
+  }
+}
+
+/* Output rows [begin, end), each gathered with a constant stride. */
+static void
+permute_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const PermuteJob *j = user_data;
+  const gint rank = j->out_shape->rank;
+  const gint64 row = j->row, stride = j->stride;
+  for (gint64 r = begin; r < end; r++) {
+    gint64 rem = r, offset = 0;
+    for (gint i = rank - 2; i >= 0; i--) {
+      gint64 d = j->out_shape->dims[i];
+      offset += (rem % d) * j->in_strides[j->perm[i]];
+      rem /= d;
+    }
+    guint32 *out_row = j->dst + r * row;
+    const guint32 *src = j->src + offset;
+    for (gint64 k = 0; k < row; k++)
+      out_row[k] = src[k * stride];
+  }
+}
+
 static void
 permute_forward(const QkvKernelCtx *ctx)
 {
@@ -187,35 +235,16 @@ permute_forward(const QkvKernelCtx *ctx)
 
   const guint32 *src = x->data;
   guint32 *dst = y->data;
+  /* a copy: one unit of work per element */
+  const gint nt = qkv_kernel_threads(ctx, numel);
+  PermuteJob job = {src, dst, &y->shape, perm, in_strides, keep, block, 0, 0};
   if (block > 1) {
-    gint64 n_blocks = numel / block;
-#pragma omp parallel for num_threads(ctx->n_threads) if (numel > 32768) schedule(static)
-    for (gint64 b = 0; b < n_blocks; b++) {
-      gint64 rem = b, offset = 0;
-      for (gint i = keep - 1; i >= 0; i--) {
-        gint64 d = y->shape.dims[i];
-        offset += (rem % d) * in_strides[perm[i]];
-        rem /= d;
-      }
-      memcpy(dst + b * block, src + offset, (gsize)block * sizeof(guint32));
-    }
+    qkv_parallel_for(nt, numel / block, permute_blocks, &job);
   } else {
     /* The last axis moves: gather each output row with a constant stride. */
-    gint64 row = y->shape.dims[rank - 1];
-    gint64 stride = in_strides[perm[rank - 1]];
-    gint64 n_rows = numel / row;
-#pragma omp parallel for num_threads(ctx->n_threads) if (numel > 32768) schedule(static)
-    for (gint64 r = 0; r < n_rows; r++) {
-      gint64 rem = r, offset = 0;
-      for (gint i = rank - 2; i >= 0; i--) {
-        gint64 d = y->shape.dims[i];
-        offset += (rem % d) * in_strides[perm[i]];
-        rem /= d;
-      }
-      guint32 *out_row = dst + r * row;
-      for (gint64 j = 0; j < row; j++)
-        out_row[j] = src[offset + j * stride];
-    }
+    job.row = y->shape.dims[rank - 1];
+    job.stride = in_strides[perm[rank - 1]];
+    qkv_parallel_for(nt, numel / job.row, permute_rows, &job);
   }
 }
 
@@ -295,6 +324,38 @@ slice_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+/* Rows of a slice: chunk elements of each outer row of row elements, from
+ * element first of that row on. */
+typedef struct {
+  const guint32 *src;
+  guint32 *dst;
+  gint64 chunk, row, first;
+} SliceJob;
+
+static void
+slice_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const SliceJob *j = user_data;
+  for (gint64 o = begin; o < end; o++)
+    memcpy(j->dst + o * j->chunk, j->src + o * j->row + j->first,
+           (gsize)j->chunk * sizeof(guint32));
+}
+
+/* The adjoint: each chunk put back in a zeroed row. */
+static void
+slice_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const SliceJob *j = user_data;
+  const gint64 row = j->row, chunk = j->chunk, first = j->first;
+  for (gint64 o = begin; o < end; o++) {
+    guint32 *out_row = j->dst + o * row;
+    /* Zero only around the copied chunk: each element is written once. */
+    memset(out_row, 0, (gsize)first * sizeof(guint32));
+    memcpy(out_row + first, j->src + o * chunk, (gsize)chunk * sizeof(guint32));
+    memset(out_row + first + chunk, 0, (gsize)(row - first - chunk) * sizeof(guint32));
+  }
+}
+
 static void
 slice_forward(const QkvKernelCtx *ctx)
 {
@@ -309,9 +370,8 @@ slice_forward(const QkvKernelCtx *ctx)
   gint64 chunk = (end - start) * inner;
   if (chunk == 0)
     return;
-#pragma omp parallel for num_threads(ctx->n_threads) if (outer * chunk > 32768) schedule(static)
-  for (gint64 o = 0; o < outer; o++)
-    memcpy(dst + o * chunk, src + (o * len + start) * inner, (gsize)chunk * sizeof(guint32));
+  SliceJob job = {src, dst, chunk, len * inner, start * inner};
+  qkv_parallel_for(qkv_kernel_threads(ctx, outer * chunk), outer, slice_rows, &job);
 }
 
 static gboolean
@@ -411,15 +471,8 @@ slice_backward_forward(const QkvKernelCtx *ctx)
   gint64 row = len * inner, chunk = dy->shape.dims[axis] * inner;
   if (row == 0)
     return;
-#pragma omp parallel for num_threads(ctx->n_threads) if (outer * row > 32768) schedule(static)
-  for (gint64 o = 0; o < outer; o++) {
-    guint32 *out_row = dst + o * row;
-    /* Zero only around the copied chunk: each element is written once. */
-    memset(out_row, 0, (gsize)(start * inner) * sizeof(guint32));
-    memcpy(out_row + start * inner, src + o * chunk, (gsize)chunk * sizeof(guint32));
-    memset(out_row + start * inner + chunk, 0,
-           (gsize)(row - start * inner - chunk) * sizeof(guint32));
-  }
+  SliceJob job = {src, dst, chunk, row, start * inner};
+  qkv_parallel_for(qkv_kernel_threads(ctx, outer * row), outer, slice_backward_rows, &job);
 }
 
 static gboolean
@@ -488,6 +541,29 @@ concat_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+typedef struct {
+  const QkvKernelCtx *ctx;
+  guint32 *dst;
+  gint64 row, inner;
+  gint axis;
+} ConcatJob;
+
+/* Output rows [begin, end): each input's chunk in turn. */
+static void
+concat_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const ConcatJob *j = user_data;
+  for (gint64 o = begin; o < end; o++) {
+    guint32 *out_row = j->dst + o * j->row;
+    for (guint i = 0; i < j->ctx->n_inputs; i++) {
+      gint64 chunk = j->ctx->in[i].shape.dims[j->axis] * j->inner;
+      const guint32 *src = j->ctx->in[i].data;
+      memcpy(out_row, src + o * chunk, (gsize)chunk * sizeof(guint32));
+      out_row += chunk;
+    }
+  }
+}
+
 static void
 concat_forward(const QkvKernelCtx *ctx)
 {
@@ -500,16 +576,8 @@ concat_forward(const QkvKernelCtx *ctx)
   gint64 row = len * inner;
   if (row == 0)
     return;
-#pragma omp parallel for num_threads(ctx->n_threads) if (outer * row > 32768) schedule(static)
-  for (gint64 o = 0; o < outer; o++) {
-    guint32 *out_row = dst + o * row;
-    for (guint i = 0; i < ctx->n_inputs; i++) {
-      gint64 chunk = ctx->in[i].shape.dims[axis] * inner;
-      const guint32 *src = ctx->in[i].data;
-      memcpy(out_row, src + o * chunk, (gsize)chunk * sizeof(guint32));
-      out_row += chunk;
-    }
-  }
+  ConcatJob job = {ctx, dst, row, inner, axis};
+  qkv_parallel_for(qkv_kernel_threads(ctx, outer * row), outer, concat_rows, &job);
 }
 
 static gboolean

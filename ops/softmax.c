@@ -67,6 +67,69 @@ log_softmax_row(float *y, const float *x, gint64 n)
     y[j] = (x[j] - m) - log_sum;
 }
 
+/* Units of work per element of a row pass with an exp (max, subtract, exp,
+ * sum, scale; the exp counting for several). */
+#define SOFTMAX_WORK 10
+
+typedef struct {
+  const float *x; /* x, or dy for the backward ops */
+  const float *y; /* the forward output (backward ops only) */
+  float *out;
+  gint64 cols;
+} SoftmaxJob;
+
+static void
+softmax_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const SoftmaxJob *j = user_data;
+  for (gint64 r = begin; r < end; r++)
+    softmax_row(j->out + r * j->cols, j->x + r * j->cols, j->cols);
+}
+
+static void
+log_softmax_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const SoftmaxJob *j = user_data;
+  for (gint64 r = begin; r < end; r++)
+    log_softmax_row(j->out + r * j->cols, j->x + r * j->cols, j->cols);
+}
+
+/* dx = y · (dy − Σ dy·y) for rows [begin, end). */
+static void
+softmax_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const SoftmaxJob *a = user_data;
+  const gint64 cols = a->cols;
+  for (gint64 r = begin; r < end; r++) {
+    const float *dyr = a->x + r * cols, *yr = a->y + r * cols;
+    float *dxr = a->out + r * cols;
+    float dot = 0.0f;
+    for (gint64 j = 0; j < cols; j++)
+      dot += dyr[j] * yr[j];
+    for (gint64 j = 0; j < cols; j++)
+      dxr[j] = yr[j] * (dyr[j] - dot);
+  }
+}
+
+/* dx = dy − exp(y) · Σ dy for rows [begin, end). */
+static void
+log_softmax_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const SoftmaxJob *a = user_data;
+  const gint64 cols = a->cols;
+  for (gint64 r = begin; r < end; r++) {
+    const float *dyr = a->x + r * cols;
+    float *dxr = a->out + r * cols;
+    float sum = 0.0f;
+    for (gint64 j = 0; j < cols; j++)
+      sum += dyr[j];
+    /* Stage exp(y) in dx: without QKV_OP_INPLACE it aliases neither input. */
+    qkv_vec_exp(dxr, a->y + r * cols, (gsize)cols);
+    for (gint64 j = 0; j < cols; j++)
+      dxr[j] = dyr[j] - dxr[j] * sum;
+  }
+}
+
 static gboolean
 softmax_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -87,9 +150,8 @@ softmax_forward(const QkvKernelCtx *ctx)
   qkv_view_rows(&ctx->in[0], &rows, &cols);
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
-  for (gint64 r = 0; r < rows; r++)
-    softmax_row(y + r * cols, x + r * cols, cols);
+  SoftmaxJob job = {x, NULL, y, cols};
+  qkv_parallel_for(qkv_kernel_threads(ctx, SOFTMAX_WORK * rows * cols), rows, softmax_rows, &job);
 }
 
 static void
@@ -99,9 +161,9 @@ log_softmax_forward(const QkvKernelCtx *ctx)
   qkv_view_rows(&ctx->in[0], &rows, &cols);
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
-  for (gint64 r = 0; r < rows; r++)
-    log_softmax_row(y + r * cols, x + r * cols, cols);
+  SoftmaxJob job = {x, NULL, y, cols};
+  qkv_parallel_for(qkv_kernel_threads(ctx, SOFTMAX_WORK * rows * cols), rows, log_softmax_rows,
+                   &job);
 }
 
 static gboolean
@@ -146,16 +208,9 @@ softmax_backward_forward(const QkvKernelCtx *ctx)
   qkv_view_rows(&ctx->in[1], &rows, &cols);
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
-  for (gint64 r = 0; r < rows; r++) {
-    const float *dyr = dy + r * cols, *yr = y + r * cols;
-    float *dxr = dx + r * cols;
-    float dot = 0.0f;
-    for (gint64 j = 0; j < cols; j++)
-      dot += dyr[j] * yr[j];
-    for (gint64 j = 0; j < cols; j++)
-      dxr[j] = yr[j] * (dyr[j] - dot);
-  }
+  SoftmaxJob job = {dy, y, dx, cols};
+  /* a dot product and a scaled difference: about four units per element */
+  qkv_parallel_for(qkv_kernel_threads(ctx, 4 * rows * cols), rows, softmax_backward_rows, &job);
 }
 
 /* dx = dy − exp(y) · Σ dy, since exp(log_softmax) is the softmax. */
@@ -166,18 +221,9 @@ log_softmax_backward_forward(const QkvKernelCtx *ctx)
   qkv_view_rows(&ctx->in[1], &rows, &cols);
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
-#pragma omp parallel for num_threads(ctx->n_threads) if (rows * cols > 32768) schedule(static)
-  for (gint64 r = 0; r < rows; r++) {
-    const float *dyr = dy + r * cols;
-    float *dxr = dx + r * cols;
-    float sum = 0.0f;
-    for (gint64 j = 0; j < cols; j++)
-      sum += dyr[j];
-    /* Stage exp(y) in dx: without QKV_OP_INPLACE it aliases neither input. */
-    qkv_vec_exp(dxr, y + r * cols, (gsize)cols);
-    for (gint64 j = 0; j < cols; j++)
-      dxr[j] = dyr[j] - dxr[j] * sum;
-  }
+  SoftmaxJob job = {dy, y, dx, cols};
+  qkv_parallel_for(qkv_kernel_threads(ctx, SOFTMAX_WORK * rows * cols), rows,
+                   log_softmax_backward_rows, &job);
 }
 
 /* ---- registration ------------------------------------------------------- */

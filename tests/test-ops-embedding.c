@@ -64,7 +64,7 @@ test_backward_forward(void)
 static void
 test_backward_large(void)
 {
-  const gint64 n = 300, v = 40, d = 257;
+  const gint64 n = 1200, v = 40, d = 257;
   QkvShape sd = QKV_SHAPE(3, n / 3, d), si = QKV_SHAPE(3, n / 3);
   g_autoptr(QkvTensor) dy = qkv_test_uniform(&sd, 1, -1, 1);
   g_autoptr(QkvTensor) ids = qkv_test_randint(&si, 2, -2, (gint32)v + 2);

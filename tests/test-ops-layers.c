@@ -347,9 +347,10 @@ test_ln_double(void)
 static void
 test_ln_composite(void)
 {
-  /* The last is big enough for the parallel paths (2 threads in the tests). */
+  /* The last is big enough for the parallel paths (2 threads in the tests;
+   * a loop forks from 2^18 units of work, about 8 per element here). */
   QkvShape shapes[] = {QKV_SHAPE(19), QKV_SHAPE(2, 5, 19), QKV_SHAPE(3, 1, 33),
-                       QKV_SHAPE(3, 20, 301)};
+                       QKV_SHAPE(3, 40, 301)};
   LnArgs args = {1e-5};
   for (guint i = 0; i < G_N_ELEMENTS(shapes); i++) {
     QkvTensor *t[3];
@@ -635,7 +636,7 @@ test_pe_composite(void)
       {QKV_SHAPE(7, 8), 0},
       {QKV_SHAPE(3, 7, 6), 0},
       {QKV_SHAPE(2, 13, 9), 4},
-      {QKV_SHAPE(4, 100, 97), 0}, /* parallel path */
+      {QKV_SHAPE(5, 200, 160), 0}, /* parallel paths (table rows, then x's rows) */
   };
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const QkvShape *s = &cases[i].x;
@@ -1028,8 +1029,8 @@ test_aa_composite(void)
   const AaSizes sizes[] = {
       {2, 3, 4, 5, 3, 2, 6},
       {4, 9, 11, 7, 5, 6, 13},
-      {3, 17, 19, 10, 9, 7, 23}, /* parallel over the batch */
-      {1, 20, 30, 6, 5, 4, 31},  /* parallel over query rows, then key rows */
+      {3, 17, 19, 10, 9, 7, 47}, /* parallel over the batch */
+      {1, 40, 60, 6, 5, 4, 31},  /* parallel over query rows, then key rows */
   };
   for (guint i = 0; i < G_N_ELEMENTS(sizes); i++)
     for (gint lens_rank = 0; lens_rank <= 2; lens_rank++) {

@@ -197,9 +197,9 @@ test_permute_large(void)
     QkvShape shape;
     Perm perm;
   } cases[] = {
-      {QKV_SHAPE(2, 50, 4, 96), {{0, 2, 1, 3}, 4}}, /* (B, T, H, D) → (B, H, T, D) */
-      {QKV_SHAPE(2, 4, 50, 96), {{0, 2, 1, 3}, 4}}, /* and back */
-      {QKV_SHAPE(3, 70, 190), {{0, 2, 1}, 3}},      /* batched transpose */
+      {QKV_SHAPE(4, 64, 8, 128), {{0, 2, 1, 3}, 4}}, /* (B, T, H, D) → (B, H, T, D) */
+      {QKV_SHAPE(4, 8, 64, 128), {{0, 2, 1, 3}, 4}}, /* and back */
+      {QKV_SHAPE(3, 300, 300), {{0, 2, 1}, 3}},      /* batched transpose */
       {QKV_SHAPE(5, 7, 11, 13, 9), {{4, 2, 0, 3, 1}, 5}},
   };
   for (guint c = 0; c < G_N_ELEMENTS(cases); c++) {
