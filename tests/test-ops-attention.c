@@ -1214,6 +1214,99 @@ test_reference_dropout(void)
   g_test_message("dropout vs PyTorch: factor needed %.3g", worst);
 }
 
+/* ---- the bounds catch real errors ---------------------------------------- */
+
+/* actual passes the bound against expected, and fails it once one element of
+ * typical size (|e_i| nearest the RMS) is off by 1e-4 (relative). */
+static void
+assert_catches(const gchar *label, const QkvTensor *actual, const QkvTensor *expected,
+               double min_scale, double factor)
+{
+  g_autofree gchar *message = NULL;
+  g_assert_true(qkv_test_check_bound(actual, expected, NULL, min_scale, factor, NULL, NULL));
+  gint64 i = qkv_test_typical_index(expected);
+  g_autoptr(QkvTensor) bad = qkv_test_perturbed(actual, i, 1e-4);
+  if (qkv_test_check_bound(bad, expected, NULL, min_scale, factor, NULL, &message))
+    g_error("%s: an error of 1e-4 in element %" G_GINT64_FORMAT " passes the bound", label, i);
+  g_test_message("%s: caught: %s", label, message);
+}
+
+/* Every gradient (but the key bias's, which vanishes identically) of a
+ * comparison, with the factor the test above uses; frees both sets. */
+static void
+assert_grads_catch(const gchar *label, guint n, const Spec *spec, QkvTensor **actual,
+                   QkvTensor **expected, gboolean free_expected, double factor)
+{
+  for (guint i = 0; i < n; i++) {
+    if (actual[i] == NULL)
+      continue;
+    g_autofree gchar *li = g_strdup_printf("%s: gradient of input %u", label, i);
+    double min_scale = grad_min_scale(spec, n, expected, i);
+    if (min_scale == 0)
+      assert_catches(li, actual[i], expected[i], 0, factor);
+    qkv_tensor_free(actual[i]);
+    if (free_expected)
+      qkv_tensor_free(expected[i]);
+  }
+}
+
+static void
+test_bounds_catch_errors(void)
+{
+  /* Sparse vs dense backward of multi_head_attention (test_mha_zero_rows). */
+  MhaSize z = {2, 16, 16, 6, 6, 6, 8, 2};
+  QkvShape sb = QKV_SHAPE(z.batch), sm = QKV_SHAPE(z.batch, z.n_q, 1);
+  const gint32 lens[] = {12, 9};
+  g_autoptr(QkvTensor) vl = qkv_tensor_new_i32(&sb, lens);
+  g_autoptr(QkvTensor) row_mask = qkv_tensor_new(QKV_F32, &sm);
+  for (gint64 b = 0; b < z.batch; b++)
+    for (gint64 i = 0; i < z.n_q; i++)
+      qkv_tensor_f32(row_mask)[b * z.n_q + i] = i < lens[b] ? 1.0f : 0.0f;
+  RowMaskedSpec ms = {
+      .spec = {.heads = z.heads, .bias = TRUE, .has_valid_lens = TRUE, .valid_lens = vl},
+      .row_mask = row_mask};
+  QkvTensor *t[16], *sparse[16], *dense[16];
+  guint n = mha_inputs(&z, &ms.spec, 700, vl, t);
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_ALWAYS);
+  g_autoptr(QkvTensor) out_s = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_OFF);
+  g_autoptr(QkvTensor) out_d = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
+  assert_grads_catch("mha sparse vs dense", n, &ms.spec, sparse, dense, TRUE,
+                     mha_factor(&ms.spec, t));
+  free_tensors(t, n);
+
+  /* Fused vs composite: multi_head_attention (test_mha_grad's size 3). */
+  MhaSize zc = {2, 4, 4, 8, 8, 8, 8, 4};
+  Spec spec = {.heads = 4, .bias = TRUE, .self_attention = TRUE};
+  n = mha_inputs(&zc, &spec, 301, NULL, t);
+  QkvTensor *grads_f[16], *grads_c[16];
+  g_autoptr(QkvTensor) out_f = run_with_grads(n, t, build_mha, &spec, NULL, grads_f);
+  g_autoptr(QkvTensor) out_c = run_with_grads(n, t, build_mha_composite, &spec, NULL, grads_c);
+  double factor = mha_factor(&spec, t);
+  assert_catches("mha fused vs composite: value", out_f, out_c, 0, factor);
+  assert_grads_catch("mha fused vs composite", n, &spec, grads_f, grads_c, TRUE, factor);
+  free_tensors(t, n);
+
+  /* Against PyTorch: mha4 (test_reference_mha). */
+  const gchar *names[] = {"queries", "keys", "values", "w_q", "w_k", "w_v",
+                          "w_o",     "b_q",  "b_k",    "b_v", "b_o", "valid_lens"};
+  Spec rs = {.heads = 4, .bias = TRUE, .has_valid_lens = TRUE};
+  QkvTensor *in[16], *grads[16], *want[16] = {NULL};
+  n = G_N_ELEMENTS(names);
+  for (guint i = 0; i < n; i++)
+    in[i] = ref("mha4", names[i]);
+  g_autoptr(QkvTensor) out = run_with_grads(n, in, build_mha, &rs, ref("mha4", "w"), grads);
+  factor = mha_factor(&rs, in);
+  assert_catches("mha4 vs PyTorch: out", out, ref("mha4", "out"), 0, factor);
+  for (guint i = 0; i < n; i++)
+    if (grads[i] != NULL) {
+      g_autofree gchar *gname = g_strdup_printf("d%s", names[i]);
+      want[i] = ref("mha4", gname);
+    }
+  assert_grads_catch("mha4 vs PyTorch", n, &rs, grads, want, FALSE, factor);
+}
+
 /* ---- bad input ---------------------------------------------------------- */
 
 static void
@@ -1336,6 +1429,7 @@ main(int argc, char **argv)
   g_test_add_func("/attention/dropout/grad", test_dropout_grad);
   g_test_add_func("/attention/dropout/pytorch", test_reference_dropout);
   g_test_add_func("/attention/bad-input", test_bad_input);
+  g_test_add_func("/attention/bounds-catch-errors", test_bounds_catch_errors);
   int status = g_test_run();
   g_hash_table_unref(reference);
   return status;
