@@ -176,6 +176,12 @@ qkv_test_gamma(double n)
 }
 
 double
+qkv_test_sum_factor(double n)
+{
+  return fmin(n, 6 * sqrt(n));
+}
+
+double
 qkv_test_max_abs(const QkvTensor *t)
 {
   double m = 0;

@@ -46,6 +46,15 @@ void qkv_test_assert_values(const char *file, int line, const QkvTensor *actual,
  * (sum of |terms|) for any order of the additions (recursive, blocked, pairwise
  * or split over threads) with one rounding per product. */
 double qkv_test_gamma(double n);
+/* The rounding error of a float32 sum of n terms in units of u times the sum
+ * of the terms' magnitudes: n, the worst case for any order (gamma(n)/u to
+ * first order), for short sums; for long ones, where the worst case (every
+ * rounding the same way) is far too pessimistic to catch anything, Higham and
+ * Mary's probabilistic bound lambda·sqrt(n) with lambda = 6 ("A New Approach
+ * to Probabilistic Rounding Error Analysis", SISC 2019: it holds for any
+ * order with probability at least 1 - 2n·exp(-lambda²/2) = 1 - 3e-8·n under
+ * independent roundings). min(n, 6·sqrt(n)): n up to 36. */
+double qkv_test_sum_factor(double n);
 /* max_i |t_i| (f32 or i32). */
 double qkv_test_max_abs(const QkvTensor *t);
 /* The per-element magnitude of a matrix product: |A|·|B| (or with A, B
