@@ -275,6 +275,16 @@ qkv_test_assert_bound(const char *file, int line, const gchar *label, const QkvT
 }
 
 QkvTensor *
+qkv_test_abs(const QkvTensor *t)
+{
+  QkvTensor *a = qkv_tensor_copy(t);
+  float *d = qkv_tensor_f32(a);
+  for (gint64 i = 0; i < qkv_tensor_numel(a); i++)
+    d[i] = fabsf(d[i]);
+  return a;
+}
+
+QkvTensor *
 qkv_test_perturbed(const QkvTensor *t, gint64 i, double rel)
 {
   QkvTensor *p = qkv_tensor_copy(t);

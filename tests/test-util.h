@@ -92,6 +92,9 @@ double qkv_test_assert_bound(const char *file, int line, const gchar *label,
 /* |actual_i - expected_i| <= factor * u * magnitude_i element-wise. */
 #define qkv_assert_bounded(label, actual, expected, magnitude, factor)                             \
   qkv_test_assert_bound(__FILE__, __LINE__, (label), (actual), (expected), (magnitude), 0, (factor))
+/* |t| element-wise: the magnitude of a value computed elementwise, for a
+ * bound relative to each element (qkv_assert_bounded). */
+QkvTensor *qkv_test_abs(const QkvTensor *t);
 /* A copy of t with element i multiplied by (1 + rel): a "real error" for the
  * tests that show a bound catches one. */
 QkvTensor *qkv_test_perturbed(const QkvTensor *t, gint64 i, double rel);
