@@ -115,7 +115,8 @@ test_ce_large(void)
   QkvTensor *in[] = {logits, targets, weight};
 
   g_autoptr(QkvTensor) want_none = qkv_tensor_new(QKV_F32, &st);
-  double total = 0;
+  g_autoptr(QkvTensor) magnitude = qkv_tensor_new(QKV_F32, &st);
+  double total = 0, total_magnitude = 0;
   for (gint64 i = 0; i < n; i++) {
     const float *x = qkv_tensor_f32(logits) + i * c;
     gint32 t = qkv_tensor_i32(targets)[i];
@@ -127,18 +128,31 @@ test_ce_large(void)
       for (gint64 j = 0; j < c; j++)
         s += exp(x[j] - m);
       loss = (log(s) + m - x[t]) * qkv_tensor_f32(weight)[i];
+      qkv_tensor_f32(magnitude)[i] =
+          (float)(qkv_tensor_f32(weight)[i] * (1 + fabs(log(s)) + fabs(m) + fabs(x[t])));
     }
     qkv_tensor_f32(want_none)[i] = (float)loss;
     total += loss;
+    total_magnitude += qkv_tensor_f32(magnitude)[i];
   }
+  /* One float32 computation against the exact loss: the sum of c positive
+   * exp terms is within S(c) u (relative, qkv_test_sum_factor) and each exp
+   * within 2 u, so log s is within (S(c) + 2) u absolute; log, the additions
+   * of m and x_t, the weight and the rounding of want add a rounding each of
+   * their operands' sizes: (S(c) + 6) u times w · (1 + |log s| + |m| + |x_t|). */
+  double factor = qkv_test_sum_factor((double)c) + 6;
+  /* Sum and mean add up the n losses: S(n) u times their magnitudes more. */
+  double sum_bound =
+      QKV_TEST_U * (factor * total_magnitude + qkv_test_sum_factor((double)n) * total_magnitude);
   LossSpec none = {QKV_REDUCTION_NONE, TRUE}, sum = {QKV_REDUCTION_SUM, TRUE},
            mean = {QKV_REDUCTION_MEAN, TRUE};
   g_autoptr(QkvTensor) y = qkv_test_eval(3, in, build_ce, &none);
-  qkv_assert_tensor_close(y, want_none, 1e-4);
+  qkv_assert_bounded("cross_entropy vs double", y, want_none, magnitude, factor);
   g_autoptr(QkvTensor) ys = qkv_test_eval(3, in, build_ce, &sum);
-  g_assert_cmpfloat(fabs(qkv_tensor_get(ys, 0) - total), <=, 1e-4 * fabs(total));
+  g_assert_cmpfloat(fabs(qkv_tensor_get(ys, 0) - total), <=, sum_bound);
   g_autoptr(QkvTensor) ym = qkv_test_eval(3, in, build_ce, &mean);
-  g_assert_cmpfloat(fabs(qkv_tensor_get(ym, 0) - total / n), <=, 1e-4 * fabs(total / n));
+  g_assert_cmpfloat(fabs(qkv_tensor_get(ym, 0) - total / n), <=,
+                    sum_bound / n + QKV_TEST_U * fabs(total / n));
 }
 
 /* ---- cross_entropy_backward ------------------------------------------- */

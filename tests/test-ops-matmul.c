@@ -67,7 +67,8 @@ test_forward_2d(void)
   QkvTensor *all[] = {c00, c10, c01, c11};
   for (guint i = 0; i < G_N_ELEMENTS(all); i++) {
     assert_shape(all[i], &s22);
-    qkv_assert_values(all[i], want, 4, 1e-5);
+    /* Small integers: every product and partial sum is exact in float32. */
+    qkv_assert_values(all[i], want, 4, 0);
   }
 }
 
@@ -83,12 +84,14 @@ test_forward_batched(void)
   g_autoptr(QkvTensor) tb = qkv_tensor_new_f32(&s, b);
   g_autoptr(QkvTensor) c = eval_matmul(ta, tb, FALSE, FALSE);
   assert_shape(c, &s);
-  qkv_assert_values(c, want, 8, 1e-5);
+  /* Small integers: every product and partial sum is exact in float32. */
+  qkv_assert_values(c, want, 8, 0);
 
   /* With transpose_b on the same stored b: batch 0 · [[5 7] [6 8]] = [[17 23] [39 53]] */
   float want_tb[] = {17, 23, 39, 53, 2, 4, 3, 5};
   g_autoptr(QkvTensor) ctb = eval_matmul(ta, tb, FALSE, TRUE);
-  qkv_assert_values(ctb, want_tb, 8, 1e-5);
+  /* Small integers: every product and partial sum is exact in float32. */
+  qkv_assert_values(ctb, want_tb, 8, 0);
 }
 
 static void
@@ -103,7 +106,8 @@ test_forward_shared(void)
   float want[] = {58, 64, 139, 154, 7, 8, 9, 10};
   g_autoptr(QkvTensor) c = eval_matmul(ta, tb, FALSE, FALSE);
   assert_shape(c, &sc);
-  qkv_assert_values(c, want, 8, 1e-5);
+  /* Small integers: every product and partial sum is exact in float32. */
+  qkv_assert_values(c, want, 8, 0);
 
   /* Shared a: (2, 3) · b (2, 3, 2); b1 = [[1 0] [0 1] [1 1]] gives [[4 5] [10 11]]. */
   float a2[] = {1, 2, 3, 4, 5, 6};
@@ -114,7 +118,8 @@ test_forward_shared(void)
   float want2[] = {58, 64, 139, 154, 4, 5, 10, 11};
   g_autoptr(QkvTensor) c2 = eval_matmul(ta2, tb2, FALSE, FALSE);
   assert_shape(c2, &sc);
-  qkv_assert_values(c2, want2, 8, 1e-5);
+  /* Small integers: every product and partial sum is exact in float32. */
+  qkv_assert_values(c2, want2, 8, 0);
 }
 
 /* Naive reference: c[b] = op(a[b or 0]) · op(b[b or 0]). */
@@ -165,13 +170,21 @@ test_forward_reference(void)
       g_autoptr(QkvTensor) got = eval_matmul(a, b, ta, tb);
       g_autoptr(QkvTensor) want =
           reference_matmul(a, b, ta, tb, cases[c].batch, cases[c].m, cases[c].k, cases[c].n, &sc);
-      /* Absolute: entries are sums of up to 131 products of size ~1, so
-       * rounding is ~1e-5 whatever the entry's own size; a wrong index or
-       * stride gives errors of order 1. */
-      for (gint64 e = 0; e < qkv_tensor_numel(want); e++)
-        if (!(fabs(qkv_tensor_get(got, e) - qkv_tensor_get(want, e)) <= 1e-4))
-          g_error("case %u ta=%d tb=%d element %" G_GINT64_FORMAT ": %.7g vs %.7g", c, ta, tb, e,
-                  qkv_tensor_get(got, e), qkv_tensor_get(want, e));
+      /* A float32 GEMM of inner dimension k is within gamma(k) · (|A||B|)_ij
+       * of the exact product, in any order of the sums; want is that product
+       * rounded once (u · |want| ≤ u · (|A||B|)_ij): factor k + 1 against
+       * (|A||B|)_ij. A wrong index or stride gives errors of order 1. */
+      g_autoptr(QkvTensor) abs_a = qkv_tensor_copy(a);
+      g_autoptr(QkvTensor) abs_b = qkv_tensor_copy(b);
+      for (gint64 e = 0; e < qkv_tensor_numel(a); e++)
+        qkv_tensor_f32(abs_a)[e] = fabsf(qkv_tensor_f32(a)[e]);
+      for (gint64 e = 0; e < qkv_tensor_numel(b); e++)
+        qkv_tensor_f32(abs_b)[e] = fabsf(qkv_tensor_f32(b)[e]);
+      g_autoptr(QkvTensor) magnitude = reference_matmul(abs_a, abs_b, ta, tb, cases[c].batch,
+                                                        cases[c].m, cases[c].k, cases[c].n, &sc);
+      g_autofree gchar *label = g_strdup_printf("case %u ta=%d tb=%d", c, ta, tb);
+      qkv_assert_bounded(label, got, want, magnitude,
+                         qkv_test_gamma((double)cases[c].k) / QKV_TEST_U + 1);
     }
   }
 }
@@ -317,12 +330,18 @@ test_sgemm_small_shapes(void)
             g_assert_cmpfloat(pc[i * ldc + j], ==, c0[i * ldc + j]);
             continue;
           }
-          double sum = 0;
-          for (gint64 p = 0; p < k; p++)
-            sum += (double)(ta ? pa[p * lda + i] : pa[i * lda + p]) *
-                   (tb ? pb[j * ldb + p] : pb[p * ldb + j]);
+          double sum = 0, magnitude = 0;
+          for (gint64 p = 0; p < k; p++) {
+            double term = (double)(ta ? pa[p * lda + i] : pa[i * lda + p]) *
+                          (tb ? pb[j * ldb + p] : pb[p * ldb + j]);
+            sum += term;
+            magnitude += fabs(term);
+          }
           double want = alpha * sum + (beta != 0.0f ? beta * c0[i * ldc + j] : 0.0);
-          if (fabs(pc[i * ldc + j] - want) > 1e-5 * MAX(1.0, fabs(want)))
+          magnitude = fabs(alpha) * magnitude + (beta != 0.0f ? fabs(beta * c0[i * ldc + j]) : 0.0);
+          /* k products summed, scaled by alpha and added to beta · c: gamma(k +
+           * 2) times the sum of the magnitudes, in any order. */
+          if (fabs(pc[i * ldc + j] - want) > qkv_test_gamma((double)k + 2) * magnitude)
             g_error("qkv_sgemm %s%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
                     " beta %g: c[%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT "] = %.8g, expected %.8g",
                     ta ? "T" : "N", tb ? "T" : "N", m, n, k, beta, i, j, pc[i * ldc + j], want);

@@ -113,9 +113,17 @@ test_softmax_large(void)
     for (gint64 j = 0; j < 611; j++) {
       double p = qkv_tensor_get(y, r * 611 + j), lp = qkv_tensor_get(ly, r * 611 + j);
       sum += p;
-      g_assert_cmpfloat(fabs(exp(lp) - p), <=, 1e-5 * p + 1e-30);
+      /* p = exp(x - m) / s and lp = (x - m) - log s in float32, s a sum of
+       * 611 positive terms, within S(611) u relative (qkv_test_sum_factor).
+       * As x - m ≤ 0 ≤ log s, |x - m| and log s are at most |lp|: lp is off
+       * by S(611) u (through log s) plus the roundings of x - m, log (2 u)
+       * and the subtraction, at most 4 |lp| u + 1 u; exp(lp) carries that
+       * relative. p carries S(611) u, 2 u for exp and 1 u for the division. */
+      double factor = 2 * qkv_test_sum_factor(611) + 4 * fabs(lp) + 8;
+      g_assert_cmpfloat(fabs(exp(lp) - p), <=, factor * QKV_TEST_U * p + 1e-30);
     }
-    g_assert_cmpfloat_with_epsilon(sum, 1.0, 1e-4);
+    /* Each p within (S(611) + 4) u relative (above), their sum alike. */
+    g_assert_cmpfloat_with_epsilon(sum, 1.0, (qkv_test_sum_factor(611) + 4) * QKV_TEST_U);
   }
 }
 

@@ -54,20 +54,23 @@ set_grads(QkvParams *params)
 
 static double worst_rel = 0;
 
-/* Largest |a - b| / max(|b|, 1e-6) must stay within 1e-6. */
+/* qkv's and PyTorch's float32 updates of the same element: no sums across
+ * elements, about 8 roundings per step (weight decay, the moment updates,
+ * sqrt, the bias corrections, the division and the step), each relative to
+ * operands of the size of the tensor (params, gradients and moments are
+ * O(scale)), over 3 steps, in two computations: 2 × 3 × 8 = 48 u times the
+ * tensor's scale. */
+#define OPTIM_FACTOR 48.0
+
 static void
 assert_matches(const QkvTensor *actual, const QkvTensor *expected, const gchar *what)
 {
   g_assert_cmpint(qkv_tensor_numel(actual), ==, qkv_tensor_numel(expected));
-  double worst = 0;
-  for (gint64 i = 0; i < qkv_tensor_numel(actual); i++) {
-    double a = qkv_tensor_get(actual, i), b = qkv_tensor_get(expected, i);
-    double rel = fabs(a - b) / fmax(fabs(b), 1e-6);
-    worst = fmax(worst, rel);
-  }
-  worst_rel = fmax(worst_rel, worst);
-  if (worst > 1e-6)
-    g_error("%s: relative difference %g > 1e-6 against PyTorch", what, worst);
+  /* The reference stores tensors flat. */
+  g_autoptr(QkvTensor) flat =
+      qkv_tensor_new_from_data(QKV_F32, qkv_tensor_shape(actual), qkv_tensor_const_data(expected));
+  double needed = qkv_assert_scaled(what, actual, flat, OPTIM_FACTOR);
+  worst_rel = fmax(worst_rel, needed);
 }
 
 static void
@@ -100,7 +103,7 @@ run_against_torch(const gchar *label, QkvOptimizerKind kind, const QkvOptimConfi
       assert_matches(state, qkv_test_ref(ref, name), name);
     }
   }
-  g_test_message("%s: worst relative difference so far %.3g", label, worst_rel);
+  g_test_message("%s: largest factor needed so far %.3g of %g", label, worst_rel, OPTIM_FACTOR);
 }
 
 static void

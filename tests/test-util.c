@@ -165,3 +165,144 @@ qkv_test_input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShape shape)
   g_assert_no_error(error);
   return v;
 }
+
+/* ---- comparing two float32 computations of the same value ---------------- */
+
+double
+qkv_test_gamma(double n)
+{
+  g_assert(n * QKV_TEST_U < 1);
+  return n * QKV_TEST_U / (1 - n * QKV_TEST_U);
+}
+
+double
+qkv_test_sum_factor(double n)
+{
+  return fmin(n, 6 * sqrt(n));
+}
+
+double
+qkv_test_max_abs(const QkvTensor *t)
+{
+  double m = 0;
+  for (gint64 i = 0; i < qkv_tensor_numel(t); i++)
+    m = fmax(m, fabs(qkv_tensor_get(t, i)));
+  return m;
+}
+
+QkvTensor *
+qkv_test_abs_matmul(const QkvTensor *a, const QkvTensor *b, gboolean trans_a, gboolean trans_b)
+{
+  const QkvShape *sa = qkv_tensor_shape(a), *sb = qkv_tensor_shape(b);
+  g_assert(sa->rank >= 2 && sb->rank >= 2);
+  gint64 ar = sa->dims[sa->rank - 2], ac = sa->dims[sa->rank - 1];
+  gint64 br = sb->dims[sb->rank - 2], bc = sb->dims[sb->rank - 1];
+  gint64 m = trans_a ? ac : ar, k = trans_a ? ar : ac;
+  gint64 n = trans_b ? br : bc, kb = trans_b ? bc : br;
+  g_assert(k == kb);
+  gint64 batch = qkv_tensor_numel(a) / (ar * ac), batch_b = qkv_tensor_numel(b) / (br * bc);
+  g_assert(batch_b == batch || batch_b == 1);
+  QkvShape so = *sa;
+  so.dims[so.rank - 2] = m;
+  so.dims[so.rank - 1] = n;
+  QkvTensor *out = qkv_tensor_new(QKV_F32, &so);
+  const float *pa = qkv_tensor_const_data(a), *pb = qkv_tensor_const_data(b);
+  float *po = qkv_tensor_f32(out);
+  for (gint64 s = 0; s < batch; s++) {
+    const float *x = pa + s * ar * ac, *y = pb + (batch_b == 1 ? 0 : s * br * bc);
+    for (gint64 i = 0; i < m; i++)
+      for (gint64 j = 0; j < n; j++) {
+        double acc = 0;
+        for (gint64 l = 0; l < k; l++)
+          acc += fabs((double)(trans_a ? x[l * ac + i] : x[i * ac + l])) *
+                 fabs((double)(trans_b ? y[j * bc + l] : y[l * bc + j]));
+        po[(s * m + i) * n + j] = (float)acc;
+      }
+  }
+  return out;
+}
+
+gboolean
+qkv_test_check_bound(const QkvTensor *actual, const QkvTensor *expected, const QkvTensor *magnitude,
+                     double min_scale, double factor, double *needed, gchar **message)
+{
+  g_autofree gchar *sa = qkv_shape_to_string(qkv_tensor_shape(actual));
+  if (!qkv_shape_equal(qkv_tensor_shape(actual), qkv_tensor_shape(expected)) ||
+      (magnitude != NULL &&
+       !qkv_shape_equal(qkv_tensor_shape(magnitude), qkv_tensor_shape(expected)))) {
+    g_autofree gchar *se = qkv_shape_to_string(qkv_tensor_shape(expected));
+    if (message != NULL)
+      *message = g_strdup_printf("shapes differ: %s vs expected %s", sa, se);
+    return FALSE;
+  }
+  double scale = magnitude == NULL ? fmax(qkv_test_max_abs(expected), min_scale) : 0, worst = 0;
+  gint64 first_bad = -1;
+  for (gint64 i = 0; i < qkv_tensor_numel(actual); i++) {
+    double a = qkv_tensor_get(actual, i), e = qkv_tensor_get(expected, i);
+    double s = magnitude == NULL ? scale : qkv_tensor_get(magnitude, i);
+    double d = fabs(a - e);
+    /* An exact match needs no scale (also where scale_i is 0). */
+    double f = d == 0 ? 0 : d / (QKV_TEST_U * s);
+    if (!(f <= factor) && first_bad < 0)
+      first_bad = i;
+    if (!(f <= worst))
+      worst = isnan(f) ? INFINITY : f;
+  }
+  if (needed != NULL)
+    *needed = worst;
+  if (first_bad >= 0 && message != NULL) {
+    double a = qkv_tensor_get(actual, first_bad), e = qkv_tensor_get(expected, first_bad);
+    double s = magnitude == NULL ? scale : qkv_tensor_get(magnitude, first_bad);
+    *message = g_strdup_printf("element %" G_GINT64_FORMAT " of %s: %.9g vs expected %.9g: "
+                               "|diff| %.3g > %g u * %s %.3g (needs factor %.3g)",
+                               first_bad, sa, a, e, fabs(a - e), factor,
+                               magnitude == NULL ? "scale" : "magnitude", s, worst);
+  }
+  return first_bad < 0;
+}
+
+double
+qkv_test_assert_bound(const char *file, int line, const gchar *label, const QkvTensor *actual,
+                      const QkvTensor *expected, const QkvTensor *magnitude, double min_scale,
+                      double factor)
+{
+  g_autofree gchar *message = NULL;
+  double needed = 0;
+  if (!qkv_test_check_bound(actual, expected, magnitude, min_scale, factor, &needed, &message))
+    g_error("%s:%d: %s: %s", file, line, label, message);
+  g_test_message("bound %s: factor needed %.3g of %g", label, needed, factor);
+  return needed;
+}
+
+QkvTensor *
+qkv_test_abs(const QkvTensor *t)
+{
+  QkvTensor *a = qkv_tensor_copy(t);
+  float *d = qkv_tensor_f32(a);
+  for (gint64 i = 0; i < qkv_tensor_numel(a); i++)
+    d[i] = fabsf(d[i]);
+  return a;
+}
+
+QkvTensor *
+qkv_test_perturbed(const QkvTensor *t, gint64 i, double rel)
+{
+  QkvTensor *p = qkv_tensor_copy(t);
+  float *d = qkv_tensor_f32(p);
+  d[i] = (float)(d[i] * (1 + rel));
+  return p;
+}
+
+gint64
+qkv_test_typical_index(const QkvTensor *t)
+{
+  double ss = 0;
+  gint64 n = qkv_tensor_numel(t), best = 0;
+  for (gint64 i = 0; i < n; i++)
+    ss += qkv_tensor_get(t, i) * qkv_tensor_get(t, i);
+  double rms = sqrt(ss / (double)MAX(n, 1));
+  for (gint64 i = 1; i < n; i++)
+    if (fabs(fabs(qkv_tensor_get(t, i)) - rms) < fabs(fabs(qkv_tensor_get(t, best)) - rms))
+      best = i;
+  return best;
+}

@@ -7,7 +7,9 @@
 QkvTensor *qkv_test_uniform(const QkvShape *shape, guint32 seed, float lo, float hi);
 /* An i32 tensor of uniform integers in [lo, hi). */
 QkvTensor *qkv_test_randint(const QkvShape *shape, guint32 seed, gint32 lo, gint32 hi);
-/* Assert every element of actual is within tol (relative, with abs floor 1e-6... see .c). */
+/* Assert |actual_i - expected_i| <= tol * max(|expected_i|, 1e-3) for every i.
+ * For exact results (tol 0) and for values known to a stated relative accuracy;
+ * two float32 computations of one value use qkv_assert_scaled/bounded below. */
 #define qkv_assert_tensor_close(actual, expected, tol)                                             \
   qkv_test_assert_close(__FILE__, __LINE__, (actual), (expected), (tol))
 void qkv_test_assert_close(const char *file, int line, const QkvTensor *actual,
@@ -17,6 +19,89 @@ void qkv_test_assert_values(const char *file, int line, const QkvTensor *actual,
                             const float *expected, gsize n, double tol);
 #define qkv_assert_values(actual, expected, n, tol)                                                \
   qkv_test_assert_values(__FILE__, __LINE__, (actual), (expected), (n), (tol))
+
+/* ---- comparing two float32 computations of the same value ----------------
+ *
+ * Two correct float32 computations of one quantity (fused vs composite, sparse
+ * vs dense, 1 vs n threads, qkv vs PyTorch) differ by rounding only, and by how
+ * much depends on the order of the sums, which OpenBLAS picks per CPU. So the
+ * tolerance is a bound derived from the arithmetic, never a number one CPU
+ * happened to allow:
+ *
+ *   |actual_i - expected_i| <= factor * u * scale_i
+ *
+ * with u = 2^-24 the unit roundoff of float32 and scale_i either a per-element
+ * magnitude (for a sum, the sum of the magnitudes of its terms, e.g. (|A||B|)_ij
+ * for a GEMM: the rigorous bound of a sum of n terms is gamma(n) times that) or
+ * the tensor's scale max_j |expected_j|. The factor is written at each call
+ * site with where it comes from (two computations, chained GEMMs, inner
+ * dimension, ...). A perturbation of 1e-4 (relative) of one element of typical
+ * size exceeds factor * u * scale as long as factor stays well below
+ * 1e-4 / u ~ 1678, which tests/test-util's "bounds catch errors" test shows
+ * for checks of each kind. */
+
+/* The unit roundoff of float32: half the distance from 1 to the next float. */
+#define QKV_TEST_U (1.0 / 16777216.0)
+/* Higham's gamma_n = n u / (1 - n u): |fl(sum of n terms) - sum| <= gamma_n *
+ * (sum of |terms|) for any order of the additions (recursive, blocked, pairwise
+ * or split over threads) with one rounding per product. */
+double qkv_test_gamma(double n);
+/* The rounding error of a float32 sum of n terms in units of u times the sum
+ * of the terms' magnitudes: n, the worst case for any order (gamma(n)/u to
+ * first order), for short sums; for long ones, where the worst case (every
+ * rounding the same way) is far too pessimistic to catch anything, Higham and
+ * Mary's probabilistic bound lambda·sqrt(n) with lambda = 6 ("A New Approach
+ * to Probabilistic Rounding Error Analysis", SISC 2019: it holds for any
+ * order with probability at least 1 - 2n·exp(-lambda²/2) = 1 - 3e-8·n under
+ * independent roundings). min(n, 6·sqrt(n)): n up to 36. */
+double qkv_test_sum_factor(double n);
+/* max_i |t_i| (f32 or i32). */
+double qkv_test_max_abs(const QkvTensor *t);
+/* The per-element magnitude of a matrix product: |A|·|B| (or with A, B
+ * transposed), computed in double. The rounding error of any float32 GEMM is
+ * at most gamma(k) times it, k the inner dimension. Leading dimensions beyond
+ * the last two are a batch, as in qkv_matmul. */
+QkvTensor *qkv_test_abs_matmul(const QkvTensor *a, const QkvTensor *b, gboolean trans_a,
+                               gboolean trans_b);
+
+/* TRUE when |actual_i - expected_i| <= factor * u * scale_i for every i, where
+ * scale_i = magnitude_i, or max(max_j |expected_j|, min_scale) when magnitude
+ * is NULL. min_scale is for a value that vanishes identically (a sum whose
+ * terms cancel exactly, such as the gradient of the key bias of attention):
+ * its rounding noise follows the magnitude of the terms, not the result's.
+ * Otherwise FALSE, and *message (if not NULL) names the first failing element
+ * (free it with g_free). *needed (if not NULL) gets the smallest factor that
+ * would have passed: max_i |actual_i - expected_i| / (u * scale_i). Shapes must
+ * agree; NaN fails. Asserts nothing, so a test can show a check catches an
+ * error. */
+gboolean qkv_test_check_bound(const QkvTensor *actual, const QkvTensor *expected,
+                              const QkvTensor *magnitude, double min_scale, double factor,
+                              double *needed, gchar **message);
+/* Assert qkv_test_check_bound; logs the factor needed (g_test_message) so a
+ * run with --verbose shows each check's margin. Returns the factor needed. */
+double qkv_test_assert_bound(const char *file, int line, const gchar *label,
+                             const QkvTensor *actual, const QkvTensor *expected,
+                             const QkvTensor *magnitude, double min_scale, double factor);
+/* |actual - expected| <= factor * u * max|expected| element-wise. */
+#define qkv_assert_scaled(label, actual, expected, factor)                                         \
+  qkv_test_assert_bound(__FILE__, __LINE__, (label), (actual), (expected), NULL, 0, (factor))
+/* |actual - expected| <= factor * u * max(max|expected|, min_scale). */
+#define qkv_assert_scaled_min(label, actual, expected, min_scale, factor)                          \
+  qkv_test_assert_bound(__FILE__, __LINE__, (label), (actual), (expected), NULL, (min_scale),      \
+                        (factor))
+/* |actual_i - expected_i| <= factor * u * magnitude_i element-wise. */
+#define qkv_assert_bounded(label, actual, expected, magnitude, factor)                             \
+  qkv_test_assert_bound(__FILE__, __LINE__, (label), (actual), (expected), (magnitude), 0, (factor))
+/* |t| element-wise: the magnitude of a value computed elementwise, for a
+ * bound relative to each element (qkv_assert_bounded). */
+QkvTensor *qkv_test_abs(const QkvTensor *t);
+/* A copy of t with element i multiplied by (1 + rel): a "real error" for the
+ * tests that show a bound catches one. */
+QkvTensor *qkv_test_perturbed(const QkvTensor *t, gint64 i, double rel);
+/* The index of an element of typical size: the one whose |t_i| is nearest the
+ * root mean square of t. */
+gint64 qkv_test_typical_index(const QkvTensor *t);
+
 /* Run qkv_check_gradients with default options and assert it passes. */
 void qkv_test_gradcheck(const char *label, guint n_inputs, QkvTensor *const *inputs,
                         const gboolean *check, QkvCheckBuildFunc build, gpointer user_data);
