@@ -21,4 +21,11 @@ qkv_register_builtin_ops(void)
   qkv_register_ops_ffn();
   qkv_register_ops_positional();
   qkv_register_ops_additive_attention();
+  qkv_register_ops_compare();
+  qkv_register_ops_select();
+  qkv_register_ops_math();
+  qkv_register_ops_argreduce();
+  qkv_register_ops_index();
+  qkv_register_ops_cast();
+  qkv_register_ops_view();
 }

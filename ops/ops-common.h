@@ -27,6 +27,13 @@ void qkv_register_ops_layer_norm(void);
 void qkv_register_ops_ffn(void);
 void qkv_register_ops_positional(void);
 void qkv_register_ops_additive_attention(void);
+void qkv_register_ops_compare(void);
+void qkv_register_ops_select(void);
+void qkv_register_ops_math(void);
+void qkv_register_ops_argreduce(void);
+void qkv_register_ops_index(void);
+void qkv_register_ops_cast(void);
+void qkv_register_ops_view(void);
 
 /* Add a node with inputs[0]'s graph and return its output 0. */
 static inline QkvValue *

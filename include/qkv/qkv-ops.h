@@ -102,4 +102,88 @@ QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue
 QkvValue *qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
                              GError **error);
 
+/* ---- comparisons, selection and indexing ------------------------------- */
+
+/* "eq", "ne", "lt", "le", "gt", "ge": 1 where the comparison holds, else 0,
+ * as f32, with NumPy broadcasting; a and b both f32 or both i32. NaN
+ * compares unequal to everything. No gradient: the output is piecewise
+ * constant, so a and b get none (a zero gradient) through it. */
+QkvValue *qkv_eq(QkvValue *a, QkvValue *b, GError **error);
+QkvValue *qkv_ne(QkvValue *a, QkvValue *b, GError **error);
+QkvValue *qkv_lt(QkvValue *a, QkvValue *b, GError **error);
+QkvValue *qkv_le(QkvValue *a, QkvValue *b, GError **error);
+QkvValue *qkv_gt(QkvValue *a, QkvValue *b, GError **error);
+QkvValue *qkv_ge(QkvValue *a, QkvValue *b, GError **error);
+/* "maximum", "minimum": the larger (smaller) of a and b elementwise, with
+ * broadcasting; NaN in either gives NaN. The gradient goes to the input
+ * picked and is split in half on ties (PyTorch's convention). */
+QkvValue *qkv_maximum(QkvValue *a, QkvValue *b, GError **error);
+QkvValue *qkv_minimum(QkvValue *a, QkvValue *b, GError **error);
+/* "where": a where cond is nonzero, else b. cond is f32 or i32 (a NaN is
+ * nonzero, so true); all three broadcast. Gradient to a and b (none to cond). */
+QkvValue *qkv_where(QkvValue *cond, QkvValue *a, QkvValue *b, GError **error);
+/* "masked_fill" {value: d}: x with value where mask (f32 or i32,
+ * broadcasting to x's shape) is nonzero. Zero gradient there. */
+QkvValue *qkv_masked_fill(QkvValue *x, QkvValue *mask, double value, GError **error);
+/* "sequence_mask" {maxlen: x}: from i32 valid_lens (B) or (B, Q) (any
+ * shape …), the f32 mask (…, maxlen) that is 1 where t < valid_lens. */
+QkvValue *qkv_sequence_mask(QkvValue *valid_lens, gint64 maxlen, GError **error);
+/* "clamp" {min: d, max: d}: x limited to [lo, hi] (-INFINITY / INFINITY
+ * for no bound; lo > hi is an error); NaN passes through. The gradient
+ * passes where lo ≤ x ≤ hi, bounds included (as PyTorch's). */
+QkvValue *qkv_clamp(QkvValue *x, double lo, double hi, GError **error);
+
+/* Elementwise "abs" (gradient sign(x), 0 at 0), "sign" (-1, 0 or 1; no
+ * gradient), "sqrt" and "square". */
+QkvValue *qkv_abs(QkvValue *x, GError **error);
+QkvValue *qkv_sign(QkvValue *x, GError **error);
+QkvValue *qkv_sqrt(QkvValue *x, GError **error);
+QkvValue *qkv_square(QkvValue *x, GError **error);
+/* "pow" {exponent: d}: x^exponent elementwise (the exponent rounded to f32);
+ * gradient exponent · x^(exponent-1), 0 when exponent is 0. */
+QkvValue *qkv_pow(QkvValue *x, double exponent, GError **error);
+
+/* "max", "min" {axis: i, keepdims: b}: the largest (smallest) element of x
+ * along axis, and in *indices (may be NULL) its i32 index. Ties give the
+ * first index; a NaN beats every number. The gradient of the values goes to
+ * the picked element. */
+QkvValue *qkv_max(QkvValue *x, gint axis, gboolean keepdims, QkvValue **indices, GError **error);
+QkvValue *qkv_min(QkvValue *x, gint axis, gboolean keepdims, QkvValue **indices, GError **error);
+/* "argmax", "argmin" {axis: i, keepdims: b}: the i32 index alone. */
+QkvValue *qkv_argmax(QkvValue *x, gint axis, gboolean keepdims, GError **error);
+QkvValue *qkv_argmin(QkvValue *x, gint axis, gboolean keepdims, GError **error);
+
+/* "cast" {dtype: s}: x as f32 or i32. f32 → i32 truncates toward zero; NaN
+ * gives 0 and values beyond the i32 range saturate. Only f32 → f32 passes a
+ * gradient. */
+QkvValue *qkv_cast(QkvValue *x, QkvDType dtype, GError **error);
+/* "unsqueeze" {axis: i}: a new axis of size 1 at axis (-(rank+1) ≤ axis ≤
+ * rank). */
+QkvValue *qkv_unsqueeze(QkvValue *x, gint axis, GError **error);
+/* "squeeze" {axes: ax}: drop the given axes, which must have size 1 (every
+ * axis of size 1 when n_axes is 0). */
+QkvValue *qkv_squeeze(QkvValue *x, const gint *axes, guint n_axes, GError **error);
+/* "expand" {shape: ax}: x repeated along its axes of size 1 and along new
+ * leading axes to shape; -1 keeps x's size. The gradient sums over the
+ * repeats. */
+QkvValue *qkv_expand(QkvValue *x, const QkvShape *shape, GError **error);
+/* "gather" {axis: i}: y[…, k, …] = x[…, index[…, k, …], …] along axis, as
+ * torch.gather: index (i32) has x's rank and is no larger off the axis; y
+ * has index's shape. An index outside [0, size) gives 0. */
+QkvValue *qkv_gather(QkvValue *x, QkvValue *index, gint axis, GError **error);
+/* "index_select" {axis: i}: the slices of x at positions index (i32, rank 1)
+ * along axis. An index outside [0, size) gives a zero slice. */
+QkvValue *qkv_index_select(QkvValue *x, QkvValue *index, gint axis, GError **error);
+
+/* Gradient ops of the above, scatter-adding (indices out of range skipped). */
+/* "gather_backward" {shape: ax, axis: i}: zeros of input_shape, dy added at index. */
+QkvValue *qkv_gather_backward(QkvValue *dy, QkvValue *index, const QkvShape *input_shape, gint axis,
+                              GError **error);
+/* "index_select_backward" {size: x, axis: i}: zeros with size along axis, the
+ * slices of dy added at index. */
+QkvValue *qkv_index_select_backward(QkvValue *dy, QkvValue *index, gint64 size, gint axis,
+                                    GError **error);
+/* "clamp_backward" {min: d, max: d}: dy where lo ≤ x ≤ hi, else 0. */
+QkvValue *qkv_clamp_backward(QkvValue *dy, QkvValue *x, double lo, double hi, GError **error);
+
 G_END_DECLS
