@@ -627,8 +627,8 @@ qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *w_q, Qkv
                        QkvValue *w_v, QkvValue *valid_lens, double dropout, QkvValue **weights,
                        GError **error)
 {
-  g_return_val_if_fail(q != NULL && k != NULL && v != NULL, NULL);
-  g_return_val_if_fail(w_q != NULL && w_k != NULL && w_v != NULL, NULL);
+  QKV_RETURN_IF_MISSING("additive_attention", error, q, k, v);
+  QKV_RETURN_IF_MISSING("additive_attention", error, w_q, w_k, w_v);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));

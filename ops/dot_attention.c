@@ -362,7 +362,7 @@ QkvValue *
 qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
                           gboolean causal, double dropout, QkvValue **weights, GError **error)
 {
-  g_return_val_if_fail(q != NULL && k != NULL && v != NULL, NULL);
+  QKV_RETURN_IF_MISSING("dot_product_attention", error, q, k, v);
   QkvValue *inputs[] = {q, k, v, valid_lens};
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

@@ -158,7 +158,7 @@ qkv_register_ops_dropout(void)
 QkvValue *
 qkv_dropout(QkvValue *x, double p, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("dropout", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "p", g_variant_new_double(p));

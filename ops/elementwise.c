@@ -791,7 +791,7 @@ qkv_register_ops_elementwise(void)
 static QkvValue *
 binary_call(const gchar *op_name, QkvValue *a, QkvValue *b, GError **error)
 {
-  g_return_val_if_fail(a != NULL && b != NULL, NULL);
+  QKV_RETURN_IF_MISSING(op_name, error, a, b);
   QkvValue *inputs[] = {a, b};
   return qkv_op_call(op_name, inputs, 2, NULL, error);
 }
@@ -799,7 +799,7 @@ binary_call(const gchar *op_name, QkvValue *a, QkvValue *b, GError **error)
 static QkvValue *
 unary_call(const gchar *op_name, QkvValue *x, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING(op_name, error, x);
   return qkv_op_call(op_name, &x, 1, NULL, error);
 }
 
@@ -830,7 +830,7 @@ qkv_div(QkvValue *a, QkvValue *b, GError **error)
 QkvValue *
 qkv_scale(QkvValue *x, double factor, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("scale", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "factor", g_variant_new_double(factor));

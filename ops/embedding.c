@@ -204,7 +204,7 @@ qkv_register_ops_embedding(void)
 QkvValue *
 qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
 {
-  g_return_val_if_fail(ids != NULL && weight != NULL, NULL);
+  QKV_RETURN_IF_MISSING("embedding", error, ids, weight);
   QkvValue *inputs[] = {ids, weight};
   return qkv_op_call("embedding", inputs, 2, NULL, error);
 }
@@ -212,7 +212,7 @@ qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
 QkvValue *
 qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddings, GError **error)
 {
-  g_return_val_if_fail(dy != NULL && ids != NULL, NULL);
+  QKV_RETURN_IF_MISSING("embedding_backward", error, dy, ids);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "num_embeddings", g_variant_new_int64(num_embeddings));

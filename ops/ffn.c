@@ -310,7 +310,7 @@ QkvValue *
 qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2, QkvValue *b2,
                       GError **error)
 {
-  g_return_val_if_fail(x != NULL && w1 != NULL && b1 != NULL && w2 != NULL && b2 != NULL, NULL);
+  QKV_RETURN_IF_MISSING("position_wise_ffn", error, x, w1, b1, w2, b2);
   QkvValue *inputs[] = {x, w1, b1, w2, b2};
   return qkv_op_call("position_wise_ffn", inputs, 5, NULL, error);
 }

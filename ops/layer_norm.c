@@ -285,7 +285,7 @@ qkv_register_ops_layer_norm(void)
 QkvValue *
 qkv_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, double eps, GError **error)
 {
-  g_return_val_if_fail(x != NULL && gamma != NULL && beta != NULL, NULL);
+  QKV_RETURN_IF_MISSING("layer_norm", error, x, gamma, beta);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "eps", g_variant_new_double(eps));

@@ -439,7 +439,7 @@ QkvValue *
 qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight, QkvReduction reduction,
                   GError **error)
 {
-  g_return_val_if_fail(logits != NULL && targets != NULL, NULL);
+  QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {logits, targets, weight};
   return qkv_op_call("cross_entropy", inputs, weight != NULL ? 3 : 2,
@@ -450,7 +450,7 @@ QkvValue *
 qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets, QkvValue *weight,
                            QkvReduction reduction, GError **error)
 {
-  g_return_val_if_fail(dloss != NULL && logits != NULL && targets != NULL, NULL);
+  QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {dloss, logits, targets, weight};
   return qkv_op_call("cross_entropy_backward", inputs, weight != NULL ? 4 : 3,
@@ -460,7 +460,7 @@ qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
 QkvValue *
 qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error)
 {
-  g_return_val_if_fail(pred != NULL && target != NULL, NULL);
+  QKV_RETURN_IF_MISSING("mse", error, pred, target);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {pred, target};
   return qkv_op_call("mse", inputs, 2, reduction_attrs_variant(reduction), error);

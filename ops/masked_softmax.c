@@ -207,7 +207,7 @@ qkv_register_ops_masked_softmax(void)
 QkvValue *
 qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("masked_softmax", error, x);
   QkvValue *inputs[] = {x, valid_lens};
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

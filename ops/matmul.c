@@ -247,7 +247,7 @@ qkv_register_ops_matmul(void)
 QkvValue *
 qkv_matmul(QkvValue *a, QkvValue *b, gboolean transpose_a, gboolean transpose_b, GError **error)
 {
-  g_return_val_if_fail(a != NULL && b != NULL, NULL);
+  QKV_RETURN_IF_MISSING("matmul", error, a, b);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "transpose_a", g_variant_new_boolean(transpose_a));

@@ -668,15 +668,15 @@ qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values, Qk
                          gint num_heads, QkvValue *valid_lens, gboolean causal, double dropout,
                          QkvValue **weights, GError **error)
 {
-  g_return_val_if_fail(queries != NULL && keys != NULL && values != NULL, NULL);
-  g_return_val_if_fail(w_q != NULL && w_k != NULL && w_v != NULL && w_o != NULL, NULL);
+  QKV_RETURN_IF_MISSING("multi_head_attention", error, queries, keys, values);
+  QKV_RETURN_IF_MISSING("multi_head_attention", error, w_q, w_k, w_v, w_o);
   QkvValue *inputs[12] = {queries, keys, values, w_q, w_k, w_v, w_o};
   guint n = 7;
   if (biases != NULL) {
-    for (guint i = 0; i < 4; i++) {
-      g_return_val_if_fail(biases[i] != NULL, NULL);
+    QKV_RETURN_IF_MISSING("multi_head_attention", error, biases[0], biases[1], biases[2],
+                          biases[3]);
+    for (guint i = 0; i < 4; i++)
       inputs[n++] = biases[i];
-    }
   }
   if (valid_lens != NULL)
     inputs[n++] = valid_lens;

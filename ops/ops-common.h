@@ -40,7 +40,9 @@ static inline QkvValue *
 qkv_op_call(const gchar *op_name, QkvValue *const *inputs, guint n_inputs, GVariant *attrs,
             GError **error)
 {
-  g_return_val_if_fail(n_inputs > 0 && inputs[0] != NULL, NULL);
+  g_return_val_if_fail(n_inputs > 0, NULL);
+  if (!qkv_values_present(op_name, inputs, n_inputs, error))
+    return NULL;
   return qkv_graph_op(qkv_value_graph(inputs[0]), op_name, inputs, n_inputs, attrs, error);
 }
 

@@ -193,7 +193,7 @@ qkv_register_ops_positional(void)
 QkvValue *
 qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("positional_encoding", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));

@@ -622,7 +622,7 @@ static QkvValue *
 reduce_call(const gchar *op_name, QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims,
             GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING(op_name, error, x);
   g_return_val_if_fail(n_axes == 0 || axes != NULL, NULL);
   GVariantBuilder axes_builder, attrs;
   g_variant_builder_init(&axes_builder, G_VARIANT_TYPE("ax"));
@@ -637,7 +637,8 @@ reduce_call(const gchar *op_name, QkvValue *x, const gint *axes, guint n_axes, g
 static QkvValue *
 shape_call(const gchar *op_name, QkvValue *x, const QkvShape *shape, GError **error)
 {
-  g_return_val_if_fail(x != NULL && shape != NULL, NULL);
+  g_return_val_if_fail(shape != NULL, NULL);
+  QKV_RETURN_IF_MISSING(op_name, error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "shape",

@@ -694,7 +694,8 @@ qkv_register_ops_shape(void)
 QkvValue *
 qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
 {
-  g_return_val_if_fail(x != NULL && shape != NULL, NULL);
+  g_return_val_if_fail(shape != NULL, NULL);
+  QKV_RETURN_IF_MISSING("reshape", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "shape",
@@ -705,7 +706,8 @@ qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
 QkvValue *
 qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
 {
-  g_return_val_if_fail(x != NULL && (perm != NULL || n == 0), NULL);
+  g_return_val_if_fail(perm != NULL || n == 0, NULL);
+  QKV_RETURN_IF_MISSING("permute", error, x);
   g_autofree gint64 *values = g_new(gint64, MAX(n, 1));
   for (guint i = 0; i < n; i++)
     values[i] = perm[i];
@@ -718,7 +720,7 @@ qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
 QkvValue *
 qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("transpose", error, x);
   gint rank = qkv_value_shape(x)->rank;
   gint a0 = qkv_normalize_axis(axis0, rank), a1 = qkv_normalize_axis(axis1, rank);
   if (a0 < 0 || a1 < 0) {
@@ -738,7 +740,7 @@ qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
 QkvValue *
 qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("slice", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(axis));
@@ -751,6 +753,8 @@ QkvValue *
 qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error)
 {
   g_return_val_if_fail(xs != NULL && n > 0, NULL);
+  if (!qkv_values_present("concat", xs, n, error))
+    return NULL;
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(axis));
@@ -761,7 +765,8 @@ QkvValue *
 qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
                    GError **error)
 {
-  g_return_val_if_fail(dy != NULL && input_shape != NULL, NULL);
+  g_return_val_if_fail(input_shape != NULL, NULL);
+  QKV_RETURN_IF_MISSING("slice_backward", error, dy);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "shape",

@@ -294,21 +294,21 @@ qkv_register_ops_softmax(void)
 QkvValue *
 qkv_softmax(QkvValue *x, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("softmax", error, x);
   return qkv_op_call("softmax", &x, 1, NULL, error);
 }
 
 QkvValue *
 qkv_log_softmax(QkvValue *x, GError **error)
 {
-  g_return_val_if_fail(x != NULL, NULL);
+  QKV_RETURN_IF_MISSING("log_softmax", error, x);
   return qkv_op_call("log_softmax", &x, 1, NULL, error);
 }
 
 QkvValue *
 qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
-  g_return_val_if_fail(dy != NULL && y != NULL, NULL);
+  QKV_RETURN_IF_MISSING("softmax_backward", error, dy, y);
   QkvValue *inputs[] = {dy, y};
   return qkv_op_call("softmax_backward", inputs, 2, NULL, error);
 }
@@ -316,7 +316,7 @@ qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 QkvValue *
 qkv_log_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
-  g_return_val_if_fail(dy != NULL && y != NULL, NULL);
+  QKV_RETURN_IF_MISSING("log_softmax_backward", error, dy, y);
   QkvValue *inputs[] = {dy, y};
   return qkv_op_call("log_softmax_backward", inputs, 2, NULL, error);
 }

@@ -298,7 +298,9 @@ node_gradient(QkvGraph *graph, QkvNode *node, QkvValue *const *out_grads, const 
 gboolean
 qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
 {
-  g_return_val_if_fail(graph != NULL && loss != NULL, FALSE);
+  g_return_val_if_fail(graph != NULL, FALSE);
+  if (!qkv_values_present("backward", &loss, 1, error))
+    return FALSE;
   if (loss->graph != graph) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_GRAPH_MISMATCH,
                 "backward: the loss '%s' belongs to another graph", loss->name);

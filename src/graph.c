@@ -193,6 +193,21 @@ make_node_name(QkvGraph *graph, const gchar *op_name)
   return g_strdup_printf("%s_%u", op_name, id);
 }
 
+gboolean
+qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError **error)
+{
+  for (guint i = 0; i < n; i++) {
+    if (values[i] != NULL)
+      continue;
+    /* an error already set is the cause: keep it, say nothing */
+    if (error != NULL && *error == NULL)
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "%s: value %u is NULL (did an earlier step fail?)", what, i);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 QkvNode *
 qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs, guint n_inputs,
                    GVariant *attrs, GError **error)
@@ -226,9 +241,10 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
   }
   for (guint i = 0; i < n_inputs; i++) {
     if (inputs[i] == NULL) {
-      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                  "op '%s' (node %s): input %u is NULL (did an earlier step fail?)", op_name,
-                  node_name, i);
+      if (error == NULL || *error == NULL) /* else an earlier failure said why */
+        g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                    "op '%s' (node %s): input %u is NULL (did an earlier step fail?)", op_name,
+                    node_name, i);
       return NULL;
     }
     if (inputs[i]->graph != graph) {

@@ -234,7 +234,8 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   QkvPlanOptions opts = options ? *options : qkv_plan_options_default();
   for (guint i = 0; i < n_outputs; i++) {
     if (outputs[i] == NULL) {
-      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "compile: output %u is NULL", i);
+      if (error == NULL || *error == NULL) /* else an earlier failure said why */
+        g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "compile: output %u is NULL", i);
       return NULL;
     }
     if (outputs[i]->graph != graph) {

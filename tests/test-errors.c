@@ -157,6 +157,64 @@ test_null_input(Fixture *f, gconstpointer data)
   assert_graph_usable(f, n);
 }
 
+static guint chain_log_count;
+static gboolean chain_counting;
+
+/* Installed once for the whole program (GLib allows one writer): counts what
+ * is logged while chain_counting is set, else logs as usual. */
+static GLogWriterOutput
+count_log_writer(GLogLevelFlags level, const GLogField *fields, gsize n_fields, gpointer data)
+{
+  if (chain_counting) {
+    chain_log_count++;
+    return G_LOG_WRITER_HANDLED;
+  }
+  return g_log_writer_default(level, fields, n_fields, data);
+}
+
+/* Errors chain: ten ops in a row, the third of which fails (a shape
+ * mismatch); every later call gets a NULL input and must return NULL quietly,
+ * leaving the third call's error as the one the caller sees, and the loss,
+ * backward and compile at the end must do the same. */
+static void
+test_error_chain(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  GError *error = NULL;
+  QkvShape s5 = QKV_SHAPE(5);
+  QkvValue *wrong = qkv_graph_input(f->graph, "wrong", QKV_F32, &s5, &error);
+  g_assert_no_error(error);
+  chain_log_count = 0;
+  chain_counting = TRUE;
+  QkvValue *x = f->a;
+  x = qkv_relu(x, &error);                             /* 1 */
+  x = qkv_tanh(x, &error);                             /* 2 */
+  x = qkv_add(x, wrong, &error);                       /* 3: (2, 3) + (5) does not broadcast */
+  x = qkv_sigmoid(x, &error);                          /* 4 */
+  x = qkv_mul(x, f->a, &error);                        /* 5 */
+  x = qkv_softmax(x, &error);                          /* 6 */
+  x = qkv_scale(x, 2.0, &error);                       /* 7 */
+  x = qkv_transpose(x, 0, 1, &error);                  /* 8 */
+  x = qkv_exp(x, &error);                              /* 9 */
+  QkvValue *loss = qkv_sum(x, NULL, 0, FALSE, &error); /* 10 */
+  g_assert_null(loss);
+  g_assert_false(qkv_graph_backward(f->graph, loss, &error));
+  QkvPlanOptions opts = qkv_plan_options_default();
+  g_assert_null(qkv_graph_compile(f->graph, &loss, 1, &opts, &error));
+  chain_counting = FALSE;
+  g_assert_cmpuint(chain_log_count, ==, 0);
+  assert_error_names(error, QKV_ERROR_SHAPE, "add");
+  g_clear_error(&error);
+  /* the two ops before the failure stay; nothing after it was added */
+  g_assert_cmpuint(qkv_graph_n_nodes(f->graph), ==, n + 2);
+
+  /* a NULL passed with no earlier error is reported as such */
+  g_assert_null(qkv_relu(NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "relu"));
+  g_clear_error(&error);
+}
+
 /* Attributes whose arithmetic would overflow: the shape rule must refuse
  * them, since kernels trust the shapes it lets through. */
 static void
@@ -222,6 +280,7 @@ int
 main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  g_log_set_writer_func(count_log_writer, NULL, NULL);
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
   ADD("/errors/unknown-op", test_unknown_op);
   ADD("/errors/wrong-arity", test_wrong_arity);
@@ -230,6 +289,7 @@ main(int argc, char **argv)
   ADD("/errors/attributes", test_attributes);
   ADD("/errors/value-from-another-graph", test_value_from_another_graph);
   ADD("/errors/null-input", test_null_input);
+  ADD("/errors/error-chain", test_error_chain);
   ADD("/errors/overflowing-attributes", test_overflowing_attributes);
   g_test_add_func("/errors/bad-registration", test_bad_registration);
   return g_test_run();

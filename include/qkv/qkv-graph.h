@@ -25,6 +25,34 @@ typedef enum {
   QKV_VALUE_OP,
 } QkvValueKind;
 
+/* Errors chain. Every typed op, builder, qkv_graph_backward() and
+ * qkv_graph_compile() given a NULL value (because an earlier call failed)
+ * returns NULL (or FALSE) without a warning, and leaves error alone when it
+ * already holds an error: the first error is the one the caller sees, so
+ * straight-line model code needs one check at the end:
+ *
+ *   QkvValue *h = qkv_matmul(x, w, FALSE, TRUE, &error);
+ *   QkvValue *y = qkv_relu(h, &error);                 (NULL if the matmul failed)
+ *   QkvValue *loss = qkv_mse_loss(y, t, QKV_REDUCTION_MEAN, &error);
+ *   if (loss == NULL) … error holds the matmul's message …
+ *
+ * When error is still empty, the NULL value itself is reported (a NULL passed
+ * by mistake, not by an earlier failure).
+ *
+ * qkv_values_present() is that check, for your own functions: TRUE when all n
+ * values are non-NULL; otherwise FALSE, setting QKV_ERROR_INVALID_ARGUMENT
+ * ("what: value i is NULL") only when error holds nothing yet. */
+gboolean qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError **error);
+/* Return NULL from the calling function unless every value given is non-NULL. */
+#define QKV_RETURN_IF_MISSING(what, error, ...)                                                    \
+  G_STMT_START                                                                                     \
+  {                                                                                                \
+    QkvValue *const qkv_present_[] = {__VA_ARGS__};                                                \
+    if (!qkv_values_present((what), qkv_present_, G_N_ELEMENTS(qkv_present_), (error)))            \
+      return NULL;                                                                                 \
+  }                                                                                                \
+  G_STMT_END
+
 QkvGraph *qkv_graph_new(void);
 void qkv_graph_free(QkvGraph *graph);
 
