@@ -37,6 +37,13 @@ static gint gemm_backend = -1;
  * than one. */
 #define QKV_GEMM_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 22)
 
+/* oneDNN costs about 250 ns more per call than OpenBLAS (bench/bench-gemm,
+ * Zen 4): 16×16×16 takes 340 ns there and 95 ns in OpenBLAS, 32×32×32 850 ns
+ * and 615 ns. Products below this many multiply-adds (64×64×64) are that
+ * overhead more than arithmetic, whatever the vector width, so they stay on
+ * OpenBLAS. */
+#define QKV_GEMM_ONEDNN_MIN (G_GINT64_CONSTANT(1) << 18)
+
 /* The thread count of the plan running on this thread (0: none running). */
 static __thread gint running_plan_threads = 0;
 
@@ -205,8 +212,10 @@ backend_sgemm(GemmBackend backend, gboolean transpose_a, gboolean transpose_b, g
 #ifdef QKV_HAVE_ONEDNN
   /* oneDNN refuses leading dimensions shorter than a row even where OpenBLAS
    * takes them (an empty k): such a call goes to OpenBLAS, which also does
-   * c = β·c for k = 0 */
-  if (backend == GEMM_ONEDNN && k > 0)
+   * c = β·c for k = 0; and so do small products (QKV_GEMM_ONEDNN_MIN). A
+   * split product's blocks are 64 rows or columns of one above the split
+   * size, so they stay above it unless k is short. */
+  if (backend == GEMM_ONEDNN && k > 0 && m * n * k >= QKV_GEMM_ONEDNN_MIN)
     done = onednn_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
   if (!done) {

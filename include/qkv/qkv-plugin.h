@@ -250,8 +250,10 @@ void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, g
                float *c, gint64 ldc, gint n_threads);
 
 /* The GEMM library behind qkv_sgemm(): "onednn" (its JIT kernels follow the
- * CPU's features; the default where qkv was built with it and picked AVX-512)
- * or "openblas" (the fallback; QKV_GEMM=openblas forces it). */
+ * CPU's features; the default where qkv was built with it and picked AVX-512;
+ * products under 64×64×64 multiply-adds, where its per-call cost dominates,
+ * still go to OpenBLAS) or "openblas" (the fallback; QKV_GEMM=openblas forces
+ * it). */
 const gchar *qkv_gemm_backend(void);
 /* The kernels that backend runs: "jit avx512_core" and the like for oneDNN,
  * OpenBLAS's core type (e.g. "Haswell") for OpenBLAS. */
