@@ -197,16 +197,18 @@ onednn_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gin
  * setting: OpenBLAS's OpenMP build resets its thread count to that value on
  * every call, and oneDNN reads nothing else. On qkv's pool workers (and on a
  * caller that never lowered it) that is the core count, so each call would
- * start a libgomp team of its own. Each call runs with the count lowered to
- * 1 and then put back, so no team is started and the caller's own OpenMP
- * setting is left as it was. */
+ * start a libgomp team of its own, whose idle workers then spin against
+ * qkv's pool. So every call first lowers the calling thread's count to 1 and
+ * leaves it there, as openblas_set_num_threads(1) always did on the first
+ * caller: qkv's other OpenBLAS calls (the FFN's bias gradients go through
+ * cblas_sgemv) rely on it too. Putting the count back after each call made
+ * those start teams and cost qkv its 2-thread speed-up. */
 static void
 backend_sgemm(GemmBackend backend, gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n,
               gint64 k, float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
               float beta, float *c, gint64 ldc)
 {
-  int saved = omp_get_max_threads();
-  if (saved != 1)
+  if (G_UNLIKELY(omp_get_max_threads() != 1))
     omp_set_num_threads(1);
   gboolean done = FALSE;
 #ifdef QKV_HAVE_ONEDNN
@@ -222,8 +224,6 @@ backend_sgemm(GemmBackend backend, gboolean transpose_a, gboolean transpose_b, g
     blas_single_thread();
     openblas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  if (saved != 1)
-    omp_set_num_threads(saved);
 }
 
 typedef struct {
