@@ -5,7 +5,10 @@
  * few projection shapes near the small kernel's size limit.
  *
  * For each it prints the median ns per call of both and their ratio, and the
- * largest difference between the two results relative to the largest |c|.
+ * largest difference between the two results relative to the largest |c|;
+ * in a build with oneDNN also a direct dnnl_sgemm() call (the backend
+ * qkv_sgemm() uses past its small kernel on AVX-512), to see where the small
+ * kernel (src/smallgemm.c) still wins against it.
  *
  * Usage: bench-gemm [calls per shape (default 20000)]
  */
@@ -13,6 +16,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#ifdef QKV_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +43,16 @@ call_cblas(const Shape *s, const float *a, const float *b, float *c)
               (blasint)s->m, (blasint)s->n, (blasint)s->k, 0.5f, a, (blasint)lda, b, (blasint)ldb,
               0.0f, c, (blasint)s->n);
 }
+
+#ifdef QKV_HAVE_ONEDNN
+static void
+call_dnnl(const Shape *s, const float *a, const float *b, float *c)
+{
+  gint64 lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+  dnnl_sgemm(s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, 0.5f, a, lda, b, ldb, 0.0f, c,
+             s->n);
+}
+#endif
 
 static void
 call_qkv(const Shape *s, const float *a, const float *b, float *c)
@@ -69,6 +86,7 @@ main(int argc, char **argv)
     return 2;
   }
   qkv_set_num_threads(1);
+  omp_set_num_threads(1); /* one thread for oneDNN too */
   static const Shape shapes[] = {
       {FALSE, TRUE, 10, 10, 8},    {FALSE, FALSE, 10, 8, 10},   {TRUE, FALSE, 10, 8, 10},
       {FALSE, TRUE, 32, 32, 32},   {FALSE, FALSE, 32, 32, 32},  {TRUE, FALSE, 32, 32, 32},
@@ -79,8 +97,8 @@ main(int argc, char **argv)
       {FALSE, TRUE, 2048, 64, 64}, {FALSE, TRUE, 16, 16, 16},   {FALSE, FALSE, 16, 16, 16},
       {TRUE, FALSE, 16, 16, 16},   {FALSE, FALSE, 20, 20, 20},  {TRUE, FALSE, 20, 20, 20},
   };
-  printf("%-22s %12s %12s %7s %10s\n", "op(a)·op(b), m×n×k", "qkv ns", "cblas ns", "ratio",
-         "max diff");
+  printf("%-22s %12s %12s %7s %10s %12s %9s\n", "op(a)·op(b), m×n×k", "qkv ns", "cblas ns", "ratio",
+         "max diff", "dnnl ns", "dnnl/qkv");
   for (guint i = 0; i < G_N_ELEMENTS(shapes); i++) {
     const Shape *s = &shapes[i];
     gsize na = (gsize)(s->m * s->k), nb = (gsize)(s->k * s->n), nc = (gsize)(s->m * s->n);
@@ -104,7 +122,12 @@ main(int argc, char **argv)
     g_snprintf(label, sizeof label,
                "%s%s %" G_GINT64_FORMAT "×%" G_GINT64_FORMAT "×%" G_GINT64_FORMAT,
                s->ta ? "T" : "N", s->tb ? "T" : "N", s->m, s->n, s->k);
-    printf("%-22s %12.1f %12.1f %7.2f %10.2e\n", label, tq, tc, tc / tq, diff / MAX(scale, 1e-30));
+    double td = NAN;
+#ifdef QKV_HAVE_ONEDNN
+    td = time_calls(call_dnnl, s, a, b, c2, reps);
+#endif
+    printf("%-22s %12.1f %12.1f %7.2f %10.2e %12.1f %9.2f\n", label, tq, tc, tc / tq,
+           diff / MAX(scale, 1e-30), td, td / tq);
     g_free(a);
     g_free(b);
     g_free(c1);

@@ -438,6 +438,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   g_autofree gchar *blas =
       g_strdup_printf("%s (%s)", openblas_get_corename(), openblas_get_config());
   add_string(jb, "blas", blas);
+  add_string(jb, "gemm_backend", qkv_gemm_backend());
+  add_string(jb, "gemm_kernel", qkv_gemm_kernel());
   add_string(jb, "init", opt_init != NULL ? opt_init : "qkv");
   json_builder_end_object(jb);
 

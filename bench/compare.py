@@ -8,9 +8,12 @@ same session.
     /usr/bin/python3 bench/compare.py --summarize bench/logs/<stamp> ...  (table of
                                                   the runs kept there, pooled)
 
-For each repetition and thread count it first measures the OpenBLAS ceiling
-(qkv-sgemm-peak: cblas_sgemm at every linear-layer GEMM shape of each config,
-FLOP-weighted as in one training step), then trains each config with qkv
+For each repetition and thread count it first measures the ceiling as three
+figures (qkv-sgemm-peak): the FMA peak of the cores (a register-only FMA loop
+at the widest width), OpenBLAS's cblas_sgemm as PyTorch gets it (OpenBLAS's
+own CPU detection) and qkv_sgemm() (qkv's GEMM backend), the last two at every
+linear-layer GEMM shape of each config, FLOP-weighted as in one training step;
+then it trains each config with qkv
 (qkv-bench-transformer) and with PyTorch (bench/peers/torch_transformer.py
 --blas openmp), alternating: qkv, torch, qkv, torch, ... Settings are those of
 bench/peers/run_bench.sh: S 300 timed steps after 30 warm-up steps, M 30
@@ -26,9 +29,10 @@ bench/logs/<stamp>/table.md.
 
 Columns: s/step = median over repetitions of each run's median step time;
 ratio = qkv / torch; RSS = ru_maxrss (torch's includes ~230 MiB of `import
-torch`); GFLOP/s = the peer's analytical FLOPs per step / s/step; "of sgemm"
-= qkv's GFLOP/s over the FLOP-weighted sgemm rate measured at the same
-thread count in the same session; speed-up = s/step at 1 thread over s/step
+torch`); GFLOP/s = the peer's analytical FLOPs per step / s/step; FMA peak,
+OpenBLAS GEMM, qkv GEMM = qkv-sgemm-peak's three figures at the same thread
+count in the same session; "qkv of FMA peak" = qkv's GFLOP/s over the FMA
+peak (the share of the limit); speed-up = s/step at 1 thread over s/step
 at 2 threads; losses = the d2l loss metric of the last step (different
 initial weights and dropout streams, so equal only within noise) and the
 mean over the last 10 steps.
@@ -203,16 +207,20 @@ def table(runs):
 
     lines = [
         "| config | threads | runs | qkv s/step | torch s/step | qkv/torch time | qkv RSS MiB "
-        "| torch RSS MiB | qkv/torch RSS | qkv GFLOP/s | torch GFLOP/s | sgemm GFLOP/s "
-        "| qkv of sgemm | qkv 2t speed-up | torch 2t speed-up | final loss qkv / torch "
-        "| last-10 mean qkv / torch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| torch RSS MiB | qkv/torch RSS | qkv GFLOP/s | torch GFLOP/s | FMA peak GFLOP/s "
+        "| OpenBLAS GEMM GFLOP/s | qkv GEMM GFLOP/s | qkv of FMA peak | qkv 2t speed-up "
+        "| torch 2t speed-up | final loss qkv / torch | last-10 mean qkv / torch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cfg, t in cells:
         q, p = med("qkv", cfg, t), med("torch", cfg, t)
         qr, pr = peak("qkv", cfg, t), peak("torch", cfg, t)
         flops = runs[("qkv", cfg, t)][0]["flops_per_step"]
-        sg = med("sgemm", cfg, t, "gflops_weighted")
+        sg = med("sgemm", cfg, t, "gflops_weighted")  # OpenBLAS, as PyTorch gets it
+        rs = [r for r in runs.get(("sgemm", cfg, t), []) if "fma_peak_gflops" in r]
+        fma = statistics.median(r["fma_peak_gflops"] for r in rs) if rs else None
+        qg = statistics.median(r["qkv_gflops_weighted"] for r in rs) if rs else None
+        backends = sorted({"%s %s" % (r["qkv_gemm_backend"], r["qkv_gemm_kernel"]) for r in rs})
         q_gf = flops / q / 1e9
         p_gf = flops / p / 1e9 if p else None
         sp = {}
@@ -224,13 +232,19 @@ def table(runs):
         l10 = "%.4f / %s" % (med("qkv", cfg, t, "mean_loss_last10"),
                              fmt(med("torch", cfg, t, "mean_loss_last10"), "%.4f"))
         lines.append("| %s | %d | %d | %.4g | %s | %s | %.1f | %s | %s | %.1f | %s | %s | %s "
-                     "| %s | %s | %s | %s |" % (
+                     "| %s | %s | %s | %s | %s | %s |" % (
                          cfg, t, len(runs[("qkv", cfg, t)]), q, fmt(p, "%.4g"),
                          fmt(q / p if p else None, "%.3f"), qr, fmt(pr, "%.0f"),
                          fmt(qr / pr if pr else None, "%.3f"), q_gf, fmt(p_gf, "%.1f"),
-                         fmt(sg, "%.1f"), fmt(100 * q_gf / sg if sg else None, "%.1f %%"),
+                         fmt(fma, "%.1f"), fmt(sg, "%.1f"),
+                         fmt(qg, "%.1f") + (" (%s)" % ", ".join(backends) if backends else ""),
+                         fmt(100 * q_gf / fma if fma else None, "%.1f %%"),
                          fmt(sp["qkv"], "%.2f×"), fmt(sp["torch"], "%.2f×"), fl, l10))
     lines.append("")
+    cores = sorted({r.get("blas", "?") for (i, _c, _t), rs in runs.items() if i == "sgemm"
+                    for r in rs})
+    lines.append("OpenBLAS core type (as PyTorch gets it): %s; OPENBLAS_CORETYPE=%s" % (
+        ", ".join(cores), os.environ.get("OPENBLAS_CORETYPE", "(unset)")))
     lines.append("libqkv build(s) measured (sha256 prefix): %s" % ", ".join(builds))
     return "\n".join(lines)
 

@@ -1,29 +1,47 @@
-/* sgemm-peak.c: what OpenBLAS's cblas_sgemm reaches on the GEMMs of the
- * peer Transformer's linear layers, as the ceiling qkv's step is measured
- * against (bench/compare.py runs it in the same session as the training
- * benchmarks).
+/* sgemm-peak.c: the ceiling qkv's training step is measured against, as
+ * three figures from the same run (bench/compare.py runs it in the same
+ * session as the training benchmarks):
+ *
+ *   fma_peak   the FMA peak of the cores: a register-only loop of independent
+ *              FMAs at the widest width the CPU has (zmm with AVX-512, else
+ *              ymm), on --threads threads at once, as
+ *              shared/bench/limits/cpu_peak.c measures it;
+ *   openblas   cblas_sgemm as PyTorch gets it: OpenBLAS's own detection of
+ *              the CPU (OPENBLAS_CORETYPE, if set, overrides it) and its own
+ *              --threads threads;
+ *   qkv        qkv_sgemm() with the backend qkv picks (qkv_gemm_backend(),
+ *              QKV_GEMM overrides it) on --threads threads of qkv's pool.
+ *
+ * With --candidates every GEMM backend qkv can use is timed too, each on one
+ * thread per call and split over qkv's pool as qkv_sgemm() splits products:
+ * qkv:openblas and qkv:onednn (qkv_set_gemm_backend()), and BLIS when
+ * QKV_BENCH_BLIS names its library (e.g. a libblis.so.4 unpacked from
+ * Debian's libblis4-pthread; it is opened with local symbols, so its BLAS
+ * interface does not replace OpenBLAS's).
  *
  * For every linear layer shape (tokens × in → out) of a config, the three
  * GEMMs of a training step are timed, row-major as qkv calls them:
  *   forward  Y = X·Wᵀ   (NT)  M = tokens, N = out, K = in
  *   dX       dX = dY·W  (NN)  M = tokens, N = in,  K = out
  *   dW       dW = dYᵀ·X (TN)  M = out,    N = in,  K = tokens
- * Each is called twice untimed, then repeatedly (each call timed on its own)
- * until --seconds have passed and at least 5 calls were made; the median call
- * gives the GFLOP/s (2·M·N·K per call).
+ * Each shape is timed with every candidate in turn (so drifts of the machine
+ * hit all alike): two calls untimed, then calls (each timed on its own) until
+ * --seconds have passed and at least 5 calls were made; the median call gives
+ * the GFLOP/s (2·M·N·K per call).
  *
- * Summary: "gflops_weighted" is the FLOPs of all the config's linear-layer
- * GEMMs in one training step divided by the time they take at the measured
- * medians (each shape weighted by how often the model has it), i.e. the GEMM
- * rate a framework that spent no time outside these GEMMs would reach.
- * Also "gflops_median_shapes", the median over the shapes measured.
+ * Summary per candidate: the FLOPs of all the config's linear-layer GEMMs in
+ * one training step over the time they take at the measured medians (each
+ * shape weighted by how often the model has it), i.e. the GEMM rate a
+ * framework that spent no time outside these GEMMs would reach; and its share
+ * of fma_peak. "gflops_weighted" stays OpenBLAS's (older logs have only it).
  *
- *   qkv-sgemm-peak [--config S|M|L] [--threads N] [--seconds S]
+ *   qkv-sgemm-peak [--config S|M|L] [--threads N] [--seconds S] [--candidates]
  * Prints one line per GEMM to stderr and one JSON line to stdout.
  */
-#include <glib.h>
+#include <qkv/qkv.h>
 
 #include <cblas.h>
+#include <gmodule.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +51,14 @@
 static gchar *opt_config = NULL;
 static gint opt_threads = 1;
 static double opt_seconds = 1.0;
+static gboolean opt_candidates = FALSE;
 
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (default L)", "NAME"},
-    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "OpenBLAS threads (default 1)", "N"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Threads (default 1)", "N"},
     {"seconds", 0, 0, G_OPTION_ARG_DOUBLE, &opt_seconds, "Minimum time per GEMM (default 1)", "S"},
+    {"candidates", 0, 0, G_OPTION_ARG_NONE, &opt_candidates,
+     "Also time every GEMM backend qkv can use", NULL},
     {NULL}};
 
 typedef struct {
@@ -81,22 +102,219 @@ random_matrix(gsize n, guint32 *seed)
   return p;
 }
 
-/* Median seconds of C (M×N) = op(A) (M×K) · op(B) (K×N). */
+/* ---- figure 1: the FMA peak ---- */
+
+#define FMA_ITERS 40000000L
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#include <immintrin.h>
+
+/* 12 independent accumulators (more than FMA latency × pipes on any x86 core
+ * so far), FMA_ITERS iterations; returns FLOPs done. */
 static double
-time_sgemm(gint M, gint N, gint K, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb)
+fma_loop_zmm(void)
 {
-  guint32 seed = 12345u;
-  float *A = random_matrix((gsize)M * K, &seed);
-  float *B = random_matrix((gsize)K * N, &seed);
-  float *C = random_matrix((gsize)M * N, &seed);
-  gint lda = ta == CblasNoTrans ? K : M, ldb = tb == CblasNoTrans ? N : K;
+  __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (long i = 0; i < FMA_ITERS; i++) {
+    c0 = _mm512_fmadd_ps(c0, a, b), c1 = _mm512_fmadd_ps(c1, a, b);
+    c2 = _mm512_fmadd_ps(c2, a, b), c3 = _mm512_fmadd_ps(c3, a, b);
+    c4 = _mm512_fmadd_ps(c4, a, b), c5 = _mm512_fmadd_ps(c5, a, b);
+    c6 = _mm512_fmadd_ps(c6, a, b), c7 = _mm512_fmadd_ps(c7, a, b);
+    c8 = _mm512_fmadd_ps(c8, a, b), c9 = _mm512_fmadd_ps(c9, a, b);
+    c10 = _mm512_fmadd_ps(c10, a, b), c11 = _mm512_fmadd_ps(c11, a, b);
+    /* keeps the compiler from folding or merging the chains */
+    __asm__ volatile(""
+                     : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
+                       "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
+  }
+  volatile float sink =
+      _mm512_reduce_add_ps(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11);
+  (void)sink;
+  return FMA_ITERS * 12.0 * 16 * 2;
+}
+
+static double
+fma_loop_ymm(void)
+{
+  __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (long i = 0; i < FMA_ITERS; i++) {
+    c0 = _mm256_fmadd_ps(c0, a, b), c1 = _mm256_fmadd_ps(c1, a, b);
+    c2 = _mm256_fmadd_ps(c2, a, b), c3 = _mm256_fmadd_ps(c3, a, b);
+    c4 = _mm256_fmadd_ps(c4, a, b), c5 = _mm256_fmadd_ps(c5, a, b);
+    c6 = _mm256_fmadd_ps(c6, a, b), c7 = _mm256_fmadd_ps(c7, a, b);
+    c8 = _mm256_fmadd_ps(c8, a, b), c9 = _mm256_fmadd_ps(c9, a, b);
+    c10 = _mm256_fmadd_ps(c10, a, b), c11 = _mm256_fmadd_ps(c11, a, b);
+    __asm__ volatile(""
+                     : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
+                       "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11);
+  volatile float sink = out[0];
+  (void)sink;
+  return FMA_ITERS * 12.0 * 8 * 2;
+}
+#pragma GCC pop_options
+
+static gboolean
+cpu_has_avx512(void)
+{
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+
+static gpointer
+fma_thread(gpointer data)
+{
+  double *out = data; /* [0] FLOPs, [1] seconds */
+  double t0 = now_s();
+  out[0] = cpu_has_avx512() ? fma_loop_zmm() : fma_loop_ymm();
+  out[1] = now_s() - t0;
+  return NULL;
+}
+
+/* GFLOP/s of n threads running the loop at once; best of three tries. */
+static double
+fma_peak(gint n)
+{
+  double best = 0;
+  for (int t = 0; t < 3; t++) {
+    double res[16][2];
+    GThread *th[16];
+    n = MIN(n, 16);
+    for (gint i = 0; i < n; i++)
+      th[i] = g_thread_new("fma", fma_thread, res[i]);
+    double flops = 0, secs = 0;
+    for (gint i = 0; i < n; i++) {
+      g_thread_join(th[i]);
+      flops += res[i][0];
+      secs = MAX(secs, res[i][1]);
+    }
+    best = MAX(best, flops / secs / 1e9);
+  }
+  return best;
+}
+
+/* ---- figures 2 and 3, and the candidates ---- */
+
+typedef struct {
+  gint M, N, K;
+  gboolean ta, tb;
+  float *A, *B, *C;
+  gint lda, ldb;
+} Gemm;
+
+typedef struct Candidate Candidate;
+struct Candidate {
+  const char *name;
+  void (*call)(const Candidate *cand, const Gemm *g);
+  const char *backend; /* qkv_set_gemm_backend() name for qkv:* */
+  double flops_total, seconds_total;
+};
+
+static void
+call_openblas(const Candidate *cand, const Gemm *g)
+{
+  cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+              g->M, g->N, g->K, 1.0f, g->A, g->lda, g->B, g->ldb, 0.0f, g->C, g->N);
+}
+
+static void
+call_qkv(const Candidate *cand, const Gemm *g)
+{
+  qkv_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->lda, g->B, g->ldb, 0.0f, g->C, g->N,
+            opt_threads);
+}
+
+/* BLIS's typed API (blis.h, 0.9): trans_t BLIS_TRANSPOSE = 8, strides given
+ * as (row, column) pairs. */
+typedef void (*BliSgemm)(int ta, int tb, gint64 m, gint64 n, gint64 k, float *alpha, float *a,
+                         gint64 rsa, gint64 csa, float *b, gint64 rsb, gint64 csb, float *beta,
+                         float *c, gint64 rsc, gint64 csc);
+static BliSgemm bli_sgemm_fn;
+static const char *blis_arch = NULL;
+
+static void
+blis_block(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const Gemm *g = data;
+  float one = 1.0f, zero = 0.0f;
+  /* 64-row or -column blocks of c, as qkv_sgemm() splits */
+  if (g->M >= g->N) {
+    gint64 r0 = begin * 64, r1 = MIN(g->M, end * 64);
+    float *a = g->ta ? g->A + r0 : g->A + r0 * g->lda;
+    bli_sgemm_fn(g->ta ? 8 : 0, g->tb ? 8 : 0, r1 - r0, g->N, g->K, &one, a, g->lda, 1, g->B,
+                 g->ldb, 1, &zero, g->C + r0 * g->N, g->N, 1);
+  } else {
+    gint64 c0 = begin * 64, c1 = MIN(g->N, end * 64);
+    float *b = g->tb ? g->B + c0 * g->ldb : g->B + c0;
+    bli_sgemm_fn(g->ta ? 8 : 0, g->tb ? 8 : 0, g->M, c1 - c0, g->K, &one, g->A, g->lda, 1, b,
+                 g->ldb, 1, &zero, g->C + c0, g->N, 1);
+  }
+}
+
+static void
+call_blis(const Candidate *cand, const Gemm *g)
+{
+  gint64 blocks = ((g->M >= g->N ? g->M : g->N) + 63) / 64;
+  if ((gint64)g->M * g->N * g->K < (1 << 22) || opt_threads <= 1)
+    blis_block(0, blocks, 0, (gpointer)g);
+  else
+    qkv_parallel_for((gint)MIN(opt_threads, blocks), blocks, blis_block, (gpointer)g);
+}
+
+static gboolean
+load_blis(void)
+{
+  const gchar *path = g_getenv("QKV_BENCH_BLIS");
+  if (path == NULL)
+    return FALSE;
+  GModule *mod = g_module_open(path, G_MODULE_BIND_LOCAL);
+  void (*set_threads)(gint64) = NULL;
+  int (*query)(void) = NULL;
+  const char *(*arch_string)(int) = NULL;
+  if (mod == NULL || !g_module_symbol(mod, "bli_sgemm", (gpointer *)&bli_sgemm_fn) ||
+      !g_module_symbol(mod, "bli_thread_set_num_threads", (gpointer *)&set_threads) ||
+      !g_module_symbol(mod, "bli_arch_query_id", (gpointer *)&query) ||
+      !g_module_symbol(mod, "bli_arch_string", (gpointer *)&arch_string)) {
+    g_printerr("qkv-sgemm-peak: QKV_BENCH_BLIS=%s: %s\n", path, g_module_error());
+    return FALSE;
+  }
+  set_threads(1);
+  blis_arch = arch_string(query());
+  return TRUE;
+}
+
+/* Switches whatever the candidate needs before its calls. */
+static void
+prepare(const Candidate *cand)
+{
+  /* OpenBLAS on its own threads only for the "as PyTorch gets it" figure;
+   * qkv's calls expect it on one (openblas_set_num_threads also sets this
+   * thread's OpenMP count) */
+  openblas_set_num_threads(cand->call == call_openblas ? opt_threads : 1);
+  g_autoptr(GError) error = NULL;
+  if (!qkv_set_gemm_backend(cand->backend ? cand->backend : "auto", &error))
+    g_error("%s", error->message);
+}
+
+/* Median seconds of one candidate's calls. */
+static double
+time_candidate(const Candidate *cand, const Gemm *g)
+{
+  prepare(cand);
   for (int w = 0; w < 2; w++)
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+    cand->call(cand, g);
   GArray *times = g_array_new(FALSE, FALSE, sizeof(double));
   double start = now_s();
   for (;;) {
     double t0 = now_s();
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+    cand->call(cand, g);
     double dt = now_s() - t0;
     g_array_append_val(times, dt);
     if (times->len >= 5 && now_s() - start >= opt_seconds)
@@ -105,9 +323,8 @@ time_sgemm(gint M, gint N, gint K, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb)
   g_array_sort(times, compare_double);
   double median = g_array_index(times, double, times->len / 2);
   g_array_unref(times);
-  g_free(A);
-  g_free(B);
-  g_free(C);
+  /* let OpenBLAS's OpenMP workers stop spinning before the next candidate */
+  g_usleep(20000);
   return median;
 }
 
@@ -122,7 +339,7 @@ main(int argc, char **argv)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(GOptionContext) context =
-      g_option_context_new("- cblas_sgemm rate at the peer Transformer's GEMM shapes");
+      g_option_context_new("- FMA peak, OpenBLAS and qkv_sgemm at the peer Transformer's GEMMs");
   g_option_context_add_main_entries(context, entries, NULL);
   if (!g_option_context_parse(context, &argc, &argv, &error)) {
     g_printerr("qkv-sgemm-peak: %s\n", error->message);
@@ -136,8 +353,25 @@ main(int argc, char **argv)
     g_printerr("qkv-sgemm-peak: --config S|M|L, --threads >= 1, --seconds >= 0\n");
     return 2;
   }
-  openblas_set_num_threads(opt_threads);
-  omp_set_num_threads(opt_threads);
+  qkv_set_num_threads(opt_threads);
+  const gchar *qkv_backend = qkv_gemm_backend(), *qkv_kernel = qkv_gemm_kernel();
+
+  Candidate cands[8];
+  guint n_cands = 0;
+  cands[n_cands++] = (Candidate){"openblas", call_openblas, NULL, 0, 0};
+  cands[n_cands++] = (Candidate){"qkv", call_qkv, NULL, 0, 0};
+  if (opt_candidates) {
+    cands[n_cands++] = (Candidate){"qkv:openblas", call_qkv, "openblas", 0, 0};
+    g_autoptr(GError) no_onednn = NULL;
+    if (qkv_set_gemm_backend("onednn", &no_onednn))
+      cands[n_cands++] = (Candidate){"qkv:onednn", call_qkv, "onednn", 0, 0};
+    if (load_blis())
+      cands[n_cands++] = (Candidate){"blis", call_blis, NULL, 0, 0};
+    qkv_set_gemm_backend("auto", NULL);
+  }
+
+  double peak = fma_peak(opt_threads);
+  const char *width = cpu_has_avx512() ? "zmm" : "ymm";
 
   const gint64 d = cfg->d_model, f = cfg->ffn;
   const Linear linears[] = {
@@ -147,52 +381,90 @@ main(int argc, char **argv)
       {"out dense", d, cfg->vocab, 1},
   };
   const gint tokens = cfg->batch * cfg->num_steps;
-  fprintf(stderr, "OpenBLAS %s (%s), %d threads, config %s (%d tokens)\n", openblas_get_corename(),
-          openblas_get_config(), openblas_get_num_threads(), cfg->name, tokens);
-  double flops_total = 0, seconds_total = 0;
+  fprintf(stderr,
+          "config %s (%d tokens), %d threads; FMA peak (%s) %.1f GFLOP/s; OpenBLAS %s (%s); qkv "
+          "GEMM %s, kernel %s%s%s\n",
+          cfg->name, tokens, opt_threads, width, peak, openblas_get_corename(),
+          openblas_get_config(), qkv_backend, qkv_kernel, blis_arch ? "; BLIS " : "",
+          blis_arch ? blis_arch : "");
   GArray *rates = g_array_new(FALSE, FALSE, sizeof(double));
   GString *json = g_string_new(NULL);
   g_string_append_printf(json,
                          "{\"config\": \"%s\", \"threads\": %d, \"seconds\": %g, \"shapes\": [",
                          cfg->name, opt_threads, opt_seconds);
+  guint32 seed = 12345u;
   for (guint i = 0; i < G_N_ELEMENTS(linears); i++) {
     const Linear *l = &linears[i];
     struct {
       const char *kind;
       gint M, N, K;
-      CBLAS_TRANSPOSE ta, tb;
+      gboolean ta, tb;
     } gemms[] = {
-        {"fwd NT", tokens, (gint)l->out, (gint)l->in, CblasNoTrans, CblasTrans},
-        {"dX NN", tokens, (gint)l->in, (gint)l->out, CblasNoTrans, CblasNoTrans},
-        {"dW TN", (gint)l->out, (gint)l->in, tokens, CblasTrans, CblasNoTrans},
+        {"fwd NT", tokens, (gint)l->out, (gint)l->in, FALSE, TRUE},
+        {"dX NN", tokens, (gint)l->in, (gint)l->out, FALSE, FALSE},
+        {"dW TN", (gint)l->out, (gint)l->in, tokens, TRUE, FALSE},
     };
     for (guint k = 0; k < G_N_ELEMENTS(gemms); k++) {
-      double s = time_sgemm(gemms[k].M, gemms[k].N, gemms[k].K, gemms[k].ta, gemms[k].tb);
-      double flops = 2.0 * gemms[k].M * gemms[k].N * gemms[k].K;
-      double rate = flops / s / 1e9;
-      g_array_append_val(rates, rate);
-      flops_total += flops * (double)l->count;
-      seconds_total += s * (double)l->count;
-      fprintf(stderr,
-              "%-16s %-7s %5d %5d %5d  x%-3" G_GINT64_FORMAT "  median %8.3f ms  %7.1f GFLOP/s\n",
-              l->name, gemms[k].kind, gemms[k].M, gemms[k].N, gemms[k].K, l->count, s * 1e3, rate);
+      Gemm g = {gemms[k].M, gemms[k].N, gemms[k].K, gemms[k].ta, gemms[k].tb,
+                NULL,       NULL,       NULL,       0,           0};
+      g.A = random_matrix((gsize)g.M * g.K, &seed);
+      g.B = random_matrix((gsize)g.K * g.N, &seed);
+      g.C = random_matrix((gsize)g.M * g.N, &seed);
+      g.lda = g.ta ? g.M : g.K;
+      g.ldb = g.tb ? g.K : g.N;
+      double flops = 2.0 * g.M * g.N * g.K;
       g_string_append_printf(json,
                              "%s{\"layer\": \"%s\", \"gemm\": \"%s\", \"M\": %d, \"N\": %d, "
-                             "\"K\": %d, \"count\": %" G_GINT64_FORMAT
-                             ", \"median_s\": %.6g, \"gflops\": %.2f}",
-                             i + k ? ", " : "", l->name, gemms[k].kind, gemms[k].M, gemms[k].N,
-                             gemms[k].K, l->count, s, rate);
+                             "\"K\": %d, \"count\": %" G_GINT64_FORMAT,
+                             i + k ? ", " : "", l->name, gemms[k].kind, g.M, g.N, g.K, l->count);
+      fprintf(stderr, "%-16s %-7s %5d %5d %5d  x%-3" G_GINT64_FORMAT, l->name, gemms[k].kind, g.M,
+              g.N, g.K, l->count);
+      for (guint c = 0; c < n_cands; c++) {
+        double s = time_candidate(&cands[c], &g);
+        double rate = flops / s / 1e9;
+        cands[c].flops_total += flops * (double)l->count;
+        cands[c].seconds_total += s * (double)l->count;
+        if (c == 0) {
+          g_array_append_val(rates, rate);
+          g_string_append_printf(json, ", \"median_s\": %.6g, \"gflops\": %.2f", s, rate);
+        } else {
+          g_string_append_printf(json, ", \"%s_gflops\": %.2f", cands[c].name, rate);
+        }
+        fprintf(stderr, "  %s %7.1f", cands[c].name, rate);
+      }
+      fprintf(stderr, " GFLOP/s\n");
+      g_string_append(json, "}");
+      g_free(g.A);
+      g_free(g.B);
+      g_free(g.C);
     }
   }
   g_array_sort(rates, compare_double);
   double median_rate = g_array_index(rates, double, rates->len / 2);
   g_array_unref(rates);
+  double ob = cands[0].flops_total / cands[0].seconds_total / 1e9;
+  double qk = cands[1].flops_total / cands[1].seconds_total / 1e9;
   g_string_append_printf(json,
                          "], \"gemm_flops_per_step\": %.6g, \"gemm_s_per_step\": %.6g, "
                          "\"gflops_weighted\": %.2f, \"gflops_median_shapes\": %.2f, "
-                         "\"blas\": \"%s\"}",
-                         flops_total, seconds_total, flops_total / seconds_total / 1e9, median_rate,
-                         openblas_get_corename());
+                         "\"blas\": \"%s\", \"fma_peak_gflops\": %.2f, \"fma_width\": \"%s\", "
+                         "\"openblas_gflops_weighted\": %.2f, \"qkv_gflops_weighted\": %.2f, "
+                         "\"qkv_gemm_s_per_step\": %.6g, \"qkv_gemm_backend\": \"%s\", "
+                         "\"qkv_gemm_kernel\": \"%s\", \"openblas_share_of_peak\": %.4f, "
+                         "\"qkv_share_of_peak\": %.4f, \"candidates\": {",
+                         cands[0].flops_total, cands[0].seconds_total, ob, median_rate,
+                         openblas_get_corename(), peak, width, ob, qk, cands[1].seconds_total,
+                         qkv_backend, qkv_kernel, ob / peak, qk / peak);
+  fprintf(stderr, "weighted over a step:");
+  for (guint c = 0; c < n_cands; c++) {
+    double r = cands[c].flops_total / cands[c].seconds_total / 1e9;
+    g_string_append_printf(json, "%s\"%s\": %.2f", c ? ", " : "", cands[c].name, r);
+    fprintf(stderr, "  %s %.1f GFLOP/s (%.1f %% of the FMA peak)", cands[c].name, r,
+            100 * r / peak);
+  }
+  fprintf(stderr, "\n");
+  g_string_append_printf(json, "}%s%s%s}", blis_arch ? ", \"blis_arch\": \"" : "",
+                         blis_arch ? blis_arch : "", blis_arch ? "\"" : "");
   printf("%s\n", json->str);
   g_string_free(json, TRUE);
   return 0;

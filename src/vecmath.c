@@ -2,7 +2,6 @@
  * counter-based random numbers; a simple parallel-for for kernels. */
 #include "qkv-private.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -241,94 +240,4 @@ qkv_get_sparse_backward(void)
     v = g_atomic_int_get(&sparse_backward);
   }
   return (QkvSparseBackward)v;
-}
-
-/* Below this many multiply-adds splitting a product loses: on the book's
- * model (640×32×32 projections) two threads made a training step 1.5× slower
- * than one. */
-#define QKV_GEMM_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 22)
-
-/* The thread count of the plan running on this thread (0: none running). */
-static __thread gint running_plan_threads = 0;
-
-void qkv_set_running_plan_threads(gint n_threads);
-
-void
-qkv_set_running_plan_threads(gint n_threads)
-{
-  running_plan_threads = n_threads;
-}
-
-/* OpenBLAS itself always runs on one thread: its OpenMP build would start a
- * libgomp team whose idle workers spin for milliseconds after every call
- * (see threads.c). qkv splits large products over its own pool instead. */
-static void
-blas_single_thread(void)
-{
-  static gsize once = 0;
-  if (g_once_init_enter(&once)) {
-    openblas_set_num_threads(1);
-    g_once_init_leave(&once, 1);
-  }
-}
-
-static void
-blas_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k, float alpha,
-           const float *a, gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc)
-{
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha, a,
-              (blasint)MAX(lda, 1), b, (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(ldc, 1));
-}
-
-typedef struct {
-  gboolean ta, tb, split_rows;
-  gint64 m, n, k, lda, ldb, ldc, block;
-  float alpha, beta;
-  const float *a, *b;
-  float *c;
-} GemmJob;
-
-/* Blocks [begin, end) of rows (or columns) of c. */
-static void
-gemm_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
-{
-  const GemmJob *j = data;
-  if (j->split_rows) {
-    gint64 r0 = begin * j->block, r1 = MIN(j->m, end * j->block);
-    const float *a = j->ta ? j->a + r0 : j->a + r0 * j->lda;
-    blas_sgemm(j->ta, j->tb, r1 - r0, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta,
-               j->c + r0 * j->ldc, j->ldc);
-  } else {
-    gint64 c0 = begin * j->block, c1 = MIN(j->n, end * j->block);
-    const float *b = j->tb ? j->b + c0 * j->ldb : j->b + c0;
-    blas_sgemm(j->ta, j->tb, j->m, c1 - c0, j->k, j->alpha, j->a, j->lda, b, j->ldb, j->beta,
-               j->c + c0, j->ldc);
-  }
-}
-
-void
-qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k, float alpha,
-          const float *a, gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
-          gint n_threads)
-{
-  if (m <= 0 || n <= 0)
-    return;
-  if (qkv_small_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
-    return;
-  blas_single_thread();
-  if (n_threads <= 0)
-    n_threads = running_plan_threads > 0 ? running_plan_threads : qkv_get_num_threads();
-  gint nt = m * n * k < QKV_GEMM_PARALLEL_MIN ? 1 : n_threads;
-  if (nt <= 1) {
-    blas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  /* Split the longer side of c into blocks of 64 rows or columns (whole
-   * register tiles of any kernel): every element is still one call's dot
-   * product over the whole of k. */
-  GemmJob job = {transpose_a, transpose_b, m >= n, m,    n, k, lda, ldb,
-                 ldc,         64,          alpha,  beta, a, b, c};
-  gint64 blocks = ((job.split_rows ? m : n) + job.block - 1) / job.block;
-  qkv_parallel_for((gint)MIN(nt, blocks), blocks, gemm_blocks, &job);
 }

@@ -212,6 +212,10 @@ main(int argc, char **argv)
 
   say("qkv %s, op ABI %d.%d, vector math: %s\n", qkv_version(), QKV_OP_ABI_MAJOR, QKV_OP_ABI_MINOR,
       qkv_vec_isa());
+  /* which library runs the matrix products, and which of its kernels: the
+   * answer to "is this CPU running at its full width" (issue 18) */
+  say("GEMM: %s, kernel %s (QKV_GEMM=openblas forces the fallback)\n", qkv_gemm_backend(),
+      qkv_gemm_kernel());
   const gchar *const *dirs = qkv_plugin_search_path();
   say("plugin search path:%s\n", dirs[0] ? "" : " (empty)");
   for (guint i = 0; dirs[i] != NULL; i++)

@@ -238,7 +238,8 @@ gint qkv_kernel_threads(const QkvKernelCtx *ctx, gint64 work);
 /* The same for a thread budget of n_threads. */
 gint qkv_work_threads(gint n_threads, gint64 work);
 
-/* c = alpha·op(a)·op(b) + beta·c, row-major, through OpenBLAS. Products below
+/* c = alpha·op(a)·op(b) + beta·c, row-major, through the GEMM backend below
+ * (small products through qkv's own AVX-512 kernel). Products below
  * about 4 M multiply-adds run on one thread (splitting them costs more than it
  * saves); larger ones use up to n_threads (≤ 0: the thread count of the plan
  * running on this thread, else qkv_get_num_threads()). Inside a parallel
@@ -247,6 +248,20 @@ gint qkv_work_threads(gint n_threads, gint64 work);
 void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
                float *c, gint64 ldc, gint n_threads);
+
+/* The GEMM library behind qkv_sgemm(): "onednn" (its JIT kernels follow the
+ * CPU's features; the default where qkv was built with it and picked AVX-512;
+ * products under 64×64×64 multiply-adds, where its per-call cost dominates,
+ * still go to OpenBLAS) or "openblas" (the fallback; QKV_GEMM=openblas forces
+ * it). */
+const gchar *qkv_gemm_backend(void);
+/* The kernels that backend runs: "jit avx512_core" and the like for oneDNN,
+ * OpenBLAS's core type (e.g. "Haswell") for OpenBLAS. */
+const gchar *qkv_gemm_kernel(void);
+/* Picks the backend by name, as QKV_GEMM does: "auto", "openblas" or
+ * "onednn". FALSE with QKV_ERROR_INVALID_ARGUMENT for an unknown name or one
+ * this build lacks. Call it while no product runs (benchmarks, tests). */
+gboolean qkv_set_gemm_backend(const gchar *name, GError **error);
 
 /* Vector math over n floats (dst may equal src), through SLEEF's widest
  * vector functions the CPU supports, with a scalar fallback. */
