@@ -10,7 +10,10 @@ BLEU 1.000, then the mean and range of both, for qkv and for PyTorch.
     /usr/bin/python3 bench/seeds.py [--seeds 0-9] [--which qkv,torch]
         [--build build] [--out bench/logs/seeds.json] [-- extra qkv options]
 
-Runs alternate qkv and PyTorch seed by seed, one at a time.
+Runs alternate qkv and PyTorch seed by seed, one at a time. --which
+torch-true trains the same PyTorch model and translates with every token at
+its true position, as qkv does, instead of the book's position 0 for every
+new token (bench/d2l-decode-positions.py).
 """
 import argparse
 import json
@@ -40,14 +43,17 @@ def parse_seeds(text):
     return seeds
 
 
-def run_one(cmd, env=None):
+def run_one(cmd, env=None, block=None):
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.time() - t0
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     losses = LOSS.findall(p.stdout)
-    bleus = BLEU.findall(p.stdout)
+    text = p.stdout
+    if block is not None:  # only the translations under "# decode BLOCK"
+        text = text.split(f"# decode {block}\n", 1)[1].split("# decode", 1)[0]
+    bleus = BLEU.findall(text)
     if not losses or len(bleus) != 4:
         sys.exit(f"cannot read the results of {' '.join(cmd)}:\n{p.stdout}")
     return {
@@ -83,8 +89,11 @@ def main():
                 r = run_one([exe, "-q", "--seed", str(seed)] + args.extra)
             elif w == "torch":
                 r = run_one(["/usr/bin/python3", D2L, "transformer", str(seed)])
+            elif w == "torch-true":
+                r = run_one(["/usr/bin/python3", os.path.join(HERE, "d2l-decode-positions.py"),
+                             str(seed)], block="true")
             else:
-                sys.exit(f"unknown --which entry '{w}' (qkv or torch)")
+                sys.exit(f"unknown --which entry '{w}' (qkv, torch or torch-true)")
             results[w][seed] = r
             print(f"{w:5s} seed {seed}: loss {r['loss']:.3f}, {r['perfect']} of 4 at BLEU 1.000 "
                   f"({r['wall_s']:.1f} s)", flush=True)
