@@ -190,7 +190,7 @@ check_seq2seq_config(const QkvGruSeq2SeqConfig *cfg, GError **error)
 
 static QkvValue *
 bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, QkvValue *src_valid,
-                 QkvValue *dec_in, QkvValue **weights, GError **error)
+                 QkvValue *dec_in, QkvValue **weights, QkvSeq2SeqTaps *taps, GError **error)
 {
   const gint64 H = cfg->num_hiddens, E = cfg->embed_size;
   const gint perm_tb[] = {1, 0, 2};
@@ -205,6 +205,10 @@ bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, Q
   QkvValue *enc_outputs = enc ? qkv_permute(enc, perm_tb, 3, error) : NULL; /* (B, T, H) */
   if (enc_outputs == NULL)
     return NULL;
+  if (taps != NULL) {
+    taps->enc_outputs = enc_outputs;
+    taps->enc_state = state;
+  }
 
   /* decoder parameters, in the book's order */
   QkvShape hh = QKV_SHAPE(H, H), vh = QKV_SHAPE(1, H);
@@ -290,10 +294,42 @@ qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvVal
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
   QkvValue *attention_weights = NULL;
-  QkvValue *logits =
-      bahdanau_seq2seq(b, cfg, src, src_valid, dec_in, weights ? &attention_weights : NULL, error);
+  QkvValue *logits = bahdanau_seq2seq(b, cfg, src, src_valid, dec_in,
+                                      weights ? &attention_weights : NULL, NULL, error);
   logits = qkv_builder_end(b, &mark, logits);
   if (logits != NULL && weights != NULL)
     *weights = attention_weights;
+  return logits;
+}
+
+QkvValue *
+qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
+                                QkvValue *src_valid, QkvValue *dec_in, QkvSeq2SeqTaps *taps,
+                                GError **error)
+{
+  if (taps != NULL)
+    *taps = (QkvSeq2SeqTaps){0};
+  BUILDER_RETURN_IF_INVALID(b);
+  g_return_val_if_fail(cfg != NULL, NULL);
+  if (src == NULL || src_valid == NULL || dec_in == NULL)
+    return NULL;
+  if (!check_seq2seq_config(cfg, error))
+    return NULL;
+  const QkvShape *ds = qkv_value_shape(dec_in);
+  if (ds->rank != 2 || ds->dims[1] < 1) {
+    g_autofree gchar *sh = qkv_shape_to_string(ds);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "qkv_build_bahdanau_seq2seq: dec_in must be (B, T) with T >= 1, got %s", sh);
+    return NULL;
+  }
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvSeq2SeqTaps found = {0};
+  QkvValue *logits = bahdanau_seq2seq(b, cfg, src, src_valid, dec_in,
+                                      taps ? &found.attention_weights : NULL, &found, error);
+  logits = qkv_builder_end(b, &mark, logits);
+  /* on failure the values found were rolled back with the rest */
+  if (logits != NULL && taps != NULL)
+    *taps = found;
   return logits;
 }

@@ -307,8 +307,20 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
     return FALSE;
   }
   if (graph->has_backward) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "backward: this graph already has gradients; build a new graph");
+    /* One set of gradient nodes per graph: qkv_graph_gradient() and the
+     * parameters' gradient buffers have room for one loss's gradients. */
+    const gchar *first = graph->backward_loss ? graph->backward_loss->name : "?";
+    if (graph->backward_loss == loss)
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "backward: the graph already has the gradients of the loss '%s'; "
+                  "qkv_graph_backward() is called once per graph",
+                  first);
+    else
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "backward: the graph already has the gradients of the loss '%s', so it "
+                  "cannot take those of a second loss '%s'; add the losses (qkv_add) and call "
+                  "qkv_graph_backward() once, or build a second graph for the second loss",
+                  first, loss->name);
     return FALSE;
   }
   if (loss->dtype != QKV_F32 || qkv_shape_numel(&loss->shape) != 1) {
@@ -424,6 +436,7 @@ qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
     for (guint i = 0; i < param_grads->len; i++)
       g_ptr_array_add(graph->param_grads, g_ptr_array_index(param_grads, i));
     graph->has_backward = TRUE;
+    graph->backward_loss = loss;
   } else {
     qkv_graph_truncate(graph, n_values, n_nodes);
   }

@@ -560,6 +560,7 @@ qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark)
     g_hash_table_remove_all(graph->grads);
     g_ptr_array_set_size(graph->param_grads, 0);
     graph->has_backward = FALSE;
+    graph->backward_loss = NULL;
   }
   qkv_graph_truncate(graph, mark->n_values, mark->n_nodes);
 }

@@ -82,8 +82,9 @@ struct _QkvGraph {
   GHashTable *param_values; /* QkvParam* -> QkvValue* */
   gchar *scope;
   gboolean has_backward;
-  GHashTable *grads;      /* QkvValue* (param or input) -> gradient QkvValue* */
-  GPtrArray *param_grads; /* QkvValue* param values that have a gradient, in order */
+  QkvValue *backward_loss; /* the loss of that backward pass, for error messages */
+  GHashTable *grads;       /* QkvValue* (param or input) -> gradient QkvValue* */
+  GPtrArray *param_grads;  /* QkvValue* param values that have a gradient, in order */
 };
 
 /* Build the shape context of a node from its input values. */

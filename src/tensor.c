@@ -367,3 +367,114 @@ qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double floor)
   }
   return worst;
 }
+
+/* Printing, after NumPy's repr: nested brackets, every element padded to
+ * one width so columns line up, and a summary ("...") of each long axis
+ * once the tensor is larger than the threshold. */
+
+typedef struct {
+  const QkvTensor *tensor;
+  gint64 edge;  /* items kept at each end of a summarised axis; 0: no summary */
+  gint width;   /* widest element seen (measuring) or to pad to (writing) */
+  GString *out; /* NULL while measuring */
+  gint64 strides[QKV_MAX_RANK];
+} Printer;
+
+static void
+format_element(const QkvTensor *t, gint64 i, gchar *buf, gsize size)
+{
+  if (t->dtype == QKV_I32) {
+    g_snprintf(buf, size, "%" G_GINT32_FORMAT, ((const gint32 *)t->data)[i]);
+    return;
+  }
+  float v = ((const float *)t->data)[i];
+  if (isnan(v)) {
+    g_strlcpy(buf, "nan", size);
+    return;
+  }
+  if (isinf(v)) {
+    g_strlcpy(buf, v > 0 ? "inf" : "-inf", size);
+    return;
+  }
+  g_snprintf(buf, size, "%.6g", (double)v);
+  /* "1." rather than "1", so an f32 never reads as an integer */
+  if (strpbrk(buf, ".e") == NULL)
+    g_strlcat(buf, ".", size);
+}
+
+static void
+print_block(Printer *p, gint axis, gint64 offset)
+{
+  const QkvShape *sh = &p->tensor->shape;
+  if (axis == sh->rank) {
+    gchar buf[48];
+    format_element(p->tensor, offset, buf, sizeof buf);
+    gint len = (gint)strlen(buf);
+    if (p->out == NULL)
+      p->width = MAX(p->width, len);
+    else
+      g_string_append_printf(p->out, "%*s", p->width, buf);
+    return;
+  }
+  const gint64 n = sh->dims[axis];
+  const gboolean summarise = p->edge > 0 && n > 2 * p->edge;
+  if (p->out != NULL)
+    g_string_append_c(p->out, '[');
+  for (gint64 i = 0; i < n; i++) {
+    if (i > 0 && p->out != NULL) {
+      if (axis == sh->rank - 1) {
+        g_string_append(p->out, ", ");
+      } else {
+        /* one blank line more for every axis deeper than a matrix's rows */
+        g_string_append_c(p->out, ',');
+        for (gint k = axis; k < sh->rank - 1; k++)
+          g_string_append_c(p->out, '\n');
+        for (gint k = 0; k <= axis; k++)
+          g_string_append_c(p->out, ' ');
+      }
+    }
+    if (summarise && i == p->edge) {
+      if (p->out != NULL)
+        g_string_append(p->out, "...");
+      i = n - p->edge - 1;
+      continue;
+    }
+    print_block(p, axis + 1, offset + i * p->strides[axis]);
+  }
+  if (p->out != NULL)
+    g_string_append_c(p->out, ']');
+}
+
+gchar *
+qkv_tensor_to_string_full(const QkvTensor *tensor, gint64 threshold, gint edge_items)
+{
+  g_return_val_if_fail(tensor != NULL, NULL);
+  g_return_val_if_fail(edge_items > 0, NULL);
+  Printer p = {.tensor = tensor,
+               .edge = qkv_shape_numel(&tensor->shape) > threshold ? edge_items : 0};
+  gint64 stride = 1;
+  for (gint a = tensor->shape.rank; a-- > 0;) {
+    p.strides[a] = stride;
+    stride *= tensor->shape.dims[a];
+  }
+  print_block(&p, 0, 0);
+  p.out = g_string_new(NULL);
+  print_block(&p, 0, 0);
+  g_autofree gchar *sh = qkv_shape_to_string(&tensor->shape);
+  g_string_append_printf(p.out, " %s%s", qkv_dtype_name(tensor->dtype), sh);
+  return g_string_free(p.out, FALSE);
+}
+
+gchar *
+qkv_tensor_to_string(const QkvTensor *tensor)
+{
+  return qkv_tensor_to_string_full(tensor, QKV_PRINT_THRESHOLD, QKV_PRINT_EDGE_ITEMS);
+}
+
+void
+qkv_tensor_print(const QkvTensor *tensor)
+{
+  g_return_if_fail(tensor != NULL);
+  g_autofree gchar *s = qkv_tensor_to_string(tensor);
+  g_print("%s\n", s);
+}

@@ -165,6 +165,59 @@ test_loss_must_be_scalar(void)
   g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
 }
 
+/* A second backward is refused, naming the loss that has the gradients and
+ * the one asked for; the first loss's gradients are untouched. Rolling back
+ * past the first call frees the graph for another loss. */
+static void
+test_second_backward(void)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape s = QKV_SHAPE(3);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, NULL);
+  qkv_value_set_requires_grad(x, TRUE);
+  QkvValue *l1 = qkv_sum(qkv_mul(x, x, NULL), NULL, 0, FALSE, NULL);
+  QkvValue *l2 = qkv_sum(x, NULL, 0, FALSE, NULL);
+  QkvGraphMark mark;
+  qkv_graph_mark(g, &mark);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_graph_backward(g, l1, &error));
+  QkvValue *g1 = qkv_graph_gradient(g, x);
+  guint nodes = qkv_graph_n_nodes(g);
+
+  g_assert_false(qkv_graph_backward(g, l2, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_autofree gchar *want =
+      g_strdup_printf("backward: the graph already has the gradients of the loss '%s', so it "
+                      "cannot take those of a second loss '%s'*",
+                      qkv_value_name(l1), qkv_value_name(l2));
+  g_assert_true(g_pattern_match_simple(want, error->message));
+  g_clear_error(&error);
+  g_assert_cmpuint(qkv_graph_n_nodes(g), ==, nodes);
+  g_assert_true(qkv_graph_gradient(g, x) == g1);
+
+  g_assert_false(qkv_graph_backward(g, l1, &error));
+  g_autofree gchar *again = g_strdup_printf(
+      "backward: the graph already has the gradients of the loss '%s'; *", qkv_value_name(l1));
+  g_assert_true(g_pattern_match_simple(again, error->message));
+  g_clear_error(&error);
+
+  qkv_graph_rollback(g, &mark);
+  g_assert_true(qkv_graph_backward(g, l2, &error));
+  g_assert_false(qkv_graph_backward(g, l1, &error));
+  g_autofree gchar *swapped = g_strdup_printf("*the loss '%s', so it cannot take those of a "
+                                              "second loss '%s'*",
+                                              qkv_value_name(l2), qkv_value_name(l1));
+  g_assert_true(g_pattern_match_simple(swapped, error->message));
+  g_clear_error(&error);
+  /* d l2 / dx = 1 */
+  g_autoptr(QkvTensor) xt = qkv_tensor_new_f32(&s, (const float[]){1, 2, 3});
+  QkvValue *gx = qkv_graph_gradient(g, x);
+  QkvTensor *res = NULL;
+  g_assert_true(qkv_graph_eval(g, (const gchar *[]){"x"}, &xt, 1, &gx, &res, 1, &error));
+  qkv_assert_values(res, ((const float[]){1, 1, 1}), 3, 0);
+  qkv_tensor_free(res);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -175,5 +228,6 @@ main(int argc, char **argv)
   g_test_add_func("/autodiff/frozen-param", test_frozen_param_gets_no_gradient);
   g_test_add_func("/autodiff/op-without-gradient", test_op_without_gradient);
   g_test_add_func("/autodiff/loss-must-be-scalar", test_loss_must_be_scalar);
+  g_test_add_func("/autodiff/second-backward", test_second_backward);
   return g_test_run();
 }

@@ -434,6 +434,135 @@ test_marks(void)
   g_assert_nonnull(plan);
 }
 
+static void
+assert_shape(QkvValue *v, QkvShape want)
+{
+  g_assert_nonnull(v);
+  g_autofree gchar *got = qkv_shape_to_string(qkv_value_shape(v));
+  g_autofree gchar *exp = qkv_shape_to_string(&want);
+  g_assert_cmpstr(got, ==, exp);
+}
+
+/* Every row (last axis) of t sums to 1, within f32 rounding. */
+static void
+assert_rows_sum_to_one(const QkvTensor *t)
+{
+  gint64 n = qkv_tensor_dim(t, -1), rows = qkv_tensor_numel(t) / n;
+  for (gint64 r = 0; r < rows; r++) {
+    double sum = 0;
+    for (gint64 j = 0; j < n; j++)
+      sum += qkv_tensor_get(t, r * n + j);
+    g_assert_cmpfloat_with_epsilon(sum, 1.0, 1e-5);
+  }
+}
+
+/* Every block's attention weights come out, with the right shapes, and they
+ * are attention weights: rows sum to 1, padding and the future get none. */
+static void
+test_transformer_taps(Fixture *f, gconstpointer data)
+{
+  g_autoptr(GError) error = NULL;
+  QkvBuilder *b = &f->b;
+  QkvValue *enc_self[2], *dec_self[2], *dec_cross[2];
+  QkvTransformerTaps etaps = {.self_weights = enc_self};
+  QkvValue *enc =
+      qkv_build_transformer_encoder_taps(b, &f->tcfg, f->src, f->src_valid, &etaps, &error);
+  QkvTransformerTaps dtaps = {.self_weights = dec_self, .cross_weights = dec_cross};
+  QkvValue *logits =
+      qkv_build_transformer_decoder_taps(b, &f->tcfg, f->dec_in, enc, f->src_valid, &dtaps, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(logits);
+  for (gint i = 0; i < 2; i++) {
+    assert_shape(enc_self[i], QKV_SHAPE(2, 2, 5, 5));
+    assert_shape(dec_self[i], QKV_SHAPE(2, 2, 5, 5));
+    assert_shape(dec_cross[i], QKV_SHAPE(2, 2, 5, 5));
+  }
+  g_assert_true(enc_self[0] != enc_self[1] && dec_cross[0] != dec_cross[1]);
+
+  QkvShape bt = QKV_SHAPE(2, 5), bs = QKV_SHAPE(2);
+  g_autoptr(QkvTensor) src =
+      qkv_tensor_new_i32(&bt, (const gint32[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  g_autoptr(QkvTensor) valid = qkv_tensor_new_i32(&bs, (const gint32[]){5, 3});
+  const gchar *names[] = {"src", "src_valid", "dec_in"};
+  QkvTensor *inputs[] = {src, valid, src};
+  QkvValue *outs[] = {enc_self[0], dec_self[0], dec_cross[1]};
+  QkvTensor *res[3];
+  g_assert_true(qkv_graph_eval(f->graph, names, inputs, 3, outs, res, 3, &error));
+  g_assert_no_error(error);
+  for (guint i = 0; i < 3; i++)
+    assert_rows_sum_to_one(res[i]);
+  /* batch 1 has 3 valid source positions; decoder position t sees 0..t */
+  for (gint h = 0; h < 2; h++)
+    for (gint q = 0; q < 5; q++)
+      for (gint k = 0; k < 5; k++) {
+        gint64 at = ((1 * 2 + h) * 5 + q) * 5 + k;
+        if (k >= 3) {
+          g_assert_cmpfloat(qkv_tensor_get(res[0], at), <, 1e-6);
+          g_assert_cmpfloat(qkv_tensor_get(res[2], at), <, 1e-6);
+        }
+        if (k > q)
+          g_assert_cmpfloat(qkv_tensor_get(res[1], at), <, 1e-6);
+      }
+  for (guint i = 0; i < 3; i++)
+    qkv_tensor_free(res[i]);
+
+  /* A failure leaves every slot asked for NULL. */
+  QkvParams *other = qkv_params_new();
+  QkvBuilder b2 = {.graph = f->graph, .params = other, .seed = 1};
+  QkvShape odd = QKV_SHAPE(97);
+  g_assert_nonnull(qkv_params_add(other, "decoder.dense.bias", &odd, &error));
+  ASSERT_FAILS(f,
+               qkv_build_transformer_decoder_taps(&b2, &f->tcfg, f->dec_in, enc, f->src_valid,
+                                                  &dtaps, &error),
+               "parameter 'decoder.dense.bias' exists*");
+  for (gint i = 0; i < 2; i++)
+    g_assert_true(dec_self[i] == NULL && dec_cross[i] == NULL);
+  qkv_params_free(other);
+}
+
+static void
+test_bahdanau_taps(Fixture *f, gconstpointer data)
+{
+  g_autoptr(GError) error = NULL;
+  QkvSeq2SeqTaps taps;
+  QkvValue *logits = qkv_build_bahdanau_seq2seq_taps(&f->b, &f->gcfg, f->src, f->src_valid,
+                                                     f->dec_in, &taps, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(logits);
+  assert_shape(taps.enc_outputs, QKV_SHAPE(2, 5, 8));
+  assert_shape(taps.enc_state, QKV_SHAPE(2, 2, 8));
+  assert_shape(taps.attention_weights, QKV_SHAPE(2, 5, 5));
+  /* the last layer's final state is the encoder's output at the last step */
+  QkvShape bt = QKV_SHAPE(2, 5), bs = QKV_SHAPE(2);
+  g_autoptr(QkvTensor) src =
+      qkv_tensor_new_i32(&bt, (const gint32[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  g_autoptr(QkvTensor) valid = qkv_tensor_new_i32(&bs, (const gint32[]){5, 2});
+  const gchar *names[] = {"src", "src_valid", "dec_in"};
+  QkvTensor *inputs[] = {src, valid, src};
+  QkvValue *outs[] = {taps.enc_outputs, taps.enc_state, taps.attention_weights};
+  QkvTensor *res[3];
+  g_assert_true(qkv_graph_eval(f->graph, names, inputs, 3, outs, res, 3, &error));
+  for (gint bi = 0; bi < 2; bi++)
+    for (gint h = 0; h < 8; h++)
+      g_assert_cmpfloat(qkv_tensor_get(res[0], (bi * 5 + 4) * 8 + h), ==,
+                        qkv_tensor_get(res[1], (1 * 2 + bi) * 8 + h));
+  assert_rows_sum_to_one(res[2]);
+  for (guint i = 0; i < 3; i++)
+    qkv_tensor_free(res[i]);
+
+  QkvParams *other = qkv_params_new();
+  QkvBuilder b2 = {.graph = f->graph, .params = other, .seed = 1};
+  QkvShape odd = QKV_SHAPE(97);
+  g_assert_nonnull(qkv_params_add(other, "decoder.dense.bias", &odd, &error));
+  ASSERT_FAILS(f,
+               qkv_build_bahdanau_seq2seq_taps(&b2, &f->gcfg, f->src, f->src_valid, f->dec_in,
+                                               &taps, &error),
+               "parameter 'decoder.dense.bias' exists*");
+  g_assert_true(taps.enc_outputs == NULL && taps.enc_state == NULL &&
+                taps.attention_weights == NULL);
+  qkv_params_free(other);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -453,6 +582,8 @@ main(int argc, char **argv)
   ADD("/builders/seq2seq-loss", test_seq2seq_loss, NULL);
   ADD("/builders/nw-regression", test_nw_regression, NULL);
   ADD("/builders/success", test_success, NULL);
+  ADD("/builders/transformer-taps", test_transformer_taps, "empty");
+  ADD("/builders/bahdanau-taps", test_bahdanau_taps, "empty");
 #undef ADD
   g_test_add_func("/builders/marks", test_marks);
   return g_test_run();

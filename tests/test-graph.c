@@ -189,6 +189,64 @@ test_param_shared_by_graphs(void)
   qkv_assert_values(qkv_plan_output(p2, 0), ones2, 2, 1e-6);
 }
 
+/* qkv_graph_eval: several outputs in one call, inputs by name, each result a
+ * tensor of the caller's; every failure leaves the results NULL. */
+static void
+test_eval(void)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape s = QKV_SHAPE(2, 2);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, NULL);
+  QkvValue *unused = qkv_graph_input(g, "unused", QKV_F32, &s, NULL);
+  g_assert_nonnull(unused);
+  QkvValue *y = qkv_scale(x, 2.0, NULL);
+  QkvValue *total = qkv_sum(x, NULL, 0, FALSE, NULL);
+  QkvValue *best = qkv_argmax(x, 1, FALSE, NULL);
+  g_autoptr(QkvTensor) xt = qkv_tensor_new_f32(&s, (const float[]){1, 4, 3, 2});
+  g_autoptr(GError) error = NULL;
+  const gchar *names[] = {"x", "unused"};
+  QkvTensor *inputs[] = {xt, xt};
+  QkvValue *outs[] = {y, total, best, x};
+  QkvTensor *res[4];
+  g_assert_true(qkv_graph_eval(g, names, inputs, 2, outs, res, 4, &error));
+  g_assert_no_error(error);
+  qkv_assert_values(res[0], ((const float[]){2, 8, 6, 4}), 4, 0);
+  qkv_assert_values(res[1], ((const float[]){10}), 1, 0);
+  g_assert_cmpint(qkv_tensor_dtype(res[2]), ==, QKV_I32);
+  g_assert_cmpint(qkv_tensor_i32(res[2])[0], ==, 1);
+  g_assert_cmpint(qkv_tensor_i32(res[2])[1], ==, 0);
+  g_assert_true(qkv_tensor_owns_data(res[3])); /* a copy, not the bound input */
+  for (guint i = 0; i < 4; i++)
+    qkv_tensor_free(res[i]);
+
+  /* an unknown name, a missing input, a wrong shape */
+  res[0] = xt;
+  g_assert_false(qkv_graph_eval(g, (const gchar *[]){"nope"}, inputs, 1, outs, res, 1, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
+  g_assert_cmpstr(error->message, ==, "qkv_graph_eval: the graph has no input 'nope'");
+  g_assert_null(res[0]);
+  g_clear_error(&error);
+  g_assert_false(qkv_graph_eval(g, NULL, NULL, 0, outs, res, 1, &error));
+  g_assert_nonnull(error);
+  g_assert_null(res[0]);
+  g_clear_error(&error);
+  QkvShape s3 = QKV_SHAPE(3);
+  g_autoptr(QkvTensor) wrong = qkv_tensor_new(QKV_F32, &s3);
+  g_assert_false(qkv_graph_eval(g, names, (QkvTensor *[]){wrong}, 1, outs, res, 1, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_assert_true(g_str_has_prefix(error->message, "qkv_graph_eval: bind: input 'x'"));
+  g_clear_error(&error);
+
+  /* errors chain: a NULL output from a failed op keeps that op's error */
+  QkvValue *bad = qkv_matmul(x, qkv_sum(x, NULL, 0, FALSE, NULL), FALSE, FALSE, &error);
+  g_assert_null(bad);
+  g_autofree gchar *first = g_strdup(error->message);
+  QkvValue *outs2[] = {y, bad};
+  g_assert_false(qkv_graph_eval(g, names, inputs, 1, outs2, res, 2, &error));
+  g_assert_cmpstr(error->message, ==, first);
+  g_assert_true(res[0] == NULL && res[1] == NULL);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -197,5 +255,6 @@ main(int argc, char **argv)
   g_test_add_func("/graph/generic-path-multi-output", test_generic_path_and_multi_output);
   g_test_add_func("/graph/listing-and-dot", test_listing_and_dot);
   g_test_add_func("/graph/param-shared-by-graphs", test_param_shared_by_graphs);
+  g_test_add_func("/graph/eval", test_eval);
   return g_test_run();
 }

@@ -1,6 +1,7 @@
 /* test-tensor.c: tensors and shapes. */
 #include "test-util.h"
 
+#include <math.h>
 #include <string.h>
 
 static void
@@ -116,6 +117,71 @@ test_dropout_mask_matches_draws(void)
   g_free(mask);
 }
 
+static void
+check_string(QkvTensor *t, gint64 threshold, gint edge, const gchar *want)
+{
+  g_autofree gchar *got = qkv_tensor_to_string_full(t, threshold, edge);
+  g_assert_cmpstr(got, ==, want);
+  qkv_tensor_free(t);
+}
+
+static QkvTensor *
+arange_i32(const QkvShape *shape)
+{
+  QkvTensor *t = qkv_tensor_new(QKV_I32, shape);
+  for (gint64 i = 0; i < qkv_tensor_numel(t); i++)
+    qkv_tensor_i32(t)[i] = (gint32)i;
+  return t;
+}
+
+/* The expected strings of the i32 cases are NumPy's
+ * np.array2string(a, separator=', ') with the same threshold and edge items. */
+static void
+test_to_string(void)
+{
+  QkvShape s23 = QKV_SHAPE(2, 3), s3 = QKV_SHAPE(3), scalar = qkv_shape_scalar();
+  check_string(qkv_tensor_new_f32(&s23, (const float[]){1, 2.5f, -3, 4, 5, 6}), 1000, 3,
+               "[[ 1., 2.5, -3.],\n [ 4.,  5.,  6.]] f32(2, 3)");
+  check_string(qkv_tensor_new_f32(&scalar, (const float[]){3.5f}), 1000, 3, "3.5 f32()");
+  check_string(qkv_tensor_new_f32(&s3, (const float[]){NAN, -INFINITY, 1e-7f}), 1000, 3,
+               "[  nan,  -inf, 1e-07] f32(3)");
+  check_string(qkv_tensor_new_i32(&s3, (const gint32[]){1, -20, 300}), 1000, 3,
+               "[  1, -20, 300] i32(3)");
+  QkvShape s222 = QKV_SHAPE(2, 2, 2);
+  check_string(arange_i32(&s222), 1000, 3,
+               "[[[0, 1],\n  [2, 3]],\n\n [[4, 5],\n  [6, 7]]] i32(2, 2, 2)");
+  QkvShape s6 = QKV_SHAPE(1, 1, 1, 1, 1, 2);
+  check_string(arange_i32(&s6), 1000, 3, "[[[[[[0, 1]]]]]] i32(1, 1, 1, 1, 1, 2)");
+  QkvShape empty = QKV_SHAPE(0);
+  check_string(qkv_tensor_new(QKV_F32, &empty), 1000, 3, "[] f32(0)");
+}
+
+static void
+test_to_string_summarised(void)
+{
+  QkvShape s = QKV_SHAPE(2, 1000);
+  check_string(arange_i32(&s), QKV_PRINT_THRESHOLD, QKV_PRINT_EDGE_ITEMS,
+               "[[   0,    1,    2, ...,  997,  998,  999],\n"
+               " [1000, 1001, 1002, ..., 1997, 1998, 1999]] i32(2, 1000)");
+  QkvShape s55 = QKV_SHAPE(5, 5), s333 = QKV_SHAPE(3, 3, 3);
+  check_string(arange_i32(&s55), 10, 1, "[[ 0, ...,  4],\n ...,\n [20, ..., 24]] i32(5, 5)");
+  check_string(arange_i32(&s333), 10, 1,
+               "[[[ 0, ...,  2],\n  ...,\n  [ 6, ...,  8]],\n\n ...,\n\n"
+               " [[18, ..., 20],\n  ...,\n  [24, ..., 26]]] i32(3, 3, 3)");
+  /* at the threshold nothing is left out */
+  QkvShape s10 = QKV_SHAPE(10);
+  check_string(arange_i32(&s10), 10, 1, "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9] i32(10)");
+  /* the default: a million elements print in a few lines */
+  QkvShape big = QKV_SHAPE(1000, 1000);
+  g_autoptr(QkvTensor) t = qkv_tensor_new(QKV_F32, &big);
+  g_autofree gchar *str = qkv_tensor_to_string(t);
+  g_assert_cmpstr(
+      str, ==,
+      "[[0., 0., 0., ..., 0., 0., 0.],\n [0., 0., 0., ..., 0., 0., 0.],\n"
+      " [0., 0., 0., ..., 0., 0., 0.],\n ...,\n [0., 0., 0., ..., 0., 0., 0.],\n"
+      " [0., 0., 0., ..., 0., 0., 0.],\n [0., 0., 0., ..., 0., 0., 0.]] f32(1000, 1000)");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -125,5 +191,7 @@ main(int argc, char **argv)
   g_test_add_func("/tensor/borrowed", test_borrowed);
   g_test_add_func("/tensor/shapes", test_shapes);
   g_test_add_func("/tensor/dropout-mask-matches-draws", test_dropout_mask_matches_draws);
+  g_test_add_func("/tensor/to-string", test_to_string);
+  g_test_add_func("/tensor/to-string-summarised", test_to_string_summarised);
   return g_test_run();
 }

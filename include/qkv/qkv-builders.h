@@ -103,6 +103,30 @@ QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfi
                                         QkvValue *enc_valid_lens, QkvValue **cross_weights,
                                         GError **error);
 
+/* Intermediates of the Transformer builders, for looking at them. Each
+ * array the caller sets (non-NULL) must have cfg->num_layers slots; slot i
+ * receives block i's attention weights (B, heads, n_q, n_k), before dropout.
+ * On failure every slot asked for is NULL. */
+typedef struct {
+  /* encoder: self-attention (B, heads, T, T); decoder: the causal
+   * self-attention attention1 (B, heads, T, T) */
+  QkvValue **self_weights;
+  /* decoder only: encoder-decoder attention attention2 (B, heads, T, T_src) */
+  QkvValue **cross_weights;
+  gpointer reserved[4];
+} QkvTransformerTaps;
+
+/* qkv_build_transformer_encoder() that also fills taps (may be NULL). */
+QkvValue *qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg,
+                                             QkvValue *src, QkvValue *valid_lens,
+                                             QkvTransformerTaps *taps, GError **error);
+/* qkv_build_transformer_decoder() that fills taps (may be NULL) instead of
+ * returning only the last block's cross-attention weights. */
+QkvValue *qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg,
+                                             QkvValue *tgt, QkvValue *enc_outputs,
+                                             QkvValue *enc_valid_lens, QkvTransformerTaps *taps,
+                                             GError **error);
+
 /* nn.GRU with PyTorch's gate equations and parameter layout:
  * "<name>.weight_ih_l{k}" (3H, in), "<name>.weight_hh_l{k}" (3H, H),
  * "<name>.bias_ih_l{k}", "<name>.bias_hh_l{k}" (3H), gates ordered r, z, n;
@@ -128,6 +152,19 @@ typedef struct {
 QkvValue *qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
                                      QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
                                      GError **error);
+
+/* Intermediates of qkv_build_bahdanau_seq2seq_taps(); all NULL on failure. */
+typedef struct {
+  QkvValue *enc_outputs;       /* the encoder GRU's outputs, (B, T_src, H) */
+  QkvValue *enc_state;         /* its final hidden state, (L, B, H) */
+  QkvValue *attention_weights; /* as *weights below, (B, T, T_src) */
+  gpointer reserved[4];
+} QkvSeq2SeqTaps;
+
+/* qkv_build_bahdanau_seq2seq() that fills taps (may be NULL). */
+QkvValue *qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg,
+                                          QkvValue *src, QkvValue *src_valid, QkvValue *dec_in,
+                                          QkvSeq2SeqTaps *taps, GError **error);
 
 /* The book's MaskedSoftmaxCELoss summed over the batch: Σ_b mean_t(ce[b,t] ·
  * mask[b,t]) for logits (B, T, V), labels i32 (B, T), mask f32 (B, T). */

@@ -126,7 +126,10 @@ void qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark);
 /* Append to the graph the nodes that compute d loss / d v for every parameter
  * that is not frozen and every input marked requires_grad. loss must be an f32
  * scalar (or a single-element tensor). Contributions are summed where a value is
- * used more than once. On error the graph is left as it was. Call it once. */
+ * used more than once. On error the graph is left as it was. Call it once:
+ * a second call is refused with QKV_ERROR_INVALID_ARGUMENT naming the loss
+ * that already has gradients (and the new one); for the gradient of several
+ * losses, backward their sum, or give each loss its own graph. */
 gboolean qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error);
 /* After qkv_graph_backward(): the gradient value of a parameter or input, or
  * NULL if none flows to it from the loss. */

@@ -51,6 +51,18 @@ const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
 /* Requested output i as a float (element 0). */
 float qkv_plan_output_scalar(QkvPlan *plan, guint index);
 
+/* One-shot evaluation, for looking at values: compile graph for outputs in
+ * evaluation mode (no dropout, no parameter gradients), bind inputs[i] to
+ * the input named input_names[i], run once, and give each results[i] a new
+ * tensor (free with qkv_tensor_free()) holding a copy of outputs[i]; the plan
+ * is freed before returning. Inputs the outputs do not need may be given or
+ * left out; a name the graph lacks is QKV_ERROR_NOT_FOUND. On failure every
+ * results[i] is NULL. A NULL among outputs (an earlier call failed) returns
+ * FALSE and keeps the error already set, as typed ops do. */
+gboolean qkv_graph_eval(QkvGraph *graph, const gchar *const *input_names, QkvTensor *const *inputs,
+                        guint n_inputs, QkvValue *const *outputs, QkvTensor **results,
+                        guint n_outputs, GError **error);
+
 /* Bytes of the arena that holds all intermediates. */
 gsize qkv_plan_arena_size(const QkvPlan *plan);
 /* Sum of the bytes of every intermediate, as if none shared memory. */

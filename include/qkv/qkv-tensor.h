@@ -96,6 +96,20 @@ double qkv_tensor_get(const QkvTensor *tensor, gint64 index);
 /* Largest |a - b| / max(|b|, floor) over all elements; tensors must match. */
 double qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double floor);
 
+/* Printing, NumPy style: nested brackets, elements right-aligned to one
+ * width, f32 as "%.6g" with a trailing "." when that reads as an integer
+ * ("1."), then the dtype and shape ("[[1., 2.],\n [3., 4.]] f32(2, 2)").
+ * A tensor of more than threshold elements is summarised: each axis longer
+ * than 2 · edge_items shows its first and last edge_items entries around
+ * "...". Lines are not wrapped. Free the string with g_free(). */
+#define QKV_PRINT_THRESHOLD 1000
+#define QKV_PRINT_EDGE_ITEMS 3
+gchar *qkv_tensor_to_string_full(const QkvTensor *tensor, gint64 threshold, gint edge_items);
+/* qkv_tensor_to_string_full() with QKV_PRINT_THRESHOLD and QKV_PRINT_EDGE_ITEMS. */
+gchar *qkv_tensor_to_string(const QkvTensor *tensor);
+/* qkv_tensor_to_string() and a newline, through g_print(). */
+void qkv_tensor_print(const QkvTensor *tensor);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvTensor, qkv_tensor_free)
 
 G_END_DECLS
