@@ -644,6 +644,42 @@ test_reference(void)
   g_hash_table_unref(reference);
 }
 
+/* ---- the builder ------------------------------------------------------------ */
+
+/* qkv_build_mha_masked with a learned additive bias (a zeros parameter, as
+ * ALiBi-style biases start) computes what qkv_build_mha does with the same
+ * parameters, and the bias receives a gradient. */
+static void
+test_builder(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvBuilder b = {.graph = g, .params = params, .seed = 7};
+  QkvShape xs = QKV_SHAPE(2, 4, 6), bs = QKV_SHAPE(1, 2, 4, 4);
+  QkvValue *x = qkv_test_input(g, "x", QKV_F32, xs);
+  QkvValue *bias = qkv_build_param(&b, "alibi", &bs, "zeros", 0, &error);
+  QkvValue *masked = qkv_build_mha_masked(&b, "attn", x, x, x, 6, 2, NULL, bias, QKV_MASK_ADDITIVE,
+                                          TRUE, 0.0, NULL, &error);
+  QkvValue *plain = qkv_build_mha(&b, "attn", x, x, x, 6, 2, NULL, TRUE, 0.0, NULL, &error);
+  g_assert_no_error(error);
+  QkvValue *loss = qkv_sum(qkv_square(masked, &error), NULL, 0, FALSE, &error);
+  g_assert_true(qkv_graph_backward(g, loss, &error));
+  g_assert_no_error(error);
+  QkvValue *dbias = qkv_graph_gradient(g, bias);
+  g_assert_nonnull(dbias);
+  QkvValue *outs[] = {masked, plain, dbias};
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, outs, 3, NULL, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvTensor) xt = qkv_test_uniform(&xs, 80, -1, 1);
+  g_assert_true(qkv_plan_bind(plan, "x", xt, &error));
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_no_error(error);
+  /* adding zeros is exact: the same numbers */
+  qkv_assert_tensor_close(qkv_plan_output(plan, 0), qkv_plan_output(plan, 1), 0);
+  g_assert_cmpfloat(qkv_test_max_abs(qkv_plan_output(plan, 2)), >, 0.0);
+}
+
 /* ---- refused ---------------------------------------------------------------- */
 
 static void
@@ -706,6 +742,7 @@ main(int argc, char **argv)
   g_test_add_func("/attention-masks/mha", test_mha);
   g_test_add_func("/attention-masks/local-window", test_local_window);
   g_test_add_func("/attention-masks/pytorch", test_reference);
+  g_test_add_func("/attention-masks/builder", test_builder);
   g_test_add_func("/attention-masks/bad", test_bad_masks);
   return g_test_run();
 }
