@@ -9,6 +9,13 @@
  * score is -1e6 and the row is uniform, as in the book. (The book's result
  * differs only when the kept scores themselves lie below about -1e6 + 100.)
  * A replaced score has no gradient.
+ *
+ * A mask input (QkvMaskKind in qkv-nn.h) breaks the prefix rule, so rows
+ * with one take the general row kernels (qkv_attn_softmax_masked_row and its
+ * backward), which apply the additive mask, then replace every masked score
+ * by -1e6 literally, as the book does. Without a mask input the prefix
+ * kernels run unchanged: the only cost is a test of QkvAttnMask.values per
+ * block of rows.
  */
 #pragma once
 

@@ -2,8 +2,9 @@
  * causal mask) and its fused backward op.
  *
  * x (…, n_q, n_k) with B = x's first axis; valid_lens (B) gives one length
- * per batch element (all its rows), (B, n_q) one per query. Masked scores are
- * replaced by -1e6 before the softmax (see attention-common.h).
+ * per batch element (all its rows), (B, n_q) one per query. An optional mask
+ * input (mask_kind "boolean" or "additive") broadcasts to x. Masked scores
+ * are replaced by -1e6 before the softmax (see attention-common.h).
  */
 #include "attention-common.h"
 
