@@ -127,6 +127,16 @@ qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *key
               gint64 num_hiddens, gint num_heads, QkvValue *valid_lens, gboolean causal,
               double dropout, QkvValue **weights, GError **error)
 {
+  return qkv_build_mha_masked(b, name, queries, keys, values, num_hiddens, num_heads, valid_lens,
+                              NULL, QKV_MASK_BOOLEAN, causal, dropout, weights, error);
+}
+
+QkvValue *
+qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
+                     QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
+                     QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
+                     QkvValue **weights, GError **error)
+{
   BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
   if (weights != NULL)
@@ -148,10 +158,11 @@ qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *key
     w[i] = qkv_build_param(b, wn, &ws, "linear_weight", in[i], error);
   }
   QkvValue *attention_weights = NULL;
-  QkvValue *out = w[3] ? qkv_multi_head_attention(queries, keys, values, w[0], w[1], w[2], w[3],
-                                                  NULL, num_heads, valid_lens, causal, dropout,
-                                                  weights ? &attention_weights : NULL, error)
-                       : NULL;
+  QkvValue *out =
+      w[3] ? qkv_multi_head_attention_masked(queries, keys, values, w[0], w[1], w[2], w[3], NULL,
+                                             num_heads, valid_lens, mask, kind, causal, dropout,
+                                             weights ? &attention_weights : NULL, error)
+           : NULL;
   out = qkv_builder_end(b, &mark, out);
   if (out != NULL && weights != NULL)
     *weights = attention_weights;

@@ -9,6 +9,13 @@
  * score is -1e6 and the row is uniform, as in the book. (The book's result
  * differs only when the kept scores themselves lie below about -1e6 + 100.)
  * A replaced score has no gradient.
+ *
+ * A mask input (QkvMaskKind in qkv-nn.h) breaks the prefix rule, so rows
+ * with one take the general row kernels (qkv_attn_softmax_masked_row and its
+ * backward), which apply the additive mask, then replace every masked score
+ * by -1e6 literally, as the book does. Without a mask input the prefix
+ * kernels run unchanged: the only cost is a test of QkvAttnMask.values per
+ * block of rows.
  */
 #pragma once
 
@@ -38,6 +45,18 @@ qkv_mul_floats(const QkvKernelCtx *ctx, float *dst, const float *a, const float 
   qkv_parallel_for(qkv_kernel_threads(ctx, n), n, qkv_mul_range, &job);
 }
 
+/* A general mask input (boolean or additive) broadcast to the scores. Its
+ * shape is first aligned to the scores' rank (qkv_attn_align_mask); a
+ * dimension of 1 then repeats along that axis (stride 0). */
+typedef struct {
+  const float *data;
+  gboolean additive;         /* added to the scores, else nonzero = keep */
+  gint rank;                 /* the scores' rank less the key axis */
+  gint64 dims[QKV_MAX_RANK]; /* the scores' leading dimensions (rows) */
+  gint64 strides[QKV_MAX_RANK];
+  gint64 key_stride; /* 0 (one value for every key) or 1 */
+} QkvAttnScoreMask;
+
 /* How the rows of a (…, n_q, n_k) score tensor are masked. */
 typedef struct {
   const gint32 *lens;    /* valid lengths, or NULL */
@@ -45,7 +64,222 @@ typedef struct {
   gint64 rows_per_batch; /* score rows under one leading batch element */
   gint64 n_q;
   gboolean causal; /* key j > query i is masked */
+  /* A mask input, or NULL. Without one the kernels take the prefix-only
+   * paths below, exactly as before masks existed. */
+  const QkvAttnScoreMask *values;
 } QkvAttnMask;
+
+/* Where the optional trailing inputs are, from index first on: valid_lens,
+ * then the mask when has_mask (the mask_kind attribute is not "none"); -1
+ * when absent. FALSE when the count does not fit. (Telling them apart by
+ * the attribute rather than by dtype keeps an f32 valid_lens an error.) */
+static inline gboolean
+qkv_attn_trailing_inputs(guint n_inputs, guint first, gboolean has_mask, gint *valid_lens,
+                         gint *mask)
+{
+  *valid_lens = *mask = -1;
+  if (n_inputs < first + (has_mask ? 1 : 0) || n_inputs > first + 1 + (has_mask ? 1 : 0))
+    return FALSE;
+  if (has_mask)
+    *mask = (gint)n_inputs - 1;
+  if (n_inputs - first == (has_mask ? 2u : 1u))
+    *valid_lens = (gint)first;
+  return TRUE;
+}
+
+/* The score value that a masked key gets (the book's). */
+#define QKV_ATTN_MASKED_SCORE (-1e6f)
+
+/* The names of the mask kinds (the ops' mask_kind attribute). */
+#define QKV_ATTN_MASK_KIND_DOC                                                                     \
+  "\"none\" (no mask input), \"boolean\" (the last input is a mask: 0 = masked out, its score "    \
+  "becomes -1e6; nonzero = kept) or \"additive\" (the last input is added to the scores before "   \
+  "the softmax; differentiable)"
+
+/* The mask_kind attribute for a QkvMaskKind; an unknown value gives a name
+ * the shape rule refuses. */
+static inline const gchar *
+qkv_attn_mask_kind_name(QkvMaskKind kind)
+{
+  switch (kind) {
+  case QKV_MASK_BOOLEAN:
+    return "boolean";
+  case QKV_MASK_ADDITIVE:
+    return "additive";
+  }
+  return "unknown";
+}
+
+/* Whether the mask_kind attribute says a mask input is there. */
+static inline gboolean
+qkv_attn_has_mask(const QkvAttrs *attrs)
+{
+  return g_strcmp0(qkv_attrs_get_string(attrs, "mask_kind"), "none") != 0;
+}
+
+/* mask_kind as a boolean: TRUE for "additive". */
+static inline gboolean
+qkv_attn_mask_additive(const QkvAttrs *attrs)
+{
+  return g_strcmp0(qkv_attrs_get_string(attrs, "mask_kind"), "additive") == 0;
+}
+
+/* Check the mask_kind attribute. */
+static inline gboolean
+qkv_attn_check_mask_kind(const QkvShapeCtx *ctx, GError **error)
+{
+  const gchar *kind = qkv_attrs_get_string(ctx->attrs, "mask_kind");
+  if (g_strcmp0(kind, "none") != 0 && g_strcmp0(kind, "boolean") != 0 &&
+      g_strcmp0(kind, "additive") != 0)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "mask_kind must be \"none\", \"boolean\" or \"additive\", got \"%s\"",
+                           kind != NULL ? kind : "(null)");
+  return TRUE;
+}
+
+/* The mask's shape aligned to scores of rank `rank`: leading 1s are added
+ * (NumPy's right alignment), except that with per_batch_rank3 (multi-head
+ * attention, scores (B, H, n_q, n_k)) a rank-3 mask is (B, n_q, n_k), shared
+ * by the heads like valid lengths, and becomes (B, 1, n_q, n_k). FALSE when
+ * the mask's rank is 0 or above rank. */
+static inline gboolean
+qkv_attn_align_mask(const QkvShape *mask, gint rank, gboolean per_batch_rank3, QkvShape *aligned)
+{
+  if (mask->rank < 1 || mask->rank > rank)
+    return FALSE;
+  aligned->rank = rank;
+  if (per_batch_rank3 && rank == 4 && mask->rank == 3) {
+    aligned->dims[0] = mask->dims[0];
+    aligned->dims[1] = 1;
+    aligned->dims[2] = mask->dims[1];
+    aligned->dims[3] = mask->dims[2];
+    return TRUE;
+  }
+  gint lead = rank - mask->rank;
+  for (gint d = 0; d < rank; d++)
+    aligned->dims[d] = d < lead ? 1 : mask->dims[d - lead];
+  return TRUE;
+}
+
+/* Check the mask input at index (f32, broadcasting to scores as above). */
+static inline gboolean
+qkv_attn_check_mask(const QkvShapeCtx *ctx, guint index, const QkvShape *scores,
+                    gboolean per_batch_rank3, GError **error)
+{
+  if (ctx->in_dtypes[index] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "mask must be f32, got %s",
+                           qkv_dtype_name(ctx->in_dtypes[index]));
+  const QkvShape *m = &ctx->in_shapes[index];
+  QkvShape a;
+  gboolean ok = qkv_attn_align_mask(m, scores->rank, per_batch_rank3, &a);
+  for (gint d = 0; ok && d < scores->rank; d++)
+    ok = a.dims[d] == 1 || a.dims[d] == scores->dims[d];
+  if (!ok) {
+    g_autofree gchar *ms = qkv_shape_to_string(m);
+    g_autofree gchar *ss = qkv_shape_to_string(scores);
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "mask %s does not broadcast to the scores %s (%s)", ms, ss,
+                           per_batch_rank3 ? "(n_k), (n_q, n_k), (B, n_q, n_k) shared by the "
+                                             "heads, or (B, H, n_q, n_k), each axis 1 or full"
+                                           : "right-aligned, each axis 1 or full");
+  }
+  return TRUE;
+}
+
+/* The kernel's description of a mask view (checked by qkv_attn_check_mask)
+ * against scores of shape `scores`. */
+static inline void
+qkv_attn_score_mask_init(QkvAttnScoreMask *s, const QkvView *mask, const QkvShape *scores,
+                         gboolean per_batch_rank3, gboolean additive)
+{
+  QkvShape a;
+  qkv_attn_align_mask(&mask->shape, scores->rank, per_batch_rank3, &a);
+  s->data = mask->data;
+  s->additive = additive;
+  s->rank = scores->rank - 1;
+  gint64 stride = 1;
+  for (gint d = scores->rank - 1; d >= 0; d--) {
+    gint64 st = a.dims[d] == 1 ? 0 : stride;
+    if (d == scores->rank - 1)
+      s->key_stride = st;
+    else {
+      s->dims[d] = scores->dims[d];
+      s->strides[d] = st;
+    }
+    stride *= a.dims[d];
+  }
+}
+
+/* The mask values of score row r (with stride key_stride). */
+static inline const float *
+qkv_attn_mask_row(const QkvAttnScoreMask *s, gint64 r)
+{
+  gint64 off = 0;
+  for (gint d = s->rank - 1; d >= 0; d--) {
+    off += (r % s->dims[d]) * s->strides[d];
+    r /= s->dims[d];
+  }
+  return s->data + off;
+}
+
+/* Whether key j of a row (mask values mrow, limit from the valid lengths and
+ * causal) keeps its score. */
+static inline gboolean
+qkv_attn_key_kept(const QkvAttnScoreMask *s, const float *mrow, gint64 j, gint64 limit)
+{
+  return j < limit && (s->additive || mrow[j * s->key_stride] != 0.0f);
+}
+
+/* The softmax of row r with a mask input: additive values are added, then
+ * every masked score (beyond the limit, or 0 in a boolean mask) becomes
+ * -1e6, as the book's masked_softmax does, so a row without kept keys comes
+ * out uniform. y may equal x. */
+static inline void
+qkv_attn_softmax_masked_row(float *y, const float *x, gint64 n, gint64 limit,
+                            const QkvAttnScoreMask *s, gint64 r)
+{
+  if (n <= 0)
+    return;
+  const float *mrow = qkv_attn_mask_row(s, r);
+  const gint64 ks = s->key_stride;
+  for (gint64 j = 0; j < n; j++) {
+    float v = x[j];
+    if (j >= limit)
+      v = QKV_ATTN_MASKED_SCORE;
+    else if (s->additive)
+      v += mrow[j * ks];
+    else if (mrow[j * ks] == 0.0f)
+      v = QKV_ATTN_MASKED_SCORE;
+    y[j] = v;
+  }
+  float mx = y[0];
+  for (gint64 j = 1; j < n; j++)
+    mx = y[j] > mx ? y[j] : mx;
+  for (gint64 j = 0; j < n; j++)
+    y[j] -= mx;
+  qkv_vec_exp(y, y, (gsize)n);
+  float sum = 0.0f;
+  for (gint64 j = 0; j < n; j++)
+    sum += y[j];
+  float inv = 1.0f / sum;
+  for (gint64 j = 0; j < n; j++)
+    y[j] *= inv;
+}
+
+/* dx = y · (dy − Σ dy·y) at the kept keys of row r, 0 at the masked ones
+ * (their scores were replaced by a constant). For an additive mask dx is
+ * also the gradient of the mask's value there. dx may equal dy. */
+static inline void
+qkv_attn_softmax_backward_masked_row(float *dx, const float *dy, const float *y, gint64 n,
+                                     gint64 limit, const QkvAttnScoreMask *s, gint64 r)
+{
+  const float *mrow = qkv_attn_mask_row(s, r);
+  float dot = 0.0f;
+  for (gint64 j = 0; j < n; j++)
+    dot += dy[j] * y[j];
+  for (gint64 j = 0; j < n; j++)
+    dx[j] = qkv_attn_key_kept(s, mrow, j, limit) ? y[j] * (dy[j] - dot) : 0.0f;
+}
 
 /* The number of keys row r keeps (a prefix of its n_k keys). */
 static inline gint64
@@ -101,6 +335,13 @@ qkv_attn_softmax_rows(float *y, const float *x, gint64 n_rows, gint64 n, const Q
 {
   if (n <= 0 || n_rows <= 0)
     return;
+  if (m->values != NULL) {
+    for (gint64 i = 0; i < n_rows; i++)
+      qkv_attn_softmax_masked_row(y + i * n, x + i * n, n,
+                                  MIN(qkv_attn_row_limit(m, first_row + i, n), n), m->values,
+                                  first_row + i);
+    return;
+  }
   for (gint64 i = 0; i < n_rows; i++) {
     const float *xr = x + i * n;
     float *yr = y + i * n;
@@ -277,7 +518,9 @@ qkv_attn_zero_block(float *x, gint64 m, gint64 n, gint64 ld)
 /* Backward of one problem. dout (may be NULL: zero) is n_q × d_v with row
  * stride ldo; dweights (may be NULL) is a gradient reaching p directly; drop
  * is the saved dropout mask (NULL: none). dq, dk, dv have the strides of q,
- * k, v. pd and dp are n_q × n_k scratch. */
+ * k, v. pd and dp are n_q × n_k scratch; dp ends up holding the gradient of
+ * the scores q kᵀ·scale (+ an additive mask), which is how the ops output
+ * an additive mask's gradient: they pass an output block as dp. */
 static inline void
 qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *dout, const float *q,
                           const float *k, const float *v, const float *p, const float *drop,
@@ -310,7 +553,11 @@ qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *d
       dp[j] += dweights[j];
   for (gint64 i = 0; i < n_q; i++) {
     gint64 limit = qkv_attn_row_limit(&pb->mask, index * n_q + i, n_k);
-    qkv_attn_softmax_backward_row(dp + i * n_k, dp + i * n_k, p + i * n_k, n_k, limit);
+    if (pb->mask.values != NULL)
+      qkv_attn_softmax_backward_masked_row(dp + i * n_k, dp + i * n_k, p + i * n_k, n_k, limit,
+                                           pb->mask.values, index * n_q + i);
+    else
+      qkv_attn_softmax_backward_row(dp + i * n_k, dp + i * n_k, p + i * n_k, n_k, limit);
   }
   if (n_k > 0)
     qkv_attn_sgemm(FALSE, FALSE, n_q, pb->d, n_k, pb->scale, dp, n_k, k, pb->ldk, 0.0f, dq,

@@ -7,11 +7,11 @@
  */
 #include "attention-common.h"
 
-static const gchar *const forward_input_names[] = {"q", "k", "v", "valid_lens", NULL};
+static const gchar *const forward_input_names[] = {"q", "k", "v", "valid_lens", "mask", NULL};
 static const gchar *const forward_output_names[] = {"out", "weights", "dropout_mask", NULL};
 static const gchar *const backward_input_names[] = {
-    "q", "k", "v", "weights", "dropout_mask", "dout", "dweights", "valid_lens", NULL};
-static const gchar *const backward_output_names[] = {"dq", "dk", "dv", NULL};
+    "q", "k", "v", "weights", "dropout_mask", "dout", "dweights", "valid_lens", "mask", NULL};
+static const gchar *const backward_output_names[] = {"dq", "dk", "dv", "dscores", NULL};
 
 static const QkvAttrSpec forward_attrs[] = {
     {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "mask key j > query i"},
@@ -19,6 +19,10 @@ static const QkvAttrSpec forward_attrs[] = {
      .type = QKV_ATTR_FLOAT,
      .default_float = 0.0,
      .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
+    {.name = "mask_kind",
+     .type = QKV_ATTR_STRING,
+     .default_string = "none",
+     .doc = QKV_ATTN_MASK_KIND_DOC},
 };
 
 static const QkvAttrSpec backward_attrs[] = {
@@ -38,6 +42,15 @@ static const QkvAttrSpec backward_attrs[] = {
      .type = QKV_ATTR_BOOL,
      .default_int = FALSE,
      .doc = "dweights (a gradient reaching the weights output) is an input"},
+    {.name = "mask_kind",
+     .type = QKV_ATTR_STRING,
+     .default_string = "none",
+     .doc = "the forward op's"},
+    {.name = "grad_mask",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "also output dscores (B, n_q, n_k), the gradient of the scores, from which an "
+            "additive mask's gradient is summed"},
 };
 
 /* q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), all f32. */
@@ -71,9 +84,19 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
   if (!check_qkv(ctx, error) || !qkv_attn_check_dropout(ctx, "dropout", error))
     return FALSE;
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  gint vl, mask;
+  if (!qkv_attn_check_mask_kind(ctx, error))
+    return FALSE;
+  if (!qkv_attn_trailing_inputs(ctx->n_inputs, 3, qkv_attn_has_mask(ctx->attrs), &vl, &mask))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
+                           "expected q, k, v, then optional valid_lens, then a mask when "
+                           "mask_kind is not \"none\"");
   gboolean per_query;
-  if (ctx->n_inputs > 3 &&
-      !qkv_attn_check_valid_lens(ctx, 3, q->dims[0], q->dims[1], &per_query, error))
+  if (vl >= 0 &&
+      !qkv_attn_check_valid_lens(ctx, (guint)vl, q->dims[0], q->dims[1], &per_query, error))
+    return FALSE;
+  QkvShape scores = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
+  if (mask >= 0 && !qkv_attn_check_mask(ctx, (guint)mask, &scores, FALSE, error))
     return FALSE;
   ctx->out_shapes[0] = QKV_SHAPE(q->dims[0], q->dims[1], v->dims[2]);
   ctx->out_shapes[1] = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
@@ -85,9 +108,11 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+/* The problem of every batch element; values receives the description of
+ * the mask input (may be NULL: none). */
 static QkvAttnProblem
 problem_of(const QkvShape *q, const QkvShape *k, const QkvShape *v, const QkvView *valid_lens,
-           const QkvAttrs *attrs)
+           const QkvView *mask, QkvAttnScoreMask *values, const QkvAttrs *attrs)
 {
   QkvAttnProblem pb = {0};
   pb.n_q = q->dims[1];
@@ -100,6 +125,11 @@ problem_of(const QkvShape *q, const QkvShape *k, const QkvShape *v, const QkvVie
   pb.dropout = qkv_attrs_get_float(attrs, "dropout");
   pb.mask =
       qkv_attn_mask_from_view(valid_lens, pb.n_q, pb.n_q, qkv_attrs_get_bool(attrs, "causal"));
+  if (mask != NULL) {
+    QkvShape scores = QKV_SHAPE(q->dims[0], pb.n_q, pb.n_k);
+    qkv_attn_score_mask_init(values, mask, &scores, FALSE, qkv_attn_mask_additive(attrs));
+    pb.mask.values = values;
+  }
   return pb;
 }
 
@@ -144,7 +174,11 @@ static void
 forward_kernel(const QkvKernelCtx *ctx)
 {
   const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
-  QkvAttnProblem pb = problem_of(qs, ks, vs, ctx->n_inputs > 3 ? &ctx->in[3] : NULL, ctx->attrs);
+  gint vl, mi;
+  qkv_attn_trailing_inputs(ctx->n_inputs, 3, qkv_attn_has_mask(ctx->attrs), &vl, &mi);
+  QkvAttnScoreMask values;
+  QkvAttnProblem pb = problem_of(qs, ks, vs, vl >= 0 ? &ctx->in[vl] : NULL,
+                                 mi >= 0 ? &ctx->in[mi] : NULL, &values, ctx->attrs);
   gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
   const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
   float *out = ctx->out[0].data, *p = ctx->out[1].data;
@@ -159,7 +193,7 @@ forward_kernel(const QkvKernelCtx *ctx)
 
 /* Where the optional inputs of the backward op are; -1 when absent. */
 typedef struct {
-  gint mask, dout, dweights, valid_lens;
+  gint mask, dout, dweights, valid_lens, score_mask;
 } BackwardInputs;
 
 static gboolean
@@ -167,11 +201,12 @@ backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
                 BackwardInputs *layout)
 {
   guint next = 4;
+  layout->valid_lens = layout->score_mask = -1;
   layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
   layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
   layout->dweights = qkv_attrs_get_bool(attrs, "grad_weights") ? (gint)next++ : -1;
-  layout->valid_lens = n_inputs == next + 1 && dtypes[next] == QKV_I32 ? (gint)next++ : -1;
-  return n_inputs == next;
+  return next <= n_inputs && qkv_attn_trailing_inputs(n_inputs, next, qkv_attn_has_mask(attrs),
+                                                      &layout->valid_lens, &layout->score_mask);
 }
 
 static gboolean
@@ -181,7 +216,8 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   if (!backward_layout(ctx->n_inputs, ctx->in_dtypes, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected q, k, v, weights, then dropout_mask (dropout > 0), dout "
-                           "(grad_out), dweights (grad_weights) and optional valid_lens");
+                           "(grad_out), dweights (grad_weights), optional valid_lens (i32) and "
+                           "mask (f32)");
   if (!check_qkv(ctx, error))
     return FALSE;
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
@@ -207,9 +243,17 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   if (in.valid_lens >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, q->dims[0],
                                                        q->dims[1], &per_query, error))
     return FALSE;
+  if (in.score_mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.score_mask, &wshape, FALSE, error))
+    return FALSE;
+  if (!qkv_attn_check_mask_kind(ctx, error))
+    return FALSE;
   ctx->n_outputs = 3;
   for (guint i = 0; i < 3; i++)
     ctx->out_shapes[i] = ctx->in_shapes[i];
+  if (qkv_attrs_get_bool(ctx->attrs, "grad_mask")) {
+    ctx->out_shapes[3] = wshape;
+    ctx->n_outputs = 4;
+  }
   return TRUE;
 }
 
@@ -231,6 +275,7 @@ typedef struct {
   const float *q, *k, *v, *p, *drop, *dout, *dw;
   float *scratch; /* 2·n_q·n_k floats per thread, or NULL */
   float *dq, *dk, *dv;
+  float *dscores; /* the gradient of the scores (B, n_q, n_k), or NULL */
 } DotBackwardJob;
 
 static void
@@ -240,25 +285,29 @@ dot_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
   const QkvAttnProblem *pb = j->pb;
   const gint64 nn = pb->n_q * pb->n_k;
   float *pd = j->scratch != NULL ? j->scratch + thread * 2 * nn : NULL;
-  for (gint64 b = begin; b < end; b++)
+  for (gint64 b = begin; b < end; b++) {
+    float *dp = j->dscores != NULL ? j->dscores + b * nn : pd ? pd + nn : NULL;
     qkv_attn_backward_problem(
         pb, b, j->dout ? j->dout + b * pb->n_q * pb->d_v : NULL, j->q + b * pb->n_q * pb->d,
         j->k + b * pb->n_k * pb->d, j->v + b * pb->n_k * pb->d_v, j->p + b * nn,
-        j->drop ? j->drop + b * nn : NULL, j->dw ? j->dw + b * nn : NULL, pd, pd ? pd + nn : NULL,
+        j->drop ? j->drop + b * nn : NULL, j->dw ? j->dw + b * nn : NULL, pd, dp,
         j->dq + b * pb->n_q * pb->d, j->dk + b * pb->n_k * pb->d, j->dv + b * pb->n_k * pb->d_v);
+  }
 }
 
 static void
 backward_kernel(const QkvKernelCtx *ctx)
 {
   BackwardInputs in;
-  QkvDType dtypes[8];
-  for (guint i = 0; i < ctx->n_inputs && i < 8; i++)
+  QkvDType dtypes[9] = {0};
+  for (guint i = 0; i < ctx->n_inputs && i < 9; i++)
     dtypes[i] = ctx->in[i].dtype;
   backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
   const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
+  QkvAttnScoreMask values;
   QkvAttnProblem pb =
-      problem_of(qs, ks, vs, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL, ctx->attrs);
+      problem_of(qs, ks, vs, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                 in.score_mask >= 0 ? &ctx->in[in.score_mask] : NULL, &values, ctx->attrs);
   gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
   const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
   const float *p = ctx->in[3].data;
@@ -269,20 +318,28 @@ backward_kernel(const QkvKernelCtx *ctx)
   gsize per_thread = backward_scratch_per_thread(qs, ks);
   gint nt =
       qkv_attn_problem_threads(ctx, batch, nn * MAX(pb.d, pb.d_v), per_thread, ctx->scratch_size);
-  DotBackwardJob job = {&pb, q, k, v, p, drop, dout, dw, ctx->scratch, dq, dk, dv};
+  float *dscores = ctx->n_outputs > 3 ? ctx->out[3].data : NULL;
+  DotBackwardJob job = {&pb, q, k, v, p, drop, dout, dw, ctx->scratch, dq, dk, dv, dscores};
   qkv_parallel_for(nt, batch, dot_backward_problems, &job);
 }
 
 /* The weights output is differentiable too (a gradient reaching it joins the
- * one coming back through dropout and v); the dropout mask is not. */
+ * one coming back through dropout and v); the dropout mask is not. An
+ * additive mask's gradient is the scores' gradient (the backward op's
+ * dscores) summed to the mask's shape. */
 static gboolean
 forward_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dout = g->out_grads[0], *dw = g->out_grads[1];
-  if ((dout == NULL && dw == NULL) || !(g->needs_grad[0] || g->needs_grad[1] || g->needs_grad[2]))
+  gint vl, mi;
+  qkv_attn_trailing_inputs(g->n_inputs, 3, qkv_attn_has_mask(g->attrs), &vl, &mi);
+  gboolean additive = qkv_attn_mask_additive(g->attrs);
+  gboolean mask_grad = mi >= 0 && additive && g->needs_grad[mi];
+  if ((dout == NULL && dw == NULL) ||
+      !(g->needs_grad[0] || g->needs_grad[1] || g->needs_grad[2] || mask_grad))
     return TRUE;
   double dropout = qkv_attrs_get_float(g->attrs, "dropout");
-  QkvValue *inputs[8];
+  QkvValue *inputs[9];
   guint n = 0;
   for (guint i = 0; i < 3; i++)
     inputs[n++] = g->inputs[i];
@@ -293,8 +350,8 @@ forward_grad(QkvGradCtx *g, GError **error)
     inputs[n++] = dout;
   if (dw != NULL)
     inputs[n++] = dw;
-  if (g->n_inputs > 3)
-    inputs[n++] = g->inputs[3];
+  for (guint i = 3; i < g->n_inputs; i++)
+    inputs[n++] = g->inputs[i];
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal",
@@ -302,6 +359,9 @@ forward_grad(QkvGradCtx *g, GError **error)
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
   g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(dout != NULL));
   g_variant_builder_add(&attrs, "{sv}", "grad_weights", g_variant_new_boolean(dw != NULL));
+  g_variant_builder_add(&attrs, "{sv}", "mask_kind",
+                        g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
+  g_variant_builder_add(&attrs, "{sv}", "grad_mask", g_variant_new_boolean(mask_grad));
   QkvNode *node = qkv_graph_add_node(g->graph, "dot_product_attention_backward", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)
@@ -309,6 +369,11 @@ forward_grad(QkvGradCtx *g, GError **error)
   for (guint i = 0; i < 3; i++)
     if (g->needs_grad[i])
       g->in_grads[i] = qkv_node_output(node, i);
+  if (mask_grad) {
+    g->in_grads[mi] = qkv_sum_to(qkv_node_output(node, 3), qkv_value_shape(g->inputs[mi]), error);
+    if (g->in_grads[mi] == NULL)
+      return FALSE;
+  }
   return TRUE;
 }
 
@@ -316,17 +381,17 @@ static const QkvOpDef forward_def = {
     QKV_OP_DEF_INIT,
     .name = "dot_product_attention",
     .doc = "d2l's DotProductAttention: out = dropout(masked_softmax(q kᵀ / √d)) v for q (B, n_q, "
-           "d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, n_q) as for "
-           "masked_softmax. Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
+           "d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, n_q) and "
+           "optional mask f32 broadcasting to (B, n_q, n_k) (mask_kind), as for masked_softmax. "
+           "Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
            "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
            "1/(1-p), all ones in evaluation, saved for the backward (no gradient).",
     .min_inputs = 3,
-    .max_inputs = 4,
+    .max_inputs = 5,
     .input_names = forward_input_names,
     .output_names = forward_output_names,
     .attrs = forward_attrs,
     .n_attrs = G_N_ELEMENTS(forward_attrs),
-    .no_grad_inputs = 1 << 3,
     .flags = QKV_OP_RANDOM,
     .shape = forward_shape,
     .forward = forward_kernel,
@@ -339,9 +404,10 @@ static const QkvOpDef backward_def = {
     .name = "dot_product_attention_backward",
     .doc = "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
            "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
-           "and valid_lens (i32) when given to the forward op.",
+           "and valid_lens (i32) and mask (f32) when given to the forward op. Outputs dq, dk, "
+           "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask).",
     .min_inputs = 4,
-    .max_inputs = 8,
+    .max_inputs = 9,
     .input_names = backward_input_names,
     .output_names = backward_output_names,
     .attrs = backward_attrs,
@@ -362,15 +428,31 @@ QkvValue *
 qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
                           gboolean causal, double dropout, QkvValue **weights, GError **error)
 {
+  return qkv_dot_product_attention_masked(q, k, v, valid_lens, NULL, QKV_MASK_BOOLEAN, causal,
+                                          dropout, weights, error);
+}
+
+QkvValue *
+qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
+                                 QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
+                                 QkvValue **weights, GError **error)
+{
   QKV_RETURN_IF_MISSING("dot_product_attention", error, q, k, v);
-  QkvValue *inputs[] = {q, k, v, valid_lens};
+  QkvValue *inputs[5] = {q, k, v};
+  guint n = 3;
+  if (valid_lens != NULL)
+    inputs[n++] = valid_lens;
+  if (mask != NULL)
+    inputs[n++] = mask;
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
-  QkvNode *node =
-      qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs,
-                         valid_lens != NULL ? 4 : 3, g_variant_builder_end(&attrs), error);
+  if (mask != NULL)
+    g_variant_builder_add(&attrs, "{sv}", "mask_kind",
+                          g_variant_new_string(qkv_attn_mask_kind_name(kind)));
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs, n,
+                                     g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return NULL;
   if (weights != NULL)

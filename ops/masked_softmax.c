@@ -2,16 +2,17 @@
  * causal mask) and its fused backward op.
  *
  * x (…, n_q, n_k) with B = x's first axis; valid_lens (B) gives one length
- * per batch element (all its rows), (B, n_q) one per query. Masked scores are
- * replaced by -1e6 before the softmax (see attention-common.h).
+ * per batch element (all its rows), (B, n_q) one per query. An optional mask
+ * input (mask_kind "boolean" or "additive") broadcasts to x. Masked scores
+ * are replaced by -1e6 before the softmax (see attention-common.h).
  */
 #include "attention-common.h"
 
 #define BLOCK_ELEMENTS 1024
 
-static const gchar *const forward_input_names[] = {"x", "valid_lens", NULL};
+static const gchar *const forward_input_names[] = {"x", "valid_lens", "mask", NULL};
 static const gchar *const forward_output_names[] = {"y", NULL};
-static const gchar *const backward_input_names[] = {"dy", "y", "valid_lens", NULL};
+static const gchar *const backward_input_names[] = {"dy", "y", "valid_lens", "mask", NULL};
 static const gchar *const backward_output_names[] = {"dx", NULL};
 
 static const QkvAttrSpec masked_softmax_attrs[] = {
@@ -19,11 +20,16 @@ static const QkvAttrSpec masked_softmax_attrs[] = {
      .type = QKV_ATTR_BOOL,
      .default_int = FALSE,
      .doc = "also mask key j > query i (i: the row's index along the n_q axis)"},
+    {.name = "mask_kind",
+     .type = QKV_ATTR_STRING,
+     .default_string = "none",
+     .doc = QKV_ATTN_MASK_KIND_DOC},
 };
 
-/* Checks x (rank ≥ 2, f32) and the optional valid_lens at index vl_index. */
+/* Checks x (rank ≥ 2, f32) and the optional valid_lens (i32) and mask (f32)
+ * from index first on. */
 static gboolean
-check_scores(QkvShapeCtx *ctx, guint x_index, guint vl_index, GError **error)
+check_scores(QkvShapeCtx *ctx, guint x_index, guint first, GError **error)
 {
   const QkvShape *x = &ctx->in_shapes[x_index];
   if (ctx->in_dtypes[x_index] != QKV_F32)
@@ -32,13 +38,20 @@ check_scores(QkvShapeCtx *ctx, guint x_index, guint vl_index, GError **error)
   if (x->rank < 2)
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "x must have rank 2 or more (…, queries, keys), got rank %d", x->rank);
-  if (vl_index < ctx->n_inputs) {
+  gint vl, mask;
+  if (!qkv_attn_check_mask_kind(ctx, error))
+    return FALSE;
+  if (!qkv_attn_trailing_inputs(ctx->n_inputs, first, qkv_attn_has_mask(ctx->attrs), &vl, &mask))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
+                           "expected optional valid_lens, then a mask when mask_kind is not "
+                           "\"none\"");
+  if (vl >= 0) {
     gboolean per_query;
-    if (!qkv_attn_check_valid_lens(ctx, vl_index, x->dims[0], x->dims[x->rank - 2], &per_query,
+    if (!qkv_attn_check_valid_lens(ctx, (guint)vl, x->dims[0], x->dims[x->rank - 2], &per_query,
                                    error))
       return FALSE;
   }
-  return TRUE;
+  return mask < 0 || qkv_attn_check_mask(ctx, (guint)mask, x, FALSE, error);
 }
 
 static gboolean
@@ -50,16 +63,25 @@ masked_softmax_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
+/* The masks of a kernel whose optional inputs start at first; values
+ * receives the mask input's description. */
 static QkvAttnMask
-kernel_mask(const QkvKernelCtx *ctx, const QkvShape *x, guint vl_index)
+kernel_mask(const QkvKernelCtx *ctx, const QkvShape *x, guint first, QkvAttnScoreMask *values)
 {
+  gint vl, mi;
+  qkv_attn_trailing_inputs(ctx->n_inputs, first, qkv_attn_has_mask(ctx->attrs), &vl, &mi);
   gint64 rows = 1;
   for (gint i = 0; i < x->rank - 1; i++)
     rows *= x->dims[i];
   gint64 batch = x->dims[0];
-  return qkv_attn_mask_from_view(vl_index < ctx->n_inputs ? &ctx->in[vl_index] : NULL,
-                                 batch > 0 ? rows / batch : 1, x->dims[x->rank - 2],
-                                 qkv_attrs_get_bool(ctx->attrs, "causal"));
+  QkvAttnMask m =
+      qkv_attn_mask_from_view(vl >= 0 ? &ctx->in[vl] : NULL, batch > 0 ? rows / batch : 1,
+                              x->dims[x->rank - 2], qkv_attrs_get_bool(ctx->attrs, "causal"));
+  if (mi >= 0) {
+    qkv_attn_score_mask_init(values, &ctx->in[mi], x, FALSE, qkv_attn_mask_additive(ctx->attrs));
+    m.values = values;
+  }
+  return m;
 }
 
 typedef struct {
@@ -87,9 +109,15 @@ masked_softmax_backward_rows(gint64 begin, gint64 end, gint thread, gpointer use
 {
   const MaskedSoftmaxJob *j = user_data;
   const gint64 cols = j->cols;
-  for (gint64 r = begin; r < end; r++)
-    qkv_attn_softmax_backward_row(j->out + r * cols, j->x + r * cols, j->y + r * cols, cols,
-                                  qkv_attn_row_limit(j->mask, r, cols));
+  for (gint64 r = begin; r < end; r++) {
+    gint64 limit = qkv_attn_row_limit(j->mask, r, cols);
+    if (j->mask->values != NULL)
+      qkv_attn_softmax_backward_masked_row(j->out + r * cols, j->x + r * cols, j->y + r * cols,
+                                           cols, limit, j->mask->values, r);
+    else
+      qkv_attn_softmax_backward_row(j->out + r * cols, j->x + r * cols, j->y + r * cols, cols,
+                                    limit);
+  }
 }
 
 static void
@@ -97,7 +125,8 @@ masked_softmax_forward(const QkvKernelCtx *ctx)
 {
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[0], &rows, &cols);
-  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[0].shape, 1);
+  QkvAttnScoreMask values;
+  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[0].shape, 1, &values);
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   /* Blocks of rows of about BLOCK_ELEMENTS scores share one exp call. */
@@ -109,19 +138,39 @@ masked_softmax_forward(const QkvKernelCtx *ctx)
                    &job);
 }
 
+/* dx, and for an additive mask its gradient: dx (the gradient of x + mask)
+ * summed over the axes the mask was broadcast along. A boolean mask has
+ * none. */
 static gboolean
 masked_softmax_grad(QkvGradCtx *g, GError **error)
 {
-  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+  gint vl, mi;
+  qkv_attn_trailing_inputs(g->n_inputs, 1, qkv_attn_has_mask(g->attrs), &vl, &mi);
+  gboolean additive = qkv_attn_mask_additive(g->attrs);
+  gboolean mask_grad = mi >= 0 && additive && g->needs_grad[mi];
+  if (g->out_grads[0] == NULL || !(g->needs_grad[0] || mask_grad))
     return TRUE;
-  QkvValue *inputs[] = {g->out_grads[0], g->outputs[0], g->n_inputs > 1 ? g->inputs[1] : NULL};
+  QkvValue *inputs[4] = {g->out_grads[0], g->outputs[0]};
+  for (guint i = 1; i < g->n_inputs; i++)
+    inputs[i + 1] = g->inputs[i];
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal",
                         g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
-  g->in_grads[0] = qkv_op_call("masked_softmax_backward", inputs, g->n_inputs + 1,
-                               g_variant_builder_end(&attrs), error);
-  return g->in_grads[0] != NULL;
+  g_variant_builder_add(&attrs, "{sv}", "mask_kind",
+                        g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
+  QkvValue *dx = qkv_op_call("masked_softmax_backward", inputs, g->n_inputs + 1,
+                             g_variant_builder_end(&attrs), error);
+  if (dx == NULL)
+    return FALSE;
+  if (g->needs_grad[0])
+    g->in_grads[0] = dx;
+  if (mask_grad) {
+    g->in_grads[mi] = qkv_sum_to(dx, qkv_value_shape(g->inputs[mi]), error);
+    if (g->in_grads[mi] == NULL)
+      return FALSE;
+  }
+  return TRUE;
 }
 
 /* ---- backward op --------------------------------------------------------- */
@@ -145,7 +194,8 @@ masked_softmax_backward_forward(const QkvKernelCtx *ctx)
 {
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[1], &rows, &cols);
-  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[1].shape, 2);
+  QkvAttnScoreMask values;
+  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[1].shape, 2, &values);
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
   MaskedSoftmaxJob job = {&mask, dy, y, dx, rows, cols, 1};
@@ -162,14 +212,16 @@ static const QkvOpDef masked_softmax_def = {
     .doc = "softmax over the last axis of x (…, n_q, n_k) after replacing masked scores by -1e6 "
            "(d2l's masked_softmax). Optional valid_lens i32 (B) or (B, n_q), B = x's first "
            "axis: keys at positions ≥ the valid length are masked (length 0 gives a uniform "
-           "row). causal masks key j > query i. Masked scores get no gradient.",
+           "row). causal masks key j > query i. Optional mask f32 (after valid_lens when both "
+           "are given), broadcasting to x (right-aligned, each axis 1 or full): with mask_kind "
+           "\"boolean\" a 0 masks the key like the valid length does; with \"additive\" it is "
+           "added to the scores first (and takes a gradient). Masked scores get no gradient.",
     .min_inputs = 1,
-    .max_inputs = 2,
+    .max_inputs = 3,
     .input_names = forward_input_names,
     .output_names = forward_output_names,
     .attrs = masked_softmax_attrs,
     .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
-    .no_grad_inputs = 1 << 1,
     /* Each row is read (its maximum) before it is written. */
     .flags = QKV_OP_INPLACE,
     .shape = masked_softmax_shape,
@@ -181,14 +233,14 @@ static const QkvOpDef masked_softmax_backward_def = {
     QKV_OP_DEF_INIT,
     .name = "masked_softmax_backward",
     .doc = "y · (dy − Σ dy·y) over the last axis, given the masked_softmax output y; 0 at "
-           "masked keys (valid_lens and causal as for the forward op)",
+           "masked keys (valid_lens, mask and causal as for the forward op)",
     .min_inputs = 2,
-    .max_inputs = 3,
+    .max_inputs = 4,
     .input_names = backward_input_names,
     .output_names = backward_output_names,
     .attrs = masked_softmax_attrs,
     .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
-    .no_grad_inputs = 1 << 2,
+    .no_grad_inputs = 1 << 2 | 1 << 3,
     /* Each row's dot product is taken before the row is written. */
     .flags = QKV_OP_INPLACE,
     .shape = masked_softmax_backward_shape,
@@ -207,11 +259,25 @@ qkv_register_ops_masked_softmax(void)
 QkvValue *
 qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error)
 {
+  return qkv_masked_softmax_full(x, valid_lens, NULL, QKV_MASK_BOOLEAN, causal, error);
+}
+
+QkvValue *
+qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
+                        gboolean causal, GError **error)
+{
   QKV_RETURN_IF_MISSING("masked_softmax", error, x);
-  QkvValue *inputs[] = {x, valid_lens};
+  QkvValue *inputs[3] = {x};
+  guint n = 1;
+  if (valid_lens != NULL)
+    inputs[n++] = valid_lens;
+  if (mask != NULL)
+    inputs[n++] = mask;
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
-  return qkv_op_call("masked_softmax", inputs, valid_lens != NULL ? 2 : 1,
-                     g_variant_builder_end(&attrs), error);
+  if (mask != NULL)
+    g_variant_builder_add(&attrs, "{sv}", "mask_kind",
+                          g_variant_new_string(qkv_attn_mask_kind_name(kind)));
+  return qkv_op_call("masked_softmax", inputs, n, g_variant_builder_end(&attrs), error);
 }

@@ -12,16 +12,21 @@
 
 static const gchar *const forward_input_names[] = {"queries", "keys",       "values", "w_q", "w_k",
                                                    "w_v",     "w_o",        "b_q",    "b_k", "b_v",
-                                                   "b_o",     "valid_lens", NULL};
+                                                   "b_o",     "valid_lens", "mask",   NULL};
 static const gchar *const forward_output_names[] = {"out",    "weights", "q_proj",       "k_proj",
                                                     "v_proj", "concat",  "dropout_mask", NULL};
 static const gchar *const backward_input_names[] = {
     "queries",      "keys",    "values",   "w_q",        "w_k",    "w_v",
     "w_o",          "weights", "q_proj",   "k_proj",     "v_proj", "concat",
-    "dropout_mask", "dout",    "dweights", "valid_lens", NULL};
-static const gchar *const backward_output_names[] = {"dqueries", "dkeys", "dvalues", "dw_q",
-                                                     "dw_k",     "dw_v",  "dw_o",    "db_q",
-                                                     "db_k",     "db_v",  "db_o",    NULL};
+    "dropout_mask", "dout",    "dweights", "valid_lens", "mask",   NULL};
+static const gchar *const backward_output_names[] = {
+    "dqueries", "dkeys", "dvalues", "dw_q", "dw_k",    "dw_v", "dw_o",
+    "db_q",     "db_k",  "db_v",    "db_o", "dscores", NULL};
+
+/* The most inputs of the forward op (7 + 4 biases + valid_lens + mask) and
+ * of the backward op (12 + dropout mask, dout, dweights, valid_lens, mask). */
+#define MHA_MAX_INPUTS 13
+#define MHA_MAX_BACKWARD_INPUTS 17
 
 /* Output indices of the forward op. */
 enum { OUT_OUT, OUT_WEIGHTS, OUT_QP, OUT_KP, OUT_VP, OUT_CONCAT, OUT_MASK };
@@ -38,6 +43,10 @@ static const QkvAttrSpec forward_attrs[] = {
      .type = QKV_ATTR_FLOAT,
      .default_float = 0.0,
      .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
+    {.name = "mask_kind",
+     .type = QKV_ATTR_STRING,
+     .default_string = "none",
+     .doc = QKV_ATTN_MASK_KIND_DOC},
 };
 
 static const QkvAttrSpec backward_attrs[] = {
@@ -59,6 +68,15 @@ static const QkvAttrSpec backward_attrs[] = {
      .type = QKV_ATTR_BOOL,
      .default_int = FALSE,
      .doc = "dweights (a gradient reaching the weights output) is an input"},
+    {.name = "mask_kind",
+     .type = QKV_ATTR_STRING,
+     .default_string = "none",
+     .doc = "the forward op's"},
+    {.name = "grad_mask",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "also output dscores (B, num_heads, n_q, n_k), the gradient of the scores, from "
+            "which an additive mask's gradient is summed"},
 };
 
 /* The sizes of one node. */
@@ -132,32 +150,37 @@ check_inputs(QkvShapeCtx *ctx, gint bias_index, GError **error)
   return qkv_attn_check_dropout(ctx, "dropout", error);
 }
 
-/* Optional forward inputs: 7 (+ valid_lens) without biases, 11 (+ valid_lens)
- * with. */
+/* Optional forward inputs: 7 without biases, 11 with, then optionally
+ * valid_lens, then the mask when has_mask. Told apart by count. */
 static gboolean
-forward_layout(guint n_inputs, gboolean *has_bias, gint *valid_lens)
+forward_layout(guint n_inputs, gboolean has_mask, gboolean *has_bias, gint *valid_lens, gint *mask)
 {
-  *has_bias = n_inputs >= 11;
-  *valid_lens = (n_inputs == 8 || n_inputs == 12) ? (gint)n_inputs - 1 : -1;
-  return n_inputs == 7 || n_inputs == 8 || n_inputs == 11 || n_inputs == 12;
+  *has_bias = n_inputs - (has_mask ? 1 : 0) >= 11;
+  guint first = *has_bias ? 11 : 7;
+  return qkv_attn_trailing_inputs(n_inputs, first, has_mask, valid_lens, mask);
 }
 
 static gboolean
 forward_shape(QkvShapeCtx *ctx, GError **error)
 {
   gboolean has_bias;
-  gint vl;
-  if (!forward_layout(ctx->n_inputs, &has_bias, &vl))
+  gint vl, mi;
+  if (!qkv_attn_check_mask_kind(ctx, error))
+    return FALSE;
+  if (!forward_layout(ctx->n_inputs, qkv_attn_has_mask(ctx->attrs), &has_bias, &vl, &mi))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected 7 inputs (queries, keys, values, w_q, w_k, w_v, w_o), 11 "
-                           "with the biases b_q, b_k, b_v, b_o, and one more for valid_lens; "
-                           "got %u",
+                           "with the biases b_q, b_k, b_v, b_o, then optional valid_lens (i32) "
+                           "and mask (f32); got %u",
                            ctx->n_inputs);
   if (!check_inputs(ctx, has_bias ? 7 : -1, error))
     return FALSE;
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
   gboolean per_query;
   if (vl >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)vl, d.batch, d.n_q, &per_query, error))
+    return FALSE;
+  QkvShape scores = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
+  if (mi >= 0 && !qkv_attn_check_mask(ctx, (guint)mi, &scores, TRUE, error))
     return FALSE;
   ctx->out_shapes[OUT_OUT] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
   ctx->out_shapes[OUT_WEIGHTS] = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
@@ -174,9 +197,11 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* The attention problem of one (batch, head): operands are column blocks of
- * the (rows, H) projections. */
+ * the (rows, H) projections. values receives the description of the mask
+ * input (may be NULL: none). */
 static QkvAttnProblem
-problem_of(const MhaDims *d, const QkvView *valid_lens, const QkvAttrs *attrs)
+problem_of(const MhaDims *d, const QkvView *valid_lens, const QkvView *mask,
+           QkvAttnScoreMask *values, const QkvAttrs *attrs)
 {
   QkvAttnProblem pb = {0};
   pb.n_q = d->n_q;
@@ -187,6 +212,11 @@ problem_of(const MhaDims *d, const QkvView *valid_lens, const QkvAttrs *attrs)
   pb.dropout = qkv_attrs_get_float(attrs, "dropout");
   pb.mask = qkv_attn_mask_from_view(valid_lens, d->heads * d->n_q, d->n_q,
                                     qkv_attrs_get_bool(attrs, "causal"));
+  if (mask != NULL) {
+    QkvShape scores = QKV_SHAPE(d->batch, d->heads, d->n_q, d->n_k);
+    qkv_attn_score_mask_init(values, mask, &scores, TRUE, qkv_attn_mask_additive(attrs));
+    pb.mask.values = values;
+  }
   return pb;
 }
 
@@ -239,6 +269,7 @@ typedef struct {
   float *dproj[3];
   float *scratch;        /* per-thread scratch, or NULL */
   gint64 scratch_floats; /* per thread */
+  float *dscores;        /* backward: the scores' gradient (B, heads, n_q, n_k), or NULL */
 } MhaProblemsJob;
 
 static void
@@ -268,10 +299,11 @@ mha_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
   for (gint64 idx = begin; idx < end; idx++) {
     gint64 b = idx / d->heads, h = idx % d->heads;
     gint64 qoff = b * d->n_q * d->hidden + h * d->dh, koff = b * d->n_k * d->hidden + h * d->dh;
-    qkv_attn_backward_problem(
-        j->pb, idx, j->dconcat + qoff, j->proj[0] + qoff, j->proj[1] + koff, j->proj[2] + koff,
-        j->p + idx * nn, j->drop ? j->drop + idx * nn : NULL, j->dw ? j->dw + idx * nn : NULL, pd,
-        pd + nn, j->dproj[0] + qoff, j->dproj[1] + koff, j->dproj[2] + koff);
+    qkv_attn_backward_problem(j->pb, idx, j->dconcat + qoff, j->proj[0] + qoff, j->proj[1] + koff,
+                              j->proj[2] + koff, j->p + idx * nn,
+                              j->drop ? j->drop + idx * nn : NULL, j->dw ? j->dw + idx * nn : NULL,
+                              pd, j->dscores != NULL ? j->dscores + idx * nn : pd + nn,
+                              j->dproj[0] + qoff, j->dproj[1] + koff, j->dproj[2] + koff);
   }
 }
 
@@ -279,13 +311,15 @@ static void
 forward_kernel(const QkvKernelCtx *ctx)
 {
   gboolean has_bias;
-  gint vl;
-  forward_layout(ctx->n_inputs, &has_bias, &vl);
+  gint vl, mi;
+  forward_layout(ctx->n_inputs, qkv_attn_has_mask(ctx->attrs), &has_bias, &vl, &mi);
   QkvShape shapes[4];
   for (guint i = 0; i < 4; i++)
     shapes[i] = ctx->in[i].shape;
   MhaDims d = mha_dims(shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
-  QkvAttnProblem pb = problem_of(&d, vl >= 0 ? &ctx->in[vl] : NULL, ctx->attrs);
+  QkvAttnScoreMask values;
+  QkvAttnProblem pb = problem_of(&d, vl >= 0 ? &ctx->in[vl] : NULL, mi >= 0 ? &ctx->in[mi] : NULL,
+                                 &values, ctx->attrs);
   const float *x[3], *w[4], *bias[4];
   for (guint i = 0; i < 4; i++) {
     if (i < 3)
@@ -326,7 +360,7 @@ forward_kernel(const QkvKernelCtx *ctx)
 /* ---- backward ------------------------------------------------------------ */
 
 typedef struct {
-  gint mask, dout, dweights, valid_lens;
+  gint mask, dout, dweights, valid_lens, score_mask;
 } BackwardInputs;
 
 static gboolean
@@ -334,11 +368,12 @@ backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
                 BackwardInputs *layout)
 {
   guint next = BW_FIRST_OPTIONAL;
+  layout->valid_lens = layout->score_mask = -1;
   layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
   layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
   layout->dweights = qkv_attrs_get_bool(attrs, "grad_weights") ? (gint)next++ : -1;
-  layout->valid_lens = n_inputs == next + 1 && dtypes[next] == QKV_I32 ? (gint)next++ : -1;
-  return n_inputs == next;
+  return next <= n_inputs && qkv_attn_trailing_inputs(n_inputs, next, qkv_attn_has_mask(attrs),
+                                                      &layout->valid_lens, &layout->score_mask);
 }
 
 static gboolean
@@ -350,7 +385,8 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected queries, keys, values, w_q, w_k, w_v, w_o, weights, q_proj, "
                            "k_proj, v_proj, concat, then dropout_mask (dropout > 0), dout "
-                           "(grad_out), dweights (grad_weights) and optional valid_lens");
+                           "(grad_out), dweights (grad_weights), optional valid_lens (i32) and "
+                           "mask (f32)");
   if (!check_inputs(ctx, -1, error))
     return FALSE;
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
@@ -379,6 +415,10 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   if (in.valid_lens >= 0 &&
       !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, d.batch, d.n_q, &per_query, error))
     return FALSE;
+  if (in.score_mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.score_mask, &wshape, TRUE, error))
+    return FALSE;
+  if (!qkv_attn_check_mask_kind(ctx, error))
+    return FALSE;
   ctx->n_outputs = 7;
   for (guint i = 0; i < 7; i++)
     ctx->out_shapes[i] = ctx->in_shapes[i];
@@ -387,6 +427,9 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
     for (guint i = 7; i < 11; i++)
       ctx->out_shapes[i] = QKV_SHAPE(d.hidden);
   }
+  /* the scores' gradient comes last */
+  if (qkv_attrs_get_bool(ctx->attrs, "grad_mask"))
+    ctx->out_shapes[ctx->n_outputs++] = wshape;
   return TRUE;
 }
 
@@ -467,17 +510,21 @@ static void
 backward_kernel(const QkvKernelCtx *ctx)
 {
   BackwardInputs in;
-  QkvDType dtypes[16];
-  for (guint i = 0; i < ctx->n_inputs && i < 16; i++)
+  QkvDType dtypes[MHA_MAX_BACKWARD_INPUTS];
+  for (guint i = 0; i < ctx->n_inputs && i < MHA_MAX_BACKWARD_INPUTS; i++)
     dtypes[i] = ctx->in[i].dtype;
   backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
   QkvShape shapes[4];
   for (guint i = 0; i < 4; i++)
     shapes[i] = ctx->in[i].shape;
   MhaDims d = mha_dims(shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  QkvAttnScoreMask values;
   QkvAttnProblem pb =
-      problem_of(&d, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL, ctx->attrs);
-  gboolean has_bias = ctx->n_outputs > 7;
+      problem_of(&d, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                 in.score_mask >= 0 ? &ctx->in[in.score_mask] : NULL, &values, ctx->attrs);
+  gboolean has_bias = qkv_attrs_get_bool(ctx->attrs, "has_bias");
+  float *dscores =
+      qkv_attrs_get_bool(ctx->attrs, "grad_mask") ? ctx->out[ctx->n_outputs - 1].data : NULL;
   const float *x[3], *w[4];
   for (guint i = 0; i < 4; i++) {
     if (i < 3)
@@ -549,6 +596,7 @@ backward_kernel(const QkvKernelCtx *ctx)
       .dproj = {dproj[0], dproj[1], dproj[2]},
       .scratch = attn_scratch,
       .scratch_floats = 2 * nn,
+      .dscores = dscores,
   };
   qkv_parallel_for(nt, n_problems, mha_backward_problems, &job);
 
@@ -566,16 +614,18 @@ forward_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dout = g->out_grads[OUT_OUT], *dw = g->out_grads[OUT_WEIGHTS];
   gboolean has_bias;
-  gint vl;
-  forward_layout(g->n_inputs, &has_bias, &vl);
+  gint vl, mi;
+  forward_layout(g->n_inputs, qkv_attn_has_mask(g->attrs), &has_bias, &vl, &mi);
   guint n_float = has_bias ? 11 : 7;
-  gboolean any = FALSE;
+  gboolean additive = qkv_attn_mask_additive(g->attrs);
+  gboolean mask_grad = mi >= 0 && additive && g->needs_grad[mi];
+  gboolean any = mask_grad;
   for (guint i = 0; i < n_float; i++)
     any |= g->needs_grad[i];
   if ((dout == NULL && dw == NULL) || !any)
     return TRUE;
   double dropout = qkv_attrs_get_float(g->attrs, "dropout");
-  QkvValue *inputs[16];
+  QkvValue *inputs[MHA_MAX_BACKWARD_INPUTS];
   guint n = 0;
   for (guint i = 0; i < 7; i++)
     inputs[n++] = g->inputs[i];
@@ -589,6 +639,8 @@ forward_grad(QkvGradCtx *g, GError **error)
     inputs[n++] = dw;
   if (vl >= 0)
     inputs[n++] = g->inputs[vl];
+  if (mi >= 0)
+    inputs[n++] = g->inputs[mi];
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "num_heads",
@@ -599,6 +651,9 @@ forward_grad(QkvGradCtx *g, GError **error)
   g_variant_builder_add(&attrs, "{sv}", "has_bias", g_variant_new_boolean(has_bias));
   g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(dout != NULL));
   g_variant_builder_add(&attrs, "{sv}", "grad_weights", g_variant_new_boolean(dw != NULL));
+  g_variant_builder_add(&attrs, "{sv}", "mask_kind",
+                        g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
+  g_variant_builder_add(&attrs, "{sv}", "grad_mask", g_variant_new_boolean(mask_grad));
   QkvNode *node = qkv_graph_add_node(g->graph, "multi_head_attention_backward", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)
@@ -606,6 +661,21 @@ forward_grad(QkvGradCtx *g, GError **error)
   for (guint i = 0; i < n_float; i++)
     if (g->needs_grad[i])
       g->in_grads[i] = qkv_node_output(node, i);
+  if (mask_grad) {
+    /* dscores (B, H, n_q, n_k) to the mask's shape: a rank-3 mask is shared
+     * by the heads, so their gradients add up first */
+    QkvValue *ds = qkv_node_output(node, n_float);
+    const QkvShape *ms = qkv_value_shape(g->inputs[mi]);
+    if (ms->rank == 3) {
+      gint heads_axis = 1;
+      ds = qkv_sum(ds, &heads_axis, 1, FALSE, error);
+      if (ds == NULL)
+        return FALSE;
+    }
+    g->in_grads[mi] = qkv_sum_to(ds, ms, error);
+    if (g->in_grads[mi] == NULL)
+      return FALSE;
+  }
   return TRUE;
 }
 
@@ -615,8 +685,10 @@ static const QkvOpDef forward_def = {
     .doc = "d2l's MultiHeadAttention as one op. Inputs: queries (B, n_q, d_q), keys (B, n_k, "
            "d_k), values (B, n_k, d_v), w_q (H, d_q), w_k (H, d_k), w_v (H, d_v), w_o (H, H) "
            "(nn.Linear layout); then optionally the biases b_q, b_k, b_v, b_o (H), all four or "
-           "none; then optionally valid_lens i32 (B) or (B, n_q). They are told apart by count: "
-           "7 or 11 inputs have no valid_lens, 8 or 12 end with it. Head h uses columns h·dh to "
+           "none; then optionally valid_lens i32 (B) or (B, n_q), then optionally a mask f32 "
+           "(mask_kind) broadcasting to the scores (B, num_heads, n_q, n_k), a rank-3 mask "
+           "being (B, n_q, n_k) shared by the heads. Biases are told apart by count (11 or more "
+           "inputs, less the mask), the mask by mask_kind. Head h uses columns h·dh to "
            "(h+1)·dh − 1 of the projections (dh = H / num_heads), as transpose_qkv. Outputs: "
            "0 out (B, n_q, H); 1 weights (B, num_heads, n_q, n_k) before dropout "
            "(differentiable); saved for the backward, without gradient: 2 q_proj (B, n_q, H), "
@@ -624,7 +696,7 @@ static const QkvOpDef forward_def = {
            "results before w_o), 6 (only when dropout > 0) the dropout mask (B, num_heads, n_q, "
            "n_k), 0 or 1/(1-p), all ones in evaluation.",
     .min_inputs = 7,
-    .max_inputs = 12,
+    .max_inputs = MHA_MAX_INPUTS,
     .input_names = forward_input_names,
     .output_names = forward_output_names,
     .attrs = forward_attrs,
@@ -643,9 +715,11 @@ static const QkvOpDef backward_def = {
            "and, with has_bias, db_q, db_k, db_v, db_o. Inputs: queries, keys, values, w_q, "
            "w_k, w_v, w_o, the forward outputs weights, q_proj, k_proj, v_proj, concat, then "
            "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
-           "and valid_lens (i32) when given to the forward op.",
+           "and valid_lens (i32) and mask (f32) when given to the forward op. With grad_mask, "
+           "one more output after those: dscores (B, num_heads, n_q, n_k), the gradient of the "
+           "scores.",
     .min_inputs = 12,
-    .max_inputs = 16,
+    .max_inputs = MHA_MAX_BACKWARD_INPUTS,
     .input_names = backward_input_names,
     .output_names = backward_output_names,
     .attrs = backward_attrs,
@@ -668,9 +742,21 @@ qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values, Qk
                          gint num_heads, QkvValue *valid_lens, gboolean causal, double dropout,
                          QkvValue **weights, GError **error)
 {
+  return qkv_multi_head_attention_masked(queries, keys, values, w_q, w_k, w_v, w_o, biases,
+                                         num_heads, valid_lens, NULL, QKV_MASK_BOOLEAN, causal,
+                                         dropout, weights, error);
+}
+
+QkvValue *
+qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *values, QkvValue *w_q,
+                                QkvValue *w_k, QkvValue *w_v, QkvValue *w_o,
+                                QkvValue *const *biases, gint num_heads, QkvValue *valid_lens,
+                                QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
+                                QkvValue **weights, GError **error)
+{
   QKV_RETURN_IF_MISSING("multi_head_attention", error, queries, keys, values);
   QKV_RETURN_IF_MISSING("multi_head_attention", error, w_q, w_k, w_v, w_o);
-  QkvValue *inputs[12] = {queries, keys, values, w_q, w_k, w_v, w_o};
+  QkvValue *inputs[MHA_MAX_INPUTS] = {queries, keys, values, w_q, w_k, w_v, w_o};
   guint n = 7;
   if (biases != NULL) {
     QKV_RETURN_IF_MISSING("multi_head_attention", error, biases[0], biases[1], biases[2],
@@ -680,11 +766,16 @@ qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values, Qk
   }
   if (valid_lens != NULL)
     inputs[n++] = valid_lens;
+  if (mask != NULL)
+    inputs[n++] = mask;
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "num_heads", g_variant_new_int32(num_heads));
   g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  if (mask != NULL)
+    g_variant_builder_add(&attrs, "{sv}", "mask_kind",
+                          g_variant_new_string(qkv_attn_mask_kind_name(kind)));
   QkvNode *node = qkv_graph_add_node(qkv_value_graph(queries), "multi_head_attention", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)

@@ -12,6 +12,7 @@
 
 #include <glib.h>
 #include "qkv-graph.h"
+#include "qkv-nn.h"
 
 G_BEGIN_DECLS
 
@@ -70,6 +71,13 @@ QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, g
 QkvValue *qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                         QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
                         gboolean causal, double dropout, QkvValue **weights, GError **error);
+/* The same with a mask (may be NULL) of the given kind for the attention
+ * scores (qkv_multi_head_attention_masked in qkv-nn.h): a local window, a
+ * padding mask or learned ALiBi-style biases. */
+QkvValue *qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
+                               QkvValue *values, gint64 num_hiddens, gint num_heads,
+                               QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
+                               gboolean causal, double dropout, QkvValue **weights, GError **error);
 /* PositionWiseFFN: "<name>.dense1" (ffn_hiddens), ReLU, "<name>.dense2" (out). */
 QkvValue *qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
                         gint64 out_features, GError **error);

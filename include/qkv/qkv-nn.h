@@ -12,13 +12,45 @@
 
 G_BEGIN_DECLS
 
-/* "masked_softmax" {causal: b}: softmax over the last axis of x (…, n_q, n_k).
- * valid_lens (may be NULL) is i32 of shape (B) — one length per leading batch
- * element, shared by all its queries — or (B, n_q) — one per query, where B
- * is x's first axis. Keys at positions ≥ the valid length get -1e6 before the
- * softmax, as the book does (a row of valid length 0 comes out uniform).
- * causal masks keys after the query's position the same way. */
+/* How a mask input of the attention ops applies to the scores.
+ *
+ * QKV_MASK_BOOLEAN: a 0 masks the key out: its score becomes -1e6 before the
+ *   softmax, exactly like a key beyond the valid length (so a row with every
+ *   key masked comes out uniform, as in the book); any other value keeps it.
+ *   No gradient reaches the mask.
+ * QKV_MASK_ADDITIVE: the mask is added to the scores before the softmax
+ *   (ALiBi-style biases, or -inf / -1e9 entries; a row whose every kept score
+ *   is -inf gives NaN, as in PyTorch). Differentiable: its gradient is the
+ *   gradient of the scores summed over the axes it was broadcast along, so
+ *   learned biases train.
+ *
+ * The masks combine: an additive mask is added first, then valid lengths,
+ * causal and a boolean mask each replace the scores they mask by -1e6. The
+ * mask is f32 and broadcasts to the scores (…, n_q, n_k): its shape is
+ * right-aligned against theirs and each axis must be 1 or the scores' size,
+ * e.g. (n_k), (n_q, n_k), (B, 1, n_k), (B, n_q, n_k). Multi-head attention's
+ * scores are (B, num_heads, n_q, n_k); there a rank-3 mask is (B, n_q, n_k)
+ * (or (B, 1, n_k), …), shared by the heads like valid lengths, and a per-head
+ * mask is rank 4: (B, H, n_q, n_k), or (1, H, n_q, n_k) for all batch
+ * elements. Other shapes are refused with QKV_ERROR_SHAPE. Without a mask the
+ * kernels run exactly as before masks existed. */
+typedef enum {
+  QKV_MASK_BOOLEAN,
+  QKV_MASK_ADDITIVE,
+} QkvMaskKind;
+
+/* "masked_softmax" {causal: b, mask_kind: s}: softmax over the last axis of x
+ * (…, n_q, n_k). valid_lens (may be NULL) is i32 of shape (B) — one length
+ * per leading batch element, shared by all its queries — or (B, n_q) — one
+ * per query, where B is x's first axis. Keys at positions ≥ the valid length
+ * get -1e6 before the softmax, as the book does (a row of valid length 0
+ * comes out uniform). causal masks keys after the query's position the same
+ * way. */
 QkvValue *qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error);
+/* The same with a mask (may be NULL) of the given kind (see QkvMaskKind). The
+ * op's inputs are x, then valid_lens and mask where given. */
+QkvValue *qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *mask,
+                                  QkvMaskKind kind, gboolean causal, GError **error);
 
 /* "dot_product_attention" {causal: b, dropout: d}: softmax(Q Kᵀ / √d) V with
  * the masks of masked_softmax and dropout on the weights.
@@ -28,6 +60,12 @@ QkvValue *qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal,
 QkvValue *qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
                                     gboolean causal, double dropout, QkvValue **weights,
                                     GError **error);
+/* The same with a mask (may be NULL) of the given kind, broadcasting to the
+ * scores (B, n_q, n_k) (see QkvMaskKind). */
+QkvValue *qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v,
+                                           QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
+                                           gboolean causal, double dropout, QkvValue **weights,
+                                           GError **error);
 
 /* "additive_attention" {dropout: d}: score(q, k) = w_vᵀ tanh(W_q q + W_k k),
  * masked softmax over keys, weighted sum of v.
@@ -50,6 +88,14 @@ QkvValue *qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *
                                    QkvValue *const *biases, gint num_heads, QkvValue *valid_lens,
                                    gboolean causal, double dropout, QkvValue **weights,
                                    GError **error);
+/* The same with a mask (may be NULL) of the given kind, broadcasting to the
+ * per-head scores (B, num_heads, n_q, n_k) (see QkvMaskKind for the shapes). */
+QkvValue *qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *values,
+                                          QkvValue *w_q, QkvValue *w_k, QkvValue *w_v,
+                                          QkvValue *w_o, QkvValue *const *biases, gint num_heads,
+                                          QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
+                                          gboolean causal, double dropout, QkvValue **weights,
+                                          GError **error);
 
 /* "layer_norm" {eps: d}: normalise over the last axis, then · gamma + beta
  * (both of the last axis' size). */
