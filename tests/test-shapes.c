@@ -282,12 +282,22 @@ test_static_shape_refused(void)
   g_autoptr(QkvPlan) pb = qkv_graph_compile(g, &b, 1, NULL, &error);
   g_autoptr(QkvPlan) pr = qkv_graph_compile(g, &r, 1, NULL, &error);
   g_assert_no_error(error);
-  QkvShape small = QKV_SHAPE(2, 1);
+  /* (1, 1) does broadcast to the fixed (4, 3): only the flag stops a silent
+   * (4, 3) result where the caller expects (1, 3) */
+  QkvShape one = QKV_SHAPE(1, 1), small = QKV_SHAPE(2, 1);
+  g_autoptr(QkvTensor) x1 = qkv_test_uniform(&one, 1, 0, 1);
   g_autoptr(QkvTensor) xs = qkv_test_uniform(&small, 1, 0, 1);
-  g_assert_true(qkv_plan_bind(pb, "x", xs, &error));
+  g_assert_true(qkv_plan_bind(pb, "x", x1, &error));
   g_assert_false(qkv_plan_run(pb, &error));
   g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
   g_assert_nonnull(strstr(error->message, "broadcast_to"));
+  g_assert_nonnull(strstr(error->message, "fixes its output shape"));
+  g_clear_error(&error);
+  /* at the compiled shape it runs again */
+  g_autoptr(QkvTensor) x4 = qkv_test_uniform(&s, 1, 0, 1);
+  g_assert_true(qkv_plan_bind(pb, "x", x4, &error));
+  g_assert_true(qkv_plan_run(pb, &error));
+  g_assert_no_error(error);
   g_clear_error(&error);
   g_assert_true(qkv_plan_bind(pr, "x", xs, &error));
   g_assert_false(qkv_plan_run(pr, &error));
