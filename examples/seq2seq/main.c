@@ -229,8 +229,11 @@ typedef struct {
   QkvParams *params;
   QkvOptimizer *optimizer;
   /* one training plan, compiled for the full batch; the last, partial batch
-   * of an epoch is bound as is (a plan runs on smaller leading dims) */
+   * of an epoch is bound as is (a plan runs on smaller leading dims). The
+   * GRU builder reshapes to fixed (B, H) shapes and slices time steps, so
+   * its plan cannot: Bahdanau gets a second plan for the partial batch. */
   ModelPlan train;
+  ModelPlan train_partial;
   ModelPlan decoder;
   gint epochs_done;
   gint64 global_step;
@@ -239,15 +242,18 @@ typedef struct {
 } Trainer;
 
 static ModelPlan *
-train_plan(Trainer *tr, GError **error)
+train_plan(Trainer *tr, gint batch, GError **error)
 {
-  if (tr->train.plan == NULL &&
-      !model_plan_build(&tr->train, &tr->cfg, tr->params, MIN(opt_batch, tr->data.n), TRUE,
+  const gint full = MIN(opt_batch, tr->data.n);
+  ModelPlan *mp =
+      batch == full || tr->cfg.kind == MODEL_TRANSFORMER ? &tr->train : &tr->train_partial;
+  if (mp->plan == NULL &&
+      !model_plan_build(mp, &tr->cfg, tr->params, mp == &tr->train ? full : batch, TRUE,
                         opt_threads, error)) {
-    model_plan_clear(&tr->train);
+    model_plan_clear(mp);
     return NULL;
   }
-  return &tr->train;
+  return mp;
 }
 
 /* Fisher-Yates with a generator seeded by (seed, epoch), so a resumed run
@@ -299,7 +305,7 @@ train(Trainer *tr, gint epochs, GError **error)
     shuffle(order, n, tr->cfg.seed, epoch);
     for (gint first = 0; first < n; first += opt_batch) {
       gint batch = MIN(opt_batch, n - first);
-      ModelPlan *mp = train_plan(tr, error);
+      ModelPlan *mp = train_plan(tr, batch, error);
       if (mp == NULL)
         return FALSE;
       /* tensors of this batch's size that borrow the full-size buffers */
@@ -678,7 +684,7 @@ run(gboolean reverse, ModelKind kind, GError **error)
   tr.params = qkv_params_new();
 
   /* building the training plan creates and initialises every parameter */
-  if (train_plan(&tr, error) == NULL)
+  if (train_plan(&tr, MIN(opt_batch, tr.data.n), error) == NULL)
     goto out;
   QkvOptimConfig oc = qkv_optim_config_adam(opt_lr);
   tr.optimizer = qkv_optimizer_new_adam(tr.params, &oc, error);
@@ -768,6 +774,7 @@ run(gboolean reverse, ModelKind kind, GError **error)
 out:
   model_plan_clear(&tr.decoder);
   model_plan_clear(&tr.train);
+  model_plan_clear(&tr.train_partial);
   qkv_optimizer_free(tr.optimizer);
   qkv_params_free(tr.params);
   seq2seq_data_clear(&tr.data);
