@@ -219,19 +219,47 @@ qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, do
   return qkv_builder_end(b, &mark, sum ? qkv_layer_norm(sum, gamma, beta, 1e-5, error) : NULL);
 }
 
+/* Σ_b mean_t(ce[b,t] · mask[b,t]): the per-sequence loss (B) in *per_seq
+ * (may be NULL) and the sum. mean over T divides by the bound T when a plan
+ * runs on shorter sequences than compiled. */
+static QkvValue *
+seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, QkvValue **per_seq, GError **error)
+{
+  QkvGraph *graph = qkv_value_graph(logits);
+  QkvGraphMark mark;
+  qkv_graph_mark(graph, &mark);
+  const gint time_axis = -1;
+  QkvValue *ce = qkv_cross_entropy(logits, labels, mask, QKV_REDUCTION_NONE, error);
+  QkvValue *seq = ce ? qkv_mean(ce, &time_axis, 1, FALSE, error) : NULL;
+  QkvValue *loss = seq ? qkv_sum(seq, NULL, 0, FALSE, error) : NULL;
+  if (loss == NULL) {
+    qkv_graph_rollback(graph, &mark);
+    return NULL;
+  }
+  if (per_seq != NULL)
+    *per_seq = seq;
+  return loss;
+}
+
 QkvValue *
 qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, GError **error)
 {
   if (logits == NULL || labels == NULL || mask == NULL)
     return NULL;
+  return seq2seq_loss(logits, labels, mask, NULL, error);
+}
+
+QkvValue *
+qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
+                            QkvValue **per_seq, GError **error)
+{
+  if (logits == NULL || labels == NULL || valid_lens == NULL)
+    return NULL;
   QkvGraph *graph = qkv_value_graph(logits);
   QkvGraphMark mark;
   qkv_graph_mark(graph, &mark);
-  /* Σ_b mean_t(ce · mask) = (Σ_{b,t} ce · mask) / T */
-  const QkvShape *ls = qkv_value_shape(labels);
-  gint64 steps = ls->rank > 0 ? ls->dims[ls->rank - 1] : 1;
-  QkvValue *total = qkv_cross_entropy(logits, labels, mask, QKV_REDUCTION_SUM, error);
-  QkvValue *loss = total ? qkv_scale(total, 1.0 / (double)steps, error) : NULL;
+  QkvValue *mask = qkv_sequence_mask_like(valid_lens, labels, error);
+  QkvValue *loss = mask ? seq2seq_loss(logits, labels, mask, per_seq, error) : NULL;
   if (loss == NULL)
     qkv_graph_rollback(graph, &mark);
   return loss;

@@ -174,7 +174,9 @@ fold_rows(QkvValue *x, GError **error)
   gint64 rows = 1;
   for (gint i = 0; i < s->rank - 1; i++)
     rows *= s->dims[i];
-  QkvShape shape = QKV_SHAPE(rows, s->dims[s->rank - 1]);
+  /* -1: the rows follow x's leading dims when a plan runs on smaller inputs */
+  QkvShape shape =
+      QKV_SHAPE(rows > 0 && s->dims[s->rank - 1] > 0 ? -1 : rows, s->dims[s->rank - 1]);
   return qkv_reshape(x, &shape, error);
 }
 

@@ -302,42 +302,99 @@ mean_forward(const QkvKernelCtx *ctx)
     y[i] *= inv;
 }
 
-/* Gradient of a reduction over axes: dy put back on the kept axes and repeated
- * along the reduced ones, times factor (1 for sum, 1/count for mean). */
+/* Gradient of a reduction over axes: one "reduce_backward" node that repeats
+ * dy along the reduced axes of x (times 1/count for mean). It reads x's shape
+ * when it runs, not when the graph is built, so a plan run on inputs smaller
+ * than compiled divides by the bound count. */
 static gboolean
 reduce_grad(QkvGradCtx *g, gboolean mean, GError **error)
 {
-  QkvValue *x = g->inputs[0], *dy = g->out_grads[0];
-  const QkvShape *in = qkv_value_shape(x);
+  QkvValue *inputs[] = {g->out_grads[0], g->inputs[0]};
+  guint n_axes = 0;
+  const gint64 *axes = qkv_attrs_get_ints(g->attrs, "axes", &n_axes);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axes", qkv_variant_ints(axes, n_axes));
+  g_variant_builder_add(&attrs, "{sv}", "mean", g_variant_new_boolean(mean));
+  g->in_grads[0] = qkv_op_call("reduce_backward", inputs, 2, g_variant_builder_end(&attrs), error);
+  return g->in_grads[0] != NULL;
+}
+
+static const gchar *const reduce_backward_inputs[] = {"dy", "x", NULL};
+
+static const QkvAttrSpec reduce_backward_attrs[] = {
+    {.name = "axes",
+     .type = QKV_ATTR_INTS,
+     .required = FALSE,
+     .doc = "the reduced axes, as given to sum or mean"},
+    {.name = "mean",
+     .type = QKV_ATTR_BOOL,
+     .required = FALSE,
+     .default_int = FALSE,
+     .doc = "divide by the number of elements reduced"},
+};
+
+static gboolean
+reduce_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *in = &ctx->in_shapes[1];
+  if (ctx->in_dtypes[0] != QKV_F32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "dy is %s, expected f32",
+                           qkv_dtype_name(ctx->in_dtypes[0]));
   gboolean mask[QKV_MAX_RANK];
-  axes_mask(g->attrs, in->rank, mask);
-  QkvShape kept = *in;
-  gint64 count = 1;
-  for (gint d = 0; d < in->rank; d++) {
-    if (mask[d]) {
-      count *= in->dims[d];
-      kept.dims[d] = 1;
+  if (axes_mask(ctx->attrs, in->rank, mask) >= 0)
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE, "axes do not fit x's rank %d",
+                           in->rank);
+  gint64 kept = 1;
+  for (gint d = 0; d < in->rank; d++)
+    kept *= mask[d] ? 1 : in->dims[d];
+  if (qkv_shape_numel(&ctx->in_shapes[0]) != kept)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "dy has %" G_GINT64_FORMAT " elements, x's kept axes %" G_GINT64_FORMAT,
+                           qkv_shape_numel(&ctx->in_shapes[0]), kept);
+  ctx->out_shapes[0] = *in;
+  ctx->out_dtypes[0] = QKV_F32;
+  return TRUE;
+}
+
+static void
+reduce_backward_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *shape = &ctx->out[0].shape;
+  const float *dy = ctx->in[0].data;
+  float *dx = ctx->out[0].data;
+  gboolean mask[QKV_MAX_RANK];
+  axes_mask(ctx->attrs, shape->rank, mask);
+  /* dy's stride along each axis of x: 0 on reduced axes */
+  gint64 stride[QKV_MAX_RANK], count = 1, acc = 1;
+  for (gint d = shape->rank - 1; d >= 0; d--) {
+    stride[d] = mask[d] ? 0 : acc;
+    if (mask[d])
+      count *= shape->dims[d];
+    else
+      acc *= shape->dims[d];
+  }
+  const float factor =
+      qkv_attrs_get_bool(ctx->attrs, "mean") ? (count > 0 ? 1.0f / (float)count : 0.0f) : 1.0f;
+  const gint64 n = qkv_shape_numel(shape);
+  const gint64 inner = shape->rank > 0 ? shape->dims[shape->rank - 1] : 1;
+  const gint64 inner_stride = shape->rank > 0 ? stride[shape->rank - 1] : 0;
+  if (n == 0 || inner == 0)
+    return;
+  gint64 idx[QKV_MAX_RANK] = {0};
+  for (gint64 row = 0; row < n / inner; row++) {
+    gint64 base = 0;
+    for (gint d = 0; d < shape->rank - 1; d++)
+      base += idx[d] * stride[d];
+    float *out = dx + row * inner;
+    for (gint64 i = 0; i < inner; i++)
+      out[i] = dy[base + i * inner_stride] * factor;
+    for (gint d = shape->rank - 2; d >= 0; d--) {
+      if (++idx[d] < shape->dims[d])
+        break;
+      idx[d] = 0;
     }
   }
-  QkvValue *grad = dy;
-  /* Scale first: dy is the smallest tensor on the way. */
-  if (mean && count != 1) {
-    grad = qkv_scale(grad, count > 0 ? 1.0 / (double)count : 0.0, error);
-    if (grad == NULL)
-      return FALSE;
-  }
-  if (!qkv_shape_equal(qkv_value_shape(grad), &kept)) {
-    grad = qkv_reshape(grad, &kept, error);
-    if (grad == NULL)
-      return FALSE;
-  }
-  if (!qkv_shape_equal(&kept, in)) {
-    grad = qkv_broadcast_to(grad, in, error);
-    if (grad == NULL)
-      return FALSE;
-  }
-  g->in_grads[0] = grad;
-  return TRUE;
 }
 
 static gboolean
@@ -551,6 +608,21 @@ broadcast_to_grad(QkvGradCtx *g, GError **error)
 static const QkvOpDef reduce_ops[] = {
     {
         QKV_OP_DEF_INIT,
+        .name = "reduce_backward",
+        .doc = "gradient of sum or mean: dy repeated along x's reduced axes (divided by their "
+               "size for mean); x gives only the shape",
+        .min_inputs = 2,
+        .max_inputs = 2,
+        .input_names = reduce_backward_inputs,
+        .output_names = y_output,
+        .attrs = reduce_backward_attrs,
+        .n_attrs = G_N_ELEMENTS(reduce_backward_attrs),
+        .no_grad_inputs = 1 << 1,
+        .shape = reduce_backward_shape,
+        .forward = reduce_backward_forward,
+    },
+    {
+        QKV_OP_DEF_INIT,
         .name = "sum",
         .doc = "sum of x over axes (all axes when none are given)",
         .min_inputs = 1,
@@ -601,6 +673,7 @@ static const QkvOpDef reduce_ops[] = {
         .output_names = y_output,
         .attrs = shape_attrs,
         .n_attrs = G_N_ELEMENTS(shape_attrs),
+        .flags = QKV_OP_STATIC_SHAPE,
         .shape = broadcast_to_shape,
         .forward = broadcast_to_forward,
         .gradient = broadcast_to_grad,

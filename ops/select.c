@@ -191,7 +191,7 @@ masked_fill_grad(QkvGradCtx *g, GError **error)
 
 /* ---- sequence_mask ------------------------------------------------------ */
 
-static const gchar *const sequence_mask_inputs[] = {"valid_lens", NULL};
+static const gchar *const sequence_mask_inputs[] = {"valid_lens", "like", NULL};
 
 static const QkvAttrSpec sequence_mask_attrs[] = {
     {.name = "maxlen",
@@ -205,6 +205,13 @@ sequence_mask_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *lens = &ctx->in_shapes[0];
   gint64 maxlen = qkv_attrs_get_int(ctx->attrs, "maxlen");
+  if (ctx->n_inputs > 1) {
+    /* T from like's last axis, so that it follows a plan's bound shapes */
+    const QkvShape *like = &ctx->in_shapes[1];
+    if (like->rank < 1)
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "like must have at least one axis");
+    maxlen = like->dims[like->rank - 1];
+  }
   if (ctx->in_dtypes[0] != QKV_I32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "valid_lens is %s, expected i32",
                            qkv_dtype_name(ctx->in_dtypes[0]));
@@ -245,8 +252,8 @@ sequence_mask_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
 static void
 sequence_mask_forward(const QkvKernelCtx *ctx)
 {
-  SequenceMaskJob job = {ctx->in[0].data, ctx->out[0].data,
-                         qkv_attrs_get_int(ctx->attrs, "maxlen")};
+  const QkvShape *out = &ctx->out[0].shape;
+  SequenceMaskJob job = {ctx->in[0].data, ctx->out[0].data, out->dims[out->rank - 1]};
   gint64 rows = qkv_shape_numel(&ctx->in[0].shape);
   if (job.maxlen == 0)
     return;
@@ -430,14 +437,15 @@ static const QkvOpDef select_ops[] = {
     {
         QKV_OP_DEF_INIT,
         .name = "sequence_mask",
-        .doc = "f32 mask (…, maxlen) from i32 valid_lens (…): 1 where t < valid_lens, else 0",
+        .doc = "f32 mask (…, maxlen) from i32 valid_lens (…): 1 where t < valid_lens, else 0; "
+               "with a second input like, maxlen is like's last dim",
         .min_inputs = 1,
-        .max_inputs = 1,
+        .max_inputs = 2,
         .input_names = sequence_mask_inputs,
         .output_names = single_output,
         .attrs = sequence_mask_attrs,
         .n_attrs = G_N_ELEMENTS(sequence_mask_attrs),
-        .no_grad_inputs = 1 << 0,
+        .no_grad_inputs = (1 << 0) | (1 << 1),
         .shape = sequence_mask_shape,
         .forward = sequence_mask_forward,
     },
@@ -515,6 +523,19 @@ qkv_sequence_mask(QkvValue *valid_lens, gint64 maxlen, GError **error)
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "maxlen", g_variant_new_int64(maxlen));
   return qkv_op_call("sequence_mask", &valid_lens, 1, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *
+qkv_sequence_mask_like(QkvValue *valid_lens, QkvValue *like, GError **error)
+{
+  QKV_RETURN_IF_MISSING("sequence_mask", error, valid_lens, like);
+  const QkvShape *s = qkv_value_shape(like);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "maxlen",
+                        g_variant_new_int64(s->rank > 0 ? s->dims[s->rank - 1] : 0));
+  QkvValue *inputs[] = {valid_lens, like};
+  return qkv_op_call("sequence_mask", inputs, 2, g_variant_builder_end(&attrs), error);
 }
 
 static GVariant *

@@ -659,6 +659,7 @@ static const QkvOpDef slice_backward_def = {
     .output_names = slice_backward_output_names,
     .attrs = slice_backward_attrs,
     .n_attrs = G_N_ELEMENTS(slice_backward_attrs),
+    .flags = QKV_OP_STATIC_SHAPE,
     .shape = slice_backward_shape,
     .forward = slice_backward_forward,
     .gradient = slice_backward_grad,

@@ -156,6 +156,7 @@ typedef struct {
   QkvTensor *bound;
   gboolean needed;
   GArray *patches; /* Patch: ctx.in[slot] of step */
+  QkvShape shape;  /* the bound tensor's shape when it was bound */
 } Binding;
 
 typedef struct {
@@ -186,6 +187,15 @@ struct _QkvPlan {
   guint n_param_grads;
   gboolean profiling;
   guint64 profiled_runs;
+  /* Variable shapes: the shape every value has in the current run (graph
+   * inputs: as bound), the scratch sizes compile reserved, and buffers for
+   * re-running shape rules, all allocated at compile time. */
+  QkvShape *value_shape;
+  gsize *step_scratch;
+  QkvShape *rule_in_shapes;
+  QkvDType *rule_in_dtypes;
+  gboolean shapes_dirty;  /* a bound shape changed since the last shape pass */
+  gboolean shapes_varied; /* the current shapes are not the compiled ones */
 };
 
 typedef struct {
@@ -214,6 +224,18 @@ value_pointer(QkvPlan *plan, QkvValue *v)
   }
   }
   return NULL;
+}
+
+/* Every dim of got is at most the one of max, same rank. */
+static gboolean
+shape_fits(const QkvShape *got, const QkvShape *max)
+{
+  if (got->rank != max->rank)
+    return FALSE;
+  for (gint d = 0; d < got->rank; d++)
+    if (got->dims[d] > max->dims[d])
+      return FALSE;
+  return TRUE;
 }
 
 static gint
@@ -484,6 +506,21 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
     st->ctx.node_id = node->id;
   }
 
+  /* variable shapes (see reshape_steps) */
+  guint max_inputs = 1;
+  plan->value_shape = g_new(QkvShape, MAX(n_values, 1));
+  for (guint i = 0; i < n_values; i++)
+    plan->value_shape[i] = ((QkvValue *)g_ptr_array_index(graph->values, i))->shape;
+  plan->step_scratch = g_new0(gsize, MAX(n_steps, 1));
+  for (s = 0; s < n_steps; s++) {
+    plan->step_scratch[s] = scratch_size[s];
+    max_inputs = MAX(max_inputs, plan->steps[s].node->n_inputs);
+  }
+  plan->rule_in_shapes = g_new0(QkvShape, max_inputs);
+  plan->rule_in_dtypes = g_new0(QkvDType, max_inputs);
+  for (guint i = 0; i < plan->n_bindings; i++)
+    plan->bindings[i].shape = plan->bindings[i].value->shape;
+
   /* requested outputs as tensors that borrow plan memory */
   plan->n_outputs = n_outputs;
   plan->output_values = g_new0(QkvValue *, MAX(n_outputs, 1));
@@ -524,6 +561,10 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->param_grads);
   g_free(plan->value_offset);
   g_free(plan->value_external);
+  g_free(plan->value_shape);
+  g_free(plan->step_scratch);
+  g_free(plan->rule_in_shapes);
+  g_free(plan->rule_in_dtypes);
   qkv_aligned_free(plan->arena);
   g_free(plan);
 }
@@ -542,15 +583,20 @@ qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError 
     return FALSE;
   }
   QkvValue *v = b->value;
-  if (tensor->dtype != v->dtype || !qkv_shape_equal(&tensor->shape, &v->shape)) {
+  if (tensor->dtype != v->dtype || !shape_fits(&tensor->shape, &v->shape)) {
     g_autofree gchar *want = qkv_shape_to_string(&v->shape);
     g_autofree gchar *got = qkv_shape_to_string(&tensor->shape);
     g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
-                "bind: input '%s' is %s%s, the tensor given is %s%s", input_name,
-                qkv_dtype_name(v->dtype), want, qkv_dtype_name(tensor->dtype), got);
+                "bind: input '%s' is %s%s, the tensor given is %s%s (a bound tensor may be "
+                "smaller in any dim, never bigger, and must have the same rank and dtype)",
+                input_name, qkv_dtype_name(v->dtype), want, qkv_dtype_name(tensor->dtype), got);
     return FALSE;
   }
   b->bound = tensor;
+  if (!qkv_shape_equal(&tensor->shape, &b->shape)) {
+    b->shape = tensor->shape;
+    plan->shapes_dirty = TRUE;
+  }
   for (guint i = 0; i < b->patches->len; i++) {
     Patch *p = &g_array_index(b->patches, Patch, i);
     plan->steps[p->step].in[p->slot].data = tensor->data;
@@ -558,6 +604,115 @@ qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError 
   for (guint i = 0; i < plan->n_outputs; i++)
     if (plan->output_values[i] == v)
       plan->outputs[i]->data = tensor->data;
+  return TRUE;
+}
+
+/* Re-run every step's shape rule on the bound shapes, so that kernels see the
+ * smaller views. Memory was laid out for the compiled shapes: each value must
+ * fit in its buffer and each scratch request in what compile reserved, else
+ * the run is refused. Allocates nothing (except for an error message). */
+static gboolean
+reshape_steps(QkvPlan *plan, GError **error)
+{
+  gboolean varied = FALSE;
+  for (guint i = 0; i < plan->n_bindings; i++) {
+    Binding *b = &plan->bindings[i];
+    plan->value_shape[b->value->id] = b->shape;
+    varied |= !qkv_shape_equal(&b->shape, &b->value->shape);
+  }
+  if (!varied && !plan->shapes_varied) {
+    plan->shapes_dirty = FALSE;
+    return TRUE;
+  }
+  /* until this pass completes, the views may be half updated */
+  plan->shapes_varied = TRUE;
+  for (guint s = 0; s < plan->n_steps; s++) {
+    Step *st = &plan->steps[s];
+    QkvNode *node = st->node;
+    QkvShapeCtx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    gboolean changed = FALSE;
+    for (guint i = 0; i < node->n_inputs; i++) {
+      QkvValue *in = node->inputs[i];
+      plan->rule_in_shapes[i] = plan->value_shape[in->id];
+      plan->rule_in_dtypes[i] = in->dtype;
+      changed |= !qkv_shape_equal(&plan->rule_in_shapes[i], &in->shape);
+    }
+    if (changed && (node->op->flags & QKV_OP_STATIC_SHAPE)) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                  "run: node '%s' (op '%s') fixes its output shape when the graph is built, so "
+                  "the plan cannot run it on inputs smaller than compiled",
+                  node->name, node->op->name);
+      return FALSE;
+    }
+    ctx.op_name = node->op->name;
+    ctx.node_name = node->name;
+    ctx.n_inputs = node->n_inputs;
+    ctx.in_shapes = plan->rule_in_shapes;
+    ctx.in_dtypes = plan->rule_in_dtypes;
+    ctx.attrs = node->attrs;
+    ctx.n_outputs = 1;
+    if (!changed) {
+      for (guint o = 0; o < node->n_outputs; o++)
+        ctx.out_shapes[o] = node->outputs[o]->shape;
+    } else {
+      GError *rule_error = NULL;
+      if (!node->op->shape(&ctx, &rule_error)) {
+        if (rule_error == NULL)
+          qkv_shape_error(&ctx, &rule_error, QKV_ERROR_SHAPE, "the shape rule rejected the inputs");
+        g_propagate_prefixed_error(error, rule_error, "run: with the bound shapes: ");
+        return FALSE;
+      }
+      if (ctx.n_outputs != node->n_outputs)
+        return qkv_shape_error(&ctx, error, QKV_ERROR_SHAPE,
+                               "run: with the bound shapes the node has %u outputs, compiled %u",
+                               ctx.n_outputs, node->n_outputs);
+      for (guint o = 0; o < node->n_outputs; o++) {
+        QkvValue *out = node->outputs[o];
+        if (!qkv_shape_is_valid(&ctx.out_shapes[o]) || ctx.out_dtypes[o] != out->dtype ||
+            ctx.out_shapes[o].rank != out->shape.rank ||
+            qkv_shape_numel(&ctx.out_shapes[o]) > qkv_shape_numel(&out->shape)) {
+          g_autofree gchar *want = qkv_shape_to_string(&out->shape);
+          g_autofree gchar *got = qkv_shape_to_string(&ctx.out_shapes[o]);
+          return qkv_shape_error(&ctx, error, QKV_ERROR_SHAPE,
+                                 "run: with the bound shapes output %u would be %s%s, which does "
+                                 "not fit the %s%s compiled",
+                                 o, qkv_dtype_name(ctx.out_dtypes[o]), got,
+                                 qkv_dtype_name(out->dtype), want);
+        }
+      }
+      if (node->op->scratch_size != NULL) {
+        gsize need = round_up(node->op->scratch_size(&ctx, plan->max_threads));
+        if (need > plan->step_scratch[s])
+          return qkv_shape_error(&ctx, error, QKV_ERROR_SHAPE,
+                                 "run: with the bound shapes the node needs %" G_GSIZE_FORMAT
+                                 " bytes of scratch memory, more than the %" G_GSIZE_FORMAT
+                                 " compiled",
+                                 need, plan->step_scratch[s]);
+      }
+    }
+    for (guint i = 0; i < node->n_inputs; i++)
+      st->in[i].shape = plan->rule_in_shapes[i];
+    for (guint o = 0; o < node->n_outputs; o++) {
+      st->out[o].shape = ctx.out_shapes[o];
+      plan->value_shape[node->outputs[o]->id] = ctx.out_shapes[o];
+    }
+  }
+  /* parameter gradients are copied whole into the store: their shapes must
+   * not have moved (a gradient of a fixed-shape parameter never does) */
+  for (guint i = 0; i < plan->n_param_grads; i++) {
+    QkvValue *g = plan->param_grads[i].grad;
+    if (!qkv_shape_equal(&plan->value_shape[g->id], &g->shape)) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                  "run: with the bound shapes the gradient '%s' of parameter '%s' changes shape",
+                  g->name, qkv_param_name(plan->param_grads[i].param));
+      return FALSE;
+    }
+  }
+  for (guint i = 0; i < plan->n_outputs; i++)
+    plan->outputs[i]->shape = plan->value_shape[plan->output_values[i]->id];
+  plan->shapes_varied = varied;
+  plan->shapes_dirty = FALSE;
   return TRUE;
 }
 
@@ -576,6 +731,8 @@ qkv_plan_run(QkvPlan *plan, GError **error)
       return FALSE;
     }
   }
+  if (plan->shapes_dirty && !reshape_steps(plan, error))
+    return FALSE;
   qkv_set_running_plan_threads(plan->n_threads);
   for (guint s = 0; s < plan->n_steps; s++) {
     Step *st = &plan->steps[s];

@@ -228,7 +228,12 @@ typedef struct {
   Seq2SeqData data;
   QkvParams *params;
   QkvOptimizer *optimizer;
-  GHashTable *plans; /* batch size -> ModelPlan* */
+  /* one training plan, compiled for the full batch; the last, partial batch
+   * of an epoch is bound as is (a plan runs on smaller leading dims). The
+   * GRU builder reshapes to fixed (B, H) shapes and slices time steps, so
+   * its plan cannot: Bahdanau gets a second plan for the partial batch. */
+  ModelPlan train;
+  ModelPlan train_partial;
   ModelPlan decoder;
   gint epochs_done;
   gint64 global_step;
@@ -236,25 +241,18 @@ typedef struct {
   double last_tokens_per_s;
 } Trainer;
 
-static void
-plan_free(gpointer data)
-{
-  model_plan_clear(data);
-  g_free(data);
-}
-
 static ModelPlan *
-train_plan_for(Trainer *tr, gint batch, GError **error)
+train_plan(Trainer *tr, gint batch, GError **error)
 {
-  ModelPlan *mp = g_hash_table_lookup(tr->plans, GINT_TO_POINTER(batch));
-  if (mp != NULL)
-    return mp;
-  mp = g_new0(ModelPlan, 1);
-  if (!model_plan_build(mp, &tr->cfg, tr->params, batch, TRUE, opt_threads, error)) {
-    plan_free(mp);
+  const gint full = MIN(opt_batch, tr->data.n);
+  ModelPlan *mp =
+      batch == full || tr->cfg.kind == MODEL_TRANSFORMER ? &tr->train : &tr->train_partial;
+  if (mp->plan == NULL &&
+      !model_plan_build(mp, &tr->cfg, tr->params, mp == &tr->train ? full : batch, TRUE,
+                        opt_threads, error)) {
+    model_plan_clear(mp);
     return NULL;
   }
-  g_hash_table_insert(tr->plans, GINT_TO_POINTER(batch), mp);
   return mp;
 }
 
@@ -296,7 +294,7 @@ train(Trainer *tr, gint epochs, GError **error)
   g_autoptr(QkvTensor) src_valid = qkv_tensor_new(QKV_I32, &bs);
   g_autoptr(QkvTensor) dec_in = qkv_tensor_new(QKV_I32, &bt);
   g_autoptr(QkvTensor) labels = qkv_tensor_new(QKV_I32, &bt);
-  g_autoptr(QkvTensor) mask = qkv_tensor_new(QKV_F32, &bt);
+  g_autoptr(QkvTensor) tgt_valid = qkv_tensor_new(QKV_I32, &bs);
   gboolean tty = isatty(fileno(stdout)) && !opt_quiet;
   gint64 start = g_get_monotonic_time();
   gint first_epoch = tr->epochs_done;
@@ -307,7 +305,7 @@ train(Trainer *tr, gint epochs, GError **error)
     shuffle(order, n, tr->cfg.seed, epoch);
     for (gint first = 0; first < n; first += opt_batch) {
       gint batch = MIN(opt_batch, n - first);
-      ModelPlan *mp = train_plan_for(tr, batch, error);
+      ModelPlan *mp = train_plan(tr, batch, error);
       if (mp == NULL)
         return FALSE;
       /* tensors of this batch's size that borrow the full-size buffers */
@@ -317,10 +315,11 @@ train(Trainer *tr, gint epochs, GError **error)
           qkv_tensor_new_borrowed(QKV_I32, &cbs, qkv_tensor_data(src_valid));
       g_autoptr(QkvTensor) v_dec = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(dec_in));
       g_autoptr(QkvTensor) v_lab = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(labels));
-      g_autoptr(QkvTensor) v_mask = qkv_tensor_new_borrowed(QKV_F32, &cbt, qkv_tensor_data(mask));
+      g_autoptr(QkvTensor) v_tvalid =
+          qkv_tensor_new_borrowed(QKV_I32, &cbs, qkv_tensor_data(tgt_valid));
       gint32 *s = qkv_tensor_i32(src), *sv = qkv_tensor_i32(src_valid);
       gint32 *d = qkv_tensor_i32(dec_in), *l = qkv_tensor_i32(labels);
-      float *m = qkv_tensor_f32(mask);
+      gint32 *tv = qkv_tensor_i32(tgt_valid);
       for (gint i = 0; i < batch; i++) {
         gint ex = order[first + i];
         memcpy(s + i * T, tr->data.src + (gsize)ex * T, T * sizeof(gint32));
@@ -329,15 +328,14 @@ train(Trainer *tr, gint epochs, GError **error)
         /* teacher forcing: <bos> then the target shifted right by one */
         d[i * T] = bos;
         memcpy(d + i * T + 1, tr->data.tgt + (gsize)ex * T, (T - 1) * sizeof(gint32));
-        for (gint t = 0; t < T; t++)
-          m[i * T + t] = t < tr->data.tgt_valid[ex] ? 1.0f : 0.0f;
+        tv[i] = tr->data.tgt_valid[ex];
         tokens += tr->data.tgt_valid[ex];
       }
       if (!qkv_plan_bind(mp->plan, "src", v_src, error) ||
           !qkv_plan_bind(mp->plan, "src_valid", v_valid, error) ||
           !qkv_plan_bind(mp->plan, "dec_in", v_dec, error) ||
           !qkv_plan_bind(mp->plan, "labels", v_lab, error) ||
-          !qkv_plan_bind(mp->plan, "mask", v_mask, error))
+          !qkv_plan_bind(mp->plan, "tgt_valid", v_tvalid, error))
         return FALSE;
       qkv_plan_set_step(mp->plan, (guint64)tr->global_step);
       if (!qkv_plan_run(mp->plan, error))
@@ -684,10 +682,9 @@ run(gboolean reverse, ModelKind kind, GError **error)
   tr.cfg.dropout = opt_dropout;
   tr.cfg.seed = (guint64)opt_seed;
   tr.params = qkv_params_new();
-  tr.plans = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, plan_free);
 
-  /* building the first plan creates and initialises every parameter */
-  if (train_plan_for(&tr, MIN(opt_batch, tr.data.n), error) == NULL)
+  /* building the training plan creates and initialises every parameter */
+  if (train_plan(&tr, MIN(opt_batch, tr.data.n), error) == NULL)
     goto out;
   QkvOptimConfig oc = qkv_optim_config_adam(opt_lr);
   tr.optimizer = qkv_optimizer_new_adam(tr.params, &oc, error);
@@ -776,8 +773,8 @@ run(gboolean reverse, ModelKind kind, GError **error)
   ok = TRUE;
 out:
   model_plan_clear(&tr.decoder);
-  if (tr.plans)
-    g_hash_table_unref(tr.plans);
+  model_plan_clear(&tr.train);
+  model_plan_clear(&tr.train_partial);
   qkv_optimizer_free(tr.optimizer);
   qkv_params_free(tr.params);
   seq2seq_data_clear(&tr.data);

@@ -58,8 +58,8 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
   opts.seed = cfg->seed * 1000003u + (guint64)batch;
   if (training) {
     QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, error);
-    QkvValue *mask = qkv_graph_input(g, "mask", QKV_F32, &bt, error);
-    QkvValue *loss = qkv_build_seq2seq_loss(logits, labels, mask, error);
+    QkvValue *tgt_valid = qkv_graph_input(g, "tgt_valid", QKV_I32, &bs, error);
+    QkvValue *loss = qkv_build_seq2seq_loss_lens(logits, labels, tgt_valid, NULL, error);
     if (loss == NULL || !qkv_graph_backward(g, loss, error))
       return FALSE;
     opts.training = TRUE;

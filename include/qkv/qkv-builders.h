@@ -178,6 +178,13 @@ QkvValue *qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConf
  * mask[b,t]) for logits (B, T, V), labels i32 (B, T), mask f32 (B, T). */
 QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask,
                                  GError **error);
+/* The same from i32 valid lengths (B), as the book's MaskedSoftmaxCELoss
+ * takes them: the mask is sequence_mask(valid_lens) over labels' T, built in
+ * the graph. *per_seq (may be NULL) receives the per-sequence loss (B),
+ * mean_t(ce · mask); the return value is its sum. The mean divides by the T
+ * a plan is bound with, so the loss follows shorter sequences. */
+QkvValue *qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
+                                      QkvValue **per_seq, GError **error);
 
 /* Nadaraya-Watson kernel regression with one learned width w (parameter
  * "<prefix>w", shape (1)): for each query q_i,

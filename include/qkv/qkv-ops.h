@@ -128,6 +128,9 @@ QkvValue *qkv_masked_fill(QkvValue *x, QkvValue *mask, double value, GError **er
 /* "sequence_mask" {maxlen: x}: from i32 valid_lens (B) or (B, Q) (any
  * shape …), the f32 mask (…, maxlen) that is 1 where t < valid_lens. */
 QkvValue *qkv_sequence_mask(QkvValue *valid_lens, gint64 maxlen, GError **error);
+/* The same with maxlen the last dim of like (any dtype, read for its shape
+ * only): the mask follows a plan's bound shapes (see qkv-plan.h). */
+QkvValue *qkv_sequence_mask_like(QkvValue *valid_lens, QkvValue *like, GError **error);
 /* "clamp" {min: d, max: d}: x limited to [lo, hi] (-INFINITY / INFINITY
  * for no bound; lo > hi is an error); NaN passes through. The gradient
  * passes where lo ≤ x ≤ hi, bounds included (as PyTorch's). */

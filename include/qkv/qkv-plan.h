@@ -42,7 +42,24 @@ QkvPlan *qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_ou
 void qkv_plan_free(QkvPlan *plan);
 
 /* Bind a tensor to the graph input of that name. The plan borrows it: keep it
- * alive and unchanged in shape until the last run that uses it. */
+ * alive and unchanged in shape until the last run that uses it.
+ *
+ * Variable shapes: the tensor must have the input's dtype and rank, and each
+ * dim at most the one the graph was built with (a partial last batch, a
+ * shorter sentence); a bigger dim is refused here. On the first run after a
+ * bound shape changed, every node's shape rule is re-run on the bound shapes
+ * and kernels see the smaller views in the same arena (nothing is allocated;
+ * a run at unchanged shapes costs nothing extra). Outputs take the bound
+ * shapes. That run fails with a GError naming the node when:
+ *  - a shape rule rejects the bound shapes (inputs that disagree, or a reshape
+ *    whose fixed target no longer fits: use -1 for a dim that varies);
+ *  - a value or a node's scratch memory would be bigger than compiled;
+ *  - the node's op has QKV_OP_STATIC_SHAPE (broadcast_to, slice_backward: the
+ *    output shape is an attribute) and one of its inputs changed shape;
+ *  - a parameter gradient would change shape.
+ * Reductions (mean, cross_entropy's "mean") divide by the bound sizes.
+ * Numbers a builder computed from shapes at build time and stored as
+ * attributes (a scale by 1/T, an expand to a fixed size) stay as built. */
 gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
 /* Run once. Every input the plan needs must be bound. */
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);

@@ -164,6 +164,10 @@ typedef enum {
   QKV_OP_INPLACE = 1 << 0,
   /* The kernel draws random numbers (from ctx->seed, step, node_id). */
   QKV_OP_RANDOM = 1 << 1,
+  /* The output shape comes from an attribute fixed when the graph was built
+   * (broadcast_to's target, for instance): a plan refuses to run the node on
+   * inputs smaller than those it was compiled for. */
+  QKV_OP_STATIC_SHAPE = 1 << 2,
 } QkvOpFlags;
 
 typedef struct _QkvOpDef {
