@@ -16,6 +16,8 @@
 #include "qkv-private.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
 
 #define POOL_MAX_THREADS 256
 
@@ -121,10 +123,25 @@ worker_main(gpointer data)
   return NULL;
 }
 
+/* In a child after fork() only the forking thread exists: forget the
+ * workers (and a job or lock the parent may have held), so that the child's
+ * first parallel loop starts workers of its own instead of waiting forever. */
+static void
+pool_reset_in_child(void)
+{
+  memset(&pool, 0, sizeof pool);
+  on_pool_worker = FALSE;
+}
+
 /* Start workers up to index want - 1; FALSE if the system refused a thread. */
 static gboolean
 ensure_workers(gint want)
 {
+  static gsize atfork_once = 0;
+  if (g_once_init_enter(&atfork_once)) {
+    pthread_atfork(NULL, NULL, pool_reset_in_child);
+    g_once_init_leave(&atfork_once, 1);
+  }
   while (pool.n_started < want - 1) {
     gint index = pool.n_started + 1;
     GError *error = NULL;
