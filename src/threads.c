@@ -4,7 +4,7 @@
  * loaded, and by default an idle worker spins for a few milliseconds after
  * every parallel region. On a machine whose other cores are busy that
  * spinning steals the core a descheduled worker needs, and every barrier
- * waits out a scheduler slice (the main job ran 16× slower beside two CPU
+ * waits out a scheduler slice (the main job ran 40–70× slower beside two CPU
  * hogs). Here a waiting thread spins only briefly (QKV_SPIN_US, default 50
  * µs: long enough to catch the next kernel of a plan, short against a
  * scheduler slice) and then sleeps on a condition variable, so it never
@@ -204,9 +204,11 @@ qkv_parallel_for(gint n_threads, gint64 n, QkvRangeFunc body, gpointer user_data
 
 /* Above this many units of work (about one simple float operation each) per
  * extra thread, splitting a loop pays for waking a worker and joining it. The
- * figure comes from bench/bench-threads (bench/RESULTS.md): on the machines
- * we run, a fork and join of a sleeping worker costs 5–20 µs, which is
- * 50–200 k simple operations; below that two threads lost to one. */
+ * figure comes from bench/bench-threads (bench/RESULTS.md §6): a fork and
+ * join costs 0.2 µs while the worker still spins but 44–52 µs once it sleeps
+ * (a 2-vCPU KVM guest), about 2^17 operations of the cheapest loop; two
+ * threads beat one only from about 64 k–128 k elements with a sleeping
+ * worker. */
 #define PARALLEL_WORK_PER_THREAD (G_GINT64_CONSTANT(1) << 17)
 
 gint
