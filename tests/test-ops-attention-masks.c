@@ -155,59 +155,6 @@ build_composite(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError
   return s->weights ? w : out;
 }
 
-/* ---- running with gradients ---------------------------------------------- */
-
-/* The output of build and d sum(out · w) / d input for every f32 input
- * (zeros where none flows), w uniform in [-1, 1). */
-static QkvTensor *
-run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckBuildFunc build, gpointer user_data,
-               QkvTensor **grads)
-{
-  g_autoptr(GError) error = NULL;
-  g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *inputs[16];
-  for (guint i = 0; i < n; i++) {
-    g_autofree gchar *name = g_strdup_printf("in%u", i);
-    inputs[i] =
-        qkv_test_input(g, name, qkv_tensor_dtype(tensors[i]), *qkv_tensor_shape(tensors[i]));
-    if (qkv_tensor_dtype(tensors[i]) == QKV_F32)
-      qkv_value_set_requires_grad(inputs[i], TRUE);
-  }
-  QkvValue *out = build(g, inputs, user_data, &error);
-  g_assert_no_error(error);
-  g_autoptr(QkvTensor) w = qkv_test_uniform(qkv_value_shape(out), 99, -1, 1);
-  QkvValue *wv = qkv_graph_constant(g, w, &error);
-  QkvValue *loss = qkv_sum(qkv_mul(out, wv, &error), NULL, 0, FALSE, &error);
-  g_assert_no_error(error);
-  g_assert_true(qkv_graph_backward(g, loss, &error));
-  QkvValue *outs[17] = {out};
-  guint n_outs = 1;
-  gint slot[16];
-  for (guint i = 0; i < n; i++) {
-    QkvValue *gv = qkv_graph_gradient(g, inputs[i]);
-    slot[i] = gv != NULL ? (gint)n_outs : -1;
-    if (gv != NULL)
-      outs[n_outs++] = gv;
-  }
-  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, outs, n_outs, NULL, &error);
-  g_assert_no_error(error);
-  for (guint i = 0; i < n; i++) {
-    g_autofree gchar *name = g_strdup_printf("in%u", i);
-    g_assert_true(qkv_plan_bind(plan, name, tensors[i], &error));
-  }
-  g_assert_true(qkv_plan_run(plan, &error));
-  g_assert_no_error(error);
-  for (guint i = 0; i < n; i++) {
-    if (qkv_tensor_dtype(tensors[i]) != QKV_F32)
-      grads[i] = NULL;
-    else if (slot[i] >= 0)
-      grads[i] = qkv_tensor_copy(qkv_plan_output(plan, (guint)slot[i]));
-    else
-      grads[i] = qkv_tensor_new(QKV_F32, qkv_tensor_shape(tensors[i]));
-  }
-  return qkv_tensor_copy(qkv_plan_output(plan, 0));
-}
-
 /* Fused and composite agree within factor · u · (each tensor's scale), the
  * value and every input gradient. */
 static void
@@ -215,8 +162,8 @@ compare_with_composite(const gchar *label, guint n, QkvTensor *const *tensors, S
                        double factor)
 {
   QkvTensor *gf[16], *gc[16];
-  g_autoptr(QkvTensor) of = run_with_grads(n, tensors, build_fused, spec, gf);
-  g_autoptr(QkvTensor) oc = run_with_grads(n, tensors, build_composite, spec, gc);
+  g_autoptr(QkvTensor) of = qkv_test_run_with_grads(n, tensors, build_fused, spec, NULL, gf);
+  g_autoptr(QkvTensor) oc = qkv_test_run_with_grads(n, tensors, build_composite, spec, NULL, gc);
   g_autofree gchar *l0 = g_strdup_printf("%s: value", label);
   double worst = qkv_assert_scaled(l0, of, oc, factor);
   for (guint i = 0; i < n; i++) {
@@ -533,10 +480,10 @@ test_local_window(void)
     }
   /* against the composite (a negative window selects it in build_window) */
   QkvTensor *gf[4], *gc[4];
-  g_autoptr(QkvTensor) of = run_with_grads(4, in, build_window, &spec, gf);
+  g_autoptr(QkvTensor) of = qkv_test_run_with_grads(4, in, build_window, &spec, NULL, gf);
   Spec composite = spec;
   composite.window = -spec.window;
-  g_autoptr(QkvTensor) oc = run_with_grads(4, in, build_window, &composite, gc);
+  g_autoptr(QkvTensor) oc = qkv_test_run_with_grads(4, in, build_window, &composite, NULL, gc);
   double factor = dot_factor(n, n, d, d, 0);
   qkv_assert_scaled("local window: value", of, oc, factor);
   for (guint i = 0; i < 3; i++) {
@@ -572,8 +519,7 @@ check_reference(const gchar *c, Spec *spec, guint n_fixed, const gchar *const *n
   if (spec->valid_lens != NULL)
     in[n++] = (QkvTensor *)spec->valid_lens;
   in[n++] = ref(c, "mask");
-  /* sum(out · w) with PyTorch's w: run_with_grads takes its own w, so weight
-   * the output in the graph instead */
+  /* the loss is sum(out · w) with PyTorch's w, built in the graph */
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvValue *vals[8];

@@ -233,62 +233,6 @@ build_mha_composite(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GE
   return select_output(out, weights, s->select, error);
 }
 
-/* ---- running a build with gradients -------------------------------------- */
-
-/* The output of build and d sum(out · w) / d input for every f32 input (zeros
- * where none flows), w uniform in [-1, 1) from seed. */
-static QkvTensor *
-run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckBuildFunc build, gpointer user_data,
-               const QkvTensor *loss_weights, QkvTensor **grads)
-{
-  g_autoptr(GError) error = NULL;
-  g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvValue *inputs[16];
-  for (guint i = 0; i < n; i++) {
-    g_autofree gchar *name = g_strdup_printf("in%u", i);
-    inputs[i] =
-        qkv_test_input(g, name, qkv_tensor_dtype(tensors[i]), *qkv_tensor_shape(tensors[i]));
-    if (qkv_tensor_dtype(tensors[i]) == QKV_F32)
-      qkv_value_set_requires_grad(inputs[i], TRUE);
-  }
-  QkvValue *out = build(g, inputs, user_data, &error);
-  g_assert_no_error(error);
-  g_autoptr(QkvTensor) w = NULL;
-  if (loss_weights == NULL)
-    w = qkv_test_uniform(qkv_value_shape(out), 99, -1, 1);
-  QkvValue *wv = qkv_graph_constant(g, loss_weights ? loss_weights : w, &error);
-  QkvValue *loss = qkv_sum(qkv_mul(out, wv, &error), NULL, 0, FALSE, &error);
-  g_assert_no_error(error);
-  g_assert_true(qkv_graph_backward(g, loss, &error));
-  g_assert_no_error(error);
-  QkvValue *outs[17] = {out};
-  guint n_outs = 1;
-  gint slot[16];
-  for (guint i = 0; i < n; i++) {
-    QkvValue *gv = qkv_graph_gradient(g, inputs[i]);
-    slot[i] = gv != NULL ? (gint)n_outs : -1;
-    if (gv != NULL)
-      outs[n_outs++] = gv;
-  }
-  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, outs, n_outs, NULL, &error);
-  g_assert_no_error(error);
-  for (guint i = 0; i < n; i++) {
-    g_autofree gchar *name = g_strdup_printf("in%u", i);
-    g_assert_true(qkv_plan_bind(plan, name, tensors[i], &error));
-  }
-  g_assert_true(qkv_plan_run(plan, &error));
-  g_assert_no_error(error);
-  for (guint i = 0; i < n; i++) {
-    if (qkv_tensor_dtype(tensors[i]) != QKV_F32)
-      grads[i] = NULL;
-    else if (slot[i] >= 0)
-      grads[i] = qkv_tensor_copy(qkv_plan_output(plan, (guint)slot[i]));
-    else
-      grads[i] = qkv_tensor_new(QKV_F32, qkv_tensor_shape(tensors[i]));
-  }
-  return qkv_tensor_copy(qkv_plan_output(plan, 0));
-}
-
 /* ---- bounds on two float32 computations of one value ----------------------
  *
  * Fused vs composite, sparse vs dense, n threads vs 1 and qkv vs PyTorch each
@@ -388,8 +332,8 @@ compare_with_composite(const gchar *label, guint n, QkvTensor *const *tensors,
                        double factor)
 {
   QkvTensor *grads_f[16], *grads_c[16];
-  g_autoptr(QkvTensor) out_f = run_with_grads(n, tensors, fused, spec, NULL, grads_f);
-  g_autoptr(QkvTensor) out_c = run_with_grads(n, tensors, composite, spec, NULL, grads_c);
+  g_autoptr(QkvTensor) out_f = qkv_test_run_with_grads(n, tensors, fused, spec, NULL, grads_f);
+  g_autoptr(QkvTensor) out_c = qkv_test_run_with_grads(n, tensors, composite, spec, NULL, grads_c);
   g_autofree gchar *l0 = g_strdup_printf("%s: value", label);
   double worst = assert_close_scaled(l0, out_f, out_c, factor);
   worst = fmax(worst, assert_grads_close(label, n, spec, grads_f, grads_c, factor));
@@ -754,9 +698,11 @@ test_mha_zero_rows(void)
     qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_ALWAYS);
     qkv_test_gradcheck(label, n, t, NULL, build_mha_row_masked, &ms);
     QkvTensor *sparse[16], *dense[16];
-    g_autoptr(QkvTensor) out_s = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
+    g_autoptr(QkvTensor) out_s =
+        qkv_test_run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
     qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_OFF);
-    g_autoptr(QkvTensor) out_d = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
+    g_autoptr(QkvTensor) out_d =
+        qkv_test_run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
     qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
     g_autofree gchar *ls = g_strdup_printf("%s: sparse vs dense", label);
     assert_grads_close(ls, n, &ms.spec, sparse, dense, mha_factor(&ms.spec, t));
@@ -1097,7 +1043,7 @@ compare_reference(const gchar *case_name, guint n, const gchar *const *names,
   QkvTensor *t[16] = {NULL}, *grads[16] = {NULL};
   for (guint i = 0; i < n; i++)
     t[i] = ref(case_name, names[i]);
-  g_autoptr(QkvTensor) out = run_with_grads(n, t, build, spec, ref(case_name, "w"), grads);
+  g_autoptr(QkvTensor) out = qkv_test_run_with_grads(n, t, build, spec, ref(case_name, "w"), grads);
   g_autofree gchar *label = g_strdup_printf("%s.%s vs PyTorch", case_name, out_name);
   *worst = fmax(*worst, assert_close_scaled(label, out, ref(case_name, out_name), factor));
   QkvTensor *want[16] = {NULL};
@@ -1270,9 +1216,11 @@ test_bounds_catch_errors(void)
   QkvTensor *t[16], *sparse[16], *dense[16];
   guint n = mha_inputs(&z, &ms.spec, 700, vl, t);
   qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_ALWAYS);
-  g_autoptr(QkvTensor) out_s = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
+  g_autoptr(QkvTensor) out_s =
+      qkv_test_run_with_grads(n, t, build_mha_row_masked, &ms, NULL, sparse);
   qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_OFF);
-  g_autoptr(QkvTensor) out_d = run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
+  g_autoptr(QkvTensor) out_d =
+      qkv_test_run_with_grads(n, t, build_mha_row_masked, &ms, NULL, dense);
   qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
   assert_grads_catch("mha sparse vs dense", n, &ms.spec, sparse, dense, TRUE,
                      mha_factor(&ms.spec, t));
@@ -1283,8 +1231,9 @@ test_bounds_catch_errors(void)
   Spec spec = {.heads = 4, .bias = TRUE, .self_attention = TRUE};
   n = mha_inputs(&zc, &spec, 301, NULL, t);
   QkvTensor *grads_f[16], *grads_c[16];
-  g_autoptr(QkvTensor) out_f = run_with_grads(n, t, build_mha, &spec, NULL, grads_f);
-  g_autoptr(QkvTensor) out_c = run_with_grads(n, t, build_mha_composite, &spec, NULL, grads_c);
+  g_autoptr(QkvTensor) out_f = qkv_test_run_with_grads(n, t, build_mha, &spec, NULL, grads_f);
+  g_autoptr(QkvTensor) out_c =
+      qkv_test_run_with_grads(n, t, build_mha_composite, &spec, NULL, grads_c);
   double factor = mha_factor(&spec, t);
   assert_catches("mha fused vs composite: value", out_f, out_c, 0, factor);
   assert_grads_catch("mha fused vs composite", n, &spec, grads_f, grads_c, TRUE, factor);
@@ -1298,7 +1247,8 @@ test_bounds_catch_errors(void)
   n = G_N_ELEMENTS(names);
   for (guint i = 0; i < n; i++)
     in[i] = ref("mha4", names[i]);
-  g_autoptr(QkvTensor) out = run_with_grads(n, in, build_mha, &rs, ref("mha4", "w"), grads);
+  g_autoptr(QkvTensor) out =
+      qkv_test_run_with_grads(n, in, build_mha, &rs, ref("mha4", "w"), grads);
   factor = mha_factor(&rs, in);
   assert_catches("mha4 vs PyTorch: out", out, ref("mha4", "out"), 0, factor);
   for (guint i = 0; i < n; i++)

@@ -306,3 +306,56 @@ qkv_test_typical_index(const QkvTensor *t)
       best = i;
   return best;
 }
+
+/* The output of build and d sum(out · w) / d input for every f32 input. */
+QkvTensor *
+qkv_test_run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckBuildFunc build,
+                        gpointer user_data, const QkvTensor *loss_weights, QkvTensor **grads)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *inputs[16];
+  for (guint i = 0; i < n; i++) {
+    g_autofree gchar *name = g_strdup_printf("in%u", i);
+    inputs[i] =
+        qkv_test_input(g, name, qkv_tensor_dtype(tensors[i]), *qkv_tensor_shape(tensors[i]));
+    if (qkv_tensor_dtype(tensors[i]) == QKV_F32)
+      qkv_value_set_requires_grad(inputs[i], TRUE);
+  }
+  QkvValue *out = build(g, inputs, user_data, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvTensor) w = NULL;
+  if (loss_weights == NULL)
+    w = qkv_test_uniform(qkv_value_shape(out), 99, -1, 1);
+  QkvValue *wv = qkv_graph_constant(g, loss_weights ? loss_weights : w, &error);
+  QkvValue *loss = qkv_sum(qkv_mul(out, wv, &error), NULL, 0, FALSE, &error);
+  g_assert_no_error(error);
+  g_assert_true(qkv_graph_backward(g, loss, &error));
+  g_assert_no_error(error);
+  QkvValue *outs[17] = {out};
+  guint n_outs = 1;
+  gint slot[16];
+  for (guint i = 0; i < n; i++) {
+    QkvValue *gv = qkv_graph_gradient(g, inputs[i]);
+    slot[i] = gv != NULL ? (gint)n_outs : -1;
+    if (gv != NULL)
+      outs[n_outs++] = gv;
+  }
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, outs, n_outs, NULL, &error);
+  g_assert_no_error(error);
+  for (guint i = 0; i < n; i++) {
+    g_autofree gchar *name = g_strdup_printf("in%u", i);
+    g_assert_true(qkv_plan_bind(plan, name, tensors[i], &error));
+  }
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_no_error(error);
+  for (guint i = 0; i < n; i++) {
+    if (qkv_tensor_dtype(tensors[i]) != QKV_F32)
+      grads[i] = NULL;
+    else if (slot[i] >= 0)
+      grads[i] = qkv_tensor_copy(qkv_plan_output(plan, (guint)slot[i]));
+    else
+      grads[i] = qkv_tensor_new(QKV_F32, qkv_tensor_shape(tensors[i]));
+  }
+  return qkv_tensor_copy(qkv_plan_output(plan, 0));
+}

@@ -109,6 +109,13 @@ void qkv_test_gradcheck(const char *label, guint n_inputs, QkvTensor *const *inp
 void qkv_test_gradcheck_full(const char *label, guint n_inputs, QkvTensor *const *inputs,
                              const gboolean *check, QkvCheckBuildFunc build, gpointer user_data,
                              const QkvCheckOptions *options);
+/* Run build on n inputs ("in0", "in1", …, at most 16) and return its output
+ * and, in grads[i], d sum(out · w) / d input i for every f32 input (zeros
+ * where none flows; NULL for i32 inputs), w = loss_weights or uniform in
+ * [-1, 1) from a fixed seed. Asserts success. */
+QkvTensor *qkv_test_run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckBuildFunc build,
+                                   gpointer user_data, const QkvTensor *loss_weights,
+                                   QkvTensor **grads);
 /* Evaluate build on inputs (eval mode) and return the output; asserts success. */
 QkvTensor *qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
                          gpointer user_data);
