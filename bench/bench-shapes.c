@@ -117,7 +117,13 @@ main(int argc, char **argv)
   QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, &error);
   QkvValue *tgt_valid = qkv_graph_input(g, "tgt_valid", QKV_I32, &bs, &error);
   QkvBuilder b = {.graph = g, .params = params, .seed = 0, .xavier_linear = TRUE};
-  QkvTransformerConfig cfg = {V, V, 32, 64, 4, 2, 0.1};
+  QkvTransformerConfig cfg = {.src_vocab = V,
+                              .tgt_vocab = V,
+                              .num_hiddens = 32,
+                              .ffn_hiddens = 64,
+                              .num_heads = 4,
+                              .num_layers = 2,
+                              .dropout = 0.1};
   QkvValue *enc = qkv_build_transformer_encoder(&b, &cfg, src, src_valid, &error);
   QkvValue *logits = qkv_build_transformer_decoder(&b, &cfg, dec_in, enc, src_valid, NULL, &error);
   QkvValue *loss = qkv_build_seq2seq_loss_lens(logits, labels, tgt_valid, NULL, &error);

@@ -19,14 +19,26 @@
  * median of each part (median_run_s, median_update_s).
  *
  *   qkv-bench-transformer --config M --threads 2 --steps 30 --warmup 5
+ *   mpirun -np 2 qkv-bench-transformer --config M --threads 1 --distributed
  *   qkv-bench-transformer --config S --dropout 0 --steps 200 --warmup 0 --losses \
  *       --init /work/shared/bench/peers/ref_S_seed0/init
+ *
+ * --distributed (under mpirun): data-parallel over the ranks with qkv-dist.h;
+ * every rank draws the same global batch from the stream and trains on its
+ * rows, the gradients (and the loss and token count) are summed across ranks
+ * before the update, which is timed with the step. Rank 0 prints, adding
+ * world_size, bytes_allreduced_per_step, median_allreduce_s (the all-reduce
+ * call: packing, waiting for the other ranks, the transfer) and
+ * median_transfer_s (the transfer alone, after every rank arrived),
+ * median_pack_s (copying the gradients into and out of the flat buffer), and
+ * comm_share (median all-reduce / median step).
  *
  * --init DIR loads the initial weights from raw little-endian float32 files
  * <name>.f32 listed in DIR/manifest.json (what torch_transformer.py
  * --dump-init writes): [{"key": NAME, "shape": [...], "file": FILE}, ...].
  */
 #include <qkv/qkv.h>
+#include <qkv/qkv-dist.h>
 #include <qkv/qkv-optim.h>
 
 #include <cblas.h>
@@ -67,6 +79,8 @@ static double opt_lr = -1;
 static gboolean opt_losses = FALSE;
 static gboolean opt_profile = FALSE;
 static gchar *opt_init = NULL;
+static gboolean opt_distributed = FALSE;
+static QkvDist *dist = NULL;
 
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (required)", "NAME"},
@@ -83,6 +97,8 @@ static GOptionEntry entries[] = {
      "Time every op of the timed steps and print the table to stderr", NULL},
     {"losses", 0, 0, G_OPTION_ARG_NONE, &opt_losses, "Add the per-step loss list to the JSON",
      NULL},
+    {"distributed", 0, 0, G_OPTION_ARG_NONE, &opt_distributed,
+     "Data-parallel over MPI (start with mpirun -np N); the batch is the global one", NULL},
     {"init", 0, 0, G_OPTION_ARG_FILENAME, &opt_init,
      "Load the initial weights from DIR/manifest.json and DIR/<name>.f32 (torch_transformer.py "
      "--dump-init)",
@@ -258,13 +274,18 @@ static gboolean
 run(const BenchConfig *cfg, double start_s, GError **error)
 {
   const gint B = cfg->batch, T = cfg->num_steps;
+  /* --distributed: this rank's rows of each global batch; the graph is built
+   * for them */
+  gint64 row0 = 0, rows = B;
+  if (dist != NULL)
+    qkv_dist_shard(dist, B, &row0, &rows);
   const double dropout = opt_dropout >= 0 ? opt_dropout : cfg->dropout;
   const double lr = opt_lr >= 0 ? opt_lr : cfg->lr;
   const gint total = opt_warmup + opt_steps;
 
   g_autoptr(QkvParams) params = qkv_params_new();
   g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvShape bt = QKV_SHAPE(B, T), bs = QKV_SHAPE(B);
+  QkvShape bt = QKV_SHAPE(rows, T), bs = QKV_SHAPE(rows);
   QkvValue *src = qkv_graph_input(g, "src", QKV_I32, &bt, error);
   QkvValue *src_valid = qkv_graph_input(g, "src_valid", QKV_I32, &bs, error);
   QkvValue *dec_in = qkv_graph_input(g, "dec_in", QKV_I32, &bt, error);
@@ -292,7 +313,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   QkvPlanOptions po = qkv_plan_options_default();
   po.training = TRUE;
   po.n_threads = opt_threads;
-  po.seed = (guint64)opt_seed;
+  /* each rank its own dropout masks */
+  po.seed = (guint64)opt_seed + (dist != NULL ? 7919u * (guint64)qkv_dist_rank(dist) : 0);
   g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &po, error);
   if (plan == NULL)
     return FALSE;
@@ -302,19 +324,37 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &oc, error);
   if (opt == NULL)
     return FALSE;
+  if (dist != NULL && !qkv_dist_broadcast_params(dist, params, opt, error))
+    return FALSE;
 
+  /* the whole global batch; the plan reads this rank's rows of it */
+  QkvShape gbt = QKV_SHAPE(B, T), gbs = QKV_SHAPE(B);
   Batch batch = {
-      .src = qkv_tensor_new(QKV_I32, &bt),
-      .src_valid = qkv_tensor_new(QKV_I32, &bs),
-      .dec_in = qkv_tensor_new(QKV_I32, &bt),
-      .labels = qkv_tensor_new(QKV_I32, &bt),
-      .mask = qkv_tensor_new(QKV_F32, &bt),
+      .src = qkv_tensor_new(QKV_I32, &gbt),
+      .src_valid = qkv_tensor_new(QKV_I32, &gbs),
+      .dec_in = qkv_tensor_new(QKV_I32, &gbt),
+      .labels = qkv_tensor_new(QKV_I32, &gbt),
+      .mask = qkv_tensor_new(QKV_F32, &gbt),
   };
-  gboolean ok = qkv_plan_bind(plan, "src", batch.src, error) &&
-                qkv_plan_bind(plan, "src_valid", batch.src_valid, error) &&
-                qkv_plan_bind(plan, "dec_in", batch.dec_in, error) &&
-                qkv_plan_bind(plan, "labels", batch.labels, error) &&
-                qkv_plan_bind(plan, "mask", batch.mask, error);
+  g_autoptr(QkvTensor) v_src =
+      qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch.src) + row0 * T);
+  g_autoptr(QkvTensor) v_valid =
+      qkv_tensor_new_borrowed(QKV_I32, &bs, qkv_tensor_i32(batch.src_valid) + row0);
+  g_autoptr(QkvTensor) v_dec =
+      qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch.dec_in) + row0 * T);
+  g_autoptr(QkvTensor) v_lab =
+      qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch.labels) + row0 * T);
+  g_autoptr(QkvTensor) v_mask =
+      qkv_tensor_new_borrowed(QKV_F32, &bt, qkv_tensor_f32(batch.mask) + row0 * T);
+  gboolean ok = qkv_plan_bind(plan, "src", v_src, error) &&
+                qkv_plan_bind(plan, "src_valid", v_valid, error) &&
+                qkv_plan_bind(plan, "dec_in", v_dec, error) &&
+                qkv_plan_bind(plan, "labels", v_lab, error) &&
+                qkv_plan_bind(plan, "mask", v_mask, error);
+  g_autofree double *comm_times = g_new0(double, MAX(opt_steps, 1));
+  g_autofree double *transfer_times = g_new0(double, MAX(opt_steps, 1));
+  g_autofree double *pack_times = g_new0(double, MAX(opt_steps, 1));
+  guint64 bytes_per_step = 0;
 
   g_autofree double *times = g_new0(double, MAX(opt_steps, 1));
   g_autofree double *run_times = g_new0(double, MAX(opt_steps, 1));
@@ -330,8 +370,23 @@ run(const BenchConfig *cfg, double start_s, GError **error)
     ok = qkv_plan_run(plan, error);
     if (!ok)
       break;
-    double t_run = now_s();
+    double t_run = now_s(), t_reduced = t_run; /* the update starts after the all-reduce */
     float loss_sum = qkv_plan_output_scalar(plan, 0);
+    if (dist != NULL) {
+      QkvDistStats before, after;
+      qkv_dist_get_stats(dist, &before);
+      ok = qkv_dist_allreduce_grads(dist, params, QKV_DIST_SUM, &loss_sum, 1, error);
+      if (!ok)
+        break;
+      qkv_dist_get_stats(dist, &after);
+      if (i >= opt_warmup) {
+        comm_times[i - opt_warmup] = now_s() - t_run;
+        transfer_times[i - opt_warmup] = after.seconds_reduce - before.seconds_reduce;
+        pack_times[i - opt_warmup] = after.seconds_pack - before.seconds_pack;
+      }
+      bytes_per_step = after.bytes_reduced - before.bytes_reduced;
+      t_reduced = now_s();
+    }
     ok = qkv_optimizer_step_clipped(opt, 1.0, NULL, error);
     double dt = now_s() - t0;
     losses[i] = (double)loss_sum / (double)tokens; /* the book's metric */
@@ -339,7 +394,7 @@ run(const BenchConfig *cfg, double start_s, GError **error)
     if (i >= opt_warmup) {
       times[i - opt_warmup] = dt;
       run_times[i - opt_warmup] = t_run - t0;
-      update_times[i - opt_warmup] = dt - (t_run - t0);
+      update_times[i - opt_warmup] = dt - (t_reduced - t0);
       tokens_timed += (double)tokens;
     }
   }
@@ -357,7 +412,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
     return FALSE;
 
   double median = NAN, min = NAN, mean = NAN, mean_tokens = NAN;
-  double median_run = NAN, median_update = NAN;
+  double median_run = NAN, median_update = NAN, median_comm = NAN, median_transfer = NAN;
+  double median_pack = NAN;
   if (opt_steps > 0) {
     double sum = 0;
     for (gint i = 0; i < opt_steps; i++)
@@ -368,7 +424,12 @@ run(const BenchConfig *cfg, double start_s, GError **error)
     min = times[0];
     median_run = median_of(run_times, opt_steps);
     median_update = median_of(update_times, opt_steps);
+    median_comm = median_of(comm_times, opt_steps);
+    median_transfer = median_of(transfer_times, opt_steps);
+    median_pack = median_of(pack_times, opt_steps);
   }
+  if (dist != NULL && !qkv_dist_is_root(dist))
+    return TRUE; /* rank 0 reports */
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const gint64 d = cfg->d_model, f = cfg->ffn, V = cfg->vocab;
@@ -397,6 +458,15 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   add_double(jb, "median_step_s", median);
   add_double(jb, "median_run_s", median_run);
   add_double(jb, "median_update_s", median_update);
+  if (dist != NULL) {
+    add_int(jb, "world_size", qkv_dist_world_size(dist));
+    add_int(jb, "bytes_allreduced_per_step", (gint64)bytes_per_step);
+    add_double(jb, "median_allreduce_s", median_comm);
+    add_double(jb, "median_transfer_s", median_transfer);
+    add_double(jb, "median_pack_s", median_pack);
+    add_double(jb, "comm_share", median_comm / median);
+    add_double(jb, "transfer_share", median_transfer / median);
+  }
   add_double(jb, "min_step_s", min);
   add_double(jb, "mean_step_s", mean);
   add_double(jb, "mean_valid_tgt_tokens_per_step", mean_tokens);
@@ -475,9 +545,13 @@ main(int argc, char **argv)
   /* the plan's kernels, OpenBLAS (OpenMP build) and the optimizer's loops */
   qkv_set_num_threads(opt_threads);
   omp_set_num_threads(opt_threads);
-  if (!run(cfg, start_s, &error)) {
+  if (opt_distributed && (dist = qkv_dist_init(&argc, &argv, &error)) == NULL) {
     g_printerr("qkv-bench-transformer: %s\n", error->message);
     return 1;
   }
-  return 0;
+  gboolean ok = run(cfg, start_s, &error);
+  if (!ok)
+    g_printerr("qkv-bench-transformer: %s\n", error->message);
+  qkv_dist_free(dist);
+  return ok ? 0 : 1;
 }

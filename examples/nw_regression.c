@@ -129,6 +129,52 @@ plot(const gchar *path, const float *x_train, const float *y_train, const float 
   return TRUE;
 }
 
+/* The model, straight-line: each call passes a NULL on, so the caller checks
+ * once. queries (n) attend to keys x (m) with values y (m), both repeated
+ * for every query; with leave_one_out a query leaves out the key equal to
+ * itself, so each training point attends to the other 49, as the book
+ * trains (the inputs are continuous draws, so no two coincide). */
+static QkvValue *
+nw_model(QkvGraph *g, QkvParams *params, QkvValue *queries, gint64 n, QkvValue *x, QkvValue *y,
+         gboolean leave_one_out, QkvValue **weights, GError **error)
+{
+  const QkvShape rows = QKV_SHAPE(n, -1);
+  QkvValue *keys = qkv_expand(qkv_unsqueeze(x, 0, error), &rows, error);   /* (n, m) */
+  QkvValue *values = qkv_expand(qkv_unsqueeze(y, 0, error), &rows, error); /* (n, m) */
+  QkvValue *mask = leave_one_out ? qkv_ne(qkv_unsqueeze(queries, 1, error), keys, error) : NULL;
+  return qkv_build_nw_regression_masked(g, params, "", queries, keys, values, mask,
+                                        (guint64)opt_seed + 1, weights, error);
+}
+
+/* Test predictions (and the attention weights) of the model over params. */
+static gboolean
+predict(QkvParams *params, QkvTensor *x_test, QkvTensor *x_train, QkvTensor *y_train,
+        QkvTensor **pred, QkvTensor **weights, GError **error)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *q = qkv_graph_input(g, "queries", QKV_F32, qkv_tensor_shape(x_test), error);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, qkv_tensor_shape(x_train), error);
+  QkvValue *y = qkv_graph_input(g, "y", QKV_F32, qkv_tensor_shape(y_train), error);
+  QkvValue *outs[2] = {NULL, NULL};
+  outs[0] = nw_model(g, params, q, N_TEST, x, y, FALSE, &outs[1], error);
+  const gchar *names[] = {"queries", "x", "y"};
+  QkvTensor *inputs[] = {x_test, x_train, y_train}, *results[2];
+  if (!qkv_graph_eval(g, names, inputs, 3, outs, results, 2, error))
+    return FALSE;
+  *pred = results[0];
+  *weights = results[1];
+  return TRUE;
+}
+
+static double
+mse_vs_truth(const float *x, const float *pred, gint n)
+{
+  double mse = 0;
+  for (gint i = 0; i < n; i++)
+    mse += (pred[i] - truth(x[i])) * (pred[i] - truth(x[i])) / n;
+  return mse;
+}
+
 static gboolean
 run(GError **error)
 {
@@ -142,115 +188,59 @@ run(GError **error)
   for (int i = 0; i < N_TEST; i++)
     x_test[i] = 0.1f * (float)i;
   g_rand_free(rand);
-
-  /* training keys/values: every point but itself */
-  g_autoptr(QkvTensor) train_keys = NULL, train_values = NULL, test_keys = NULL, test_values = NULL;
-  {
-    QkvShape s = QKV_SHAPE(N_TRAIN, N_TRAIN - 1);
-    train_keys = qkv_tensor_new(QKV_F32, &s);
-    train_values = qkv_tensor_new(QKV_F32, &s);
-    float *k = qkv_tensor_f32(train_keys), *v = qkv_tensor_f32(train_values);
-    for (int i = 0; i < N_TRAIN; i++)
-      for (int j = 0, c = 0; j < N_TRAIN; j++)
-        if (j != i) {
-          k[i * (N_TRAIN - 1) + c] = x_train[j];
-          v[i * (N_TRAIN - 1) + c++] = y_train[j];
-        }
-    QkvShape t = QKV_SHAPE(N_TEST, N_TRAIN);
-    test_keys = qkv_tensor_new(QKV_F32, &t);
-    test_values = qkv_tensor_new(QKV_F32, &t);
-    for (int i = 0; i < N_TEST; i++)
-      for (int j = 0; j < N_TRAIN; j++) {
-        qkv_tensor_f32(test_keys)[i * N_TRAIN + j] = x_train[j];
-        qkv_tensor_f32(test_values)[i * N_TRAIN + j] = y_train[j];
-      }
-  }
   QkvShape n_shape = QKV_SHAPE(N_TRAIN), t_shape = QKV_SHAPE(N_TEST);
   g_autoptr(QkvTensor) x_train_t = qkv_tensor_new_f32(&n_shape, x_train);
   g_autoptr(QkvTensor) y_train_t = qkv_tensor_new_f32(&n_shape, y_train);
   g_autoptr(QkvTensor) x_test_t = qkv_tensor_new_f32(&t_shape, x_test);
 
+  /* training: every point predicted from the others, the summed squared
+   * error, its gradient, and plain SGD on the one parameter */
   g_autoptr(QkvParams) params = qkv_params_new();
-
-  /* the training graph: predictions, the summed squared error, its gradient */
   g_autoptr(QkvGraph) train = qkv_graph_new();
-  QkvValue *q = qkv_graph_input(train, "queries", QKV_F32, &n_shape, error);
-  QkvValue *k = qkv_graph_input(train, "keys", QKV_F32, qkv_tensor_shape(train_keys), error);
-  QkvValue *v = qkv_graph_input(train, "values", QKV_F32, qkv_tensor_shape(train_values), error);
-  QkvValue *y = qkv_graph_input(train, "targets", QKV_F32, &n_shape, error);
-  QkvValue *pred =
-      qkv_build_nw_regression(train, params, "", q, k, v, (guint64)opt_seed + 1, NULL, error);
-  QkvValue *loss = pred ? qkv_mse(pred, y, QKV_REDUCTION_SUM, error) : NULL;
-  if (loss == NULL || !qkv_graph_backward(train, loss, error))
+  QkvValue *x = qkv_graph_input(train, "x", QKV_F32, &n_shape, error);
+  QkvValue *y = qkv_graph_input(train, "y", QKV_F32, &n_shape, error);
+  QkvValue *pred = nw_model(train, params, x, N_TRAIN, x, y, TRUE, NULL, error);
+  QkvValue *loss = qkv_mse(pred, y, QKV_REDUCTION_SUM, error);
+  if (!qkv_graph_backward(train, loss, error))
     return FALSE;
   QkvPlanOptions topts = qkv_plan_options_default();
   topts.training = TRUE;
-  g_autoptr(QkvPlan) train_plan = qkv_graph_compile(train, &loss, 1, &topts, error);
-  if (train_plan == NULL || !qkv_plan_bind(train_plan, "queries", x_train_t, error) ||
-      !qkv_plan_bind(train_plan, "keys", train_keys, error) ||
-      !qkv_plan_bind(train_plan, "values", train_values, error) ||
-      !qkv_plan_bind(train_plan, "targets", y_train_t, error))
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(train, &loss, 1, &topts, error);
+  QkvOptimConfig sgd_config = qkv_optim_config_sgd(opt_lr);
+  g_autoptr(QkvOptimizer) sgd = qkv_optimizer_new_sgd(params, &sgd_config, error);
+  if (plan == NULL || sgd == NULL || !qkv_plan_bind(plan, "x", x_train_t, error) ||
+      !qkv_plan_bind(plan, "y", y_train_t, error))
     return FALSE;
-
-  /* the evaluation graph shares the store: test queries attend to all points */
-  g_autoptr(QkvGraph) eval = qkv_graph_new();
-  QkvValue *eq = qkv_graph_input(eval, "queries", QKV_F32, &t_shape, error);
-  QkvValue *ek = qkv_graph_input(eval, "keys", QKV_F32, qkv_tensor_shape(test_keys), error);
-  QkvValue *ev = qkv_graph_input(eval, "values", QKV_F32, qkv_tensor_shape(test_values), error);
-  QkvValue *eweights = NULL;
-  QkvValue *epred = qkv_build_nw_regression(eval, params, "", eq, ek, ev, 0, &eweights, error);
-  if (epred == NULL)
-    return FALSE;
-  QkvValue *eouts[] = {epred, eweights};
-  g_autoptr(QkvPlan) eval_plan = qkv_graph_compile(eval, eouts, 2, NULL, error);
-  if (eval_plan == NULL || !qkv_plan_bind(eval_plan, "queries", x_test_t, error) ||
-      !qkv_plan_bind(eval_plan, "keys", test_keys, error) ||
-      !qkv_plan_bind(eval_plan, "values", test_values, error))
-    return FALSE;
-
-  QkvParam *w = qkv_params_lookup(params, "w");
-  float *wv = qkv_tensor_f32(qkv_param_value(w));
-  const float *wg = qkv_tensor_f32(qkv_param_grad(w));
-  printf("w init %.4f\n", wv[0]);
+  float *w = qkv_tensor_f32(qkv_param_value(qkv_params_lookup(params, "w")));
+  printf("w init %.4f\n", w[0]);
   for (int epoch = 0; epoch < opt_epochs; epoch++) {
-    if (!qkv_plan_run(train_plan, error))
+    if (!qkv_plan_run(plan, error) || !qkv_optimizer_step(sgd, error))
       return FALSE;
-    float l = qkv_plan_output_scalar(train_plan, 0);
-    wv[0] -= (float)opt_lr * wg[0]; /* plain SGD on the one parameter */
-    printf("epoch %d, loss %.6f, w %.4f\n", epoch + 1, l, wv[0]);
+    printf("epoch %d, loss %.6f, w %.4f\n", epoch + 1, qkv_plan_output_scalar(plan, 0), w[0]);
   }
 
-  /* test MSE against the noiseless function */
-  double avg = 0, mse_avg = 0, mse_np = 0, mse_p = 0;
-  float pred_p[N_TEST], pred_np[N_TEST];
-  g_autofree float *weights_p = g_new(float, N_TEST *N_TRAIN);
+  /* test MSE against the noiseless function; the non-parametric model is
+   * the same kernel with w = 1 */
+  g_autoptr(QkvTensor) pred_p = NULL, weights_p = NULL, pred_np = NULL, weights_np = NULL;
+  float learned = w[0];
+  if (!predict(params, x_test_t, x_train_t, y_train_t, &pred_p, &weights_p, error))
+    return FALSE;
+  w[0] = 1.0f;
+  if (!predict(params, x_test_t, x_train_t, y_train_t, &pred_np, &weights_np, error))
+    return FALSE;
+  w[0] = learned;
+  double avg = 0, mse_avg = 0;
   for (int i = 0; i < N_TRAIN; i++)
     avg += y_train[i] / N_TRAIN;
-  if (!qkv_plan_run(eval_plan, error))
-    return FALSE;
-  for (int i = 0; i < N_TEST; i++) {
-    pred_p[i] = (float)qkv_tensor_get(qkv_plan_output(eval_plan, 0), i);
-    double d = pred_p[i] - truth(x_test[i]);
-    mse_p += d * d / N_TEST;
+  for (int i = 0; i < N_TEST; i++)
     mse_avg += (avg - truth(x_test[i])) * (avg - truth(x_test[i])) / N_TEST;
-  }
-  memcpy(weights_p, qkv_tensor_const_data(qkv_plan_output(eval_plan, 1)),
-         sizeof(float) * N_TEST * N_TRAIN);
-  float learned = wv[0];
-  wv[0] = 1.0f; /* the non-parametric model is the same kernel with w = 1 */
-  if (!qkv_plan_run(eval_plan, error))
-    return FALSE;
-  for (int i = 0; i < N_TEST; i++) {
-    pred_np[i] = (float)qkv_tensor_get(qkv_plan_output(eval_plan, 0), i);
-    double d = pred_np[i] - truth(x_test[i]);
-    mse_np += d * d / N_TEST;
-  }
-  wv[0] = learned;
   printf("learned w %.4f\n", learned);
   printf("test MSE vs truth: average pooling %.4f, non-parametric %.4f, parametric %.4f\n", mse_avg,
-         mse_np, mse_p);
+         mse_vs_truth(x_test, qkv_tensor_f32(pred_np), N_TEST),
+         mse_vs_truth(x_test, qkv_tensor_f32(pred_p), N_TEST));
   if (opt_plot != NULL) {
-    if (!plot(opt_plot, x_train, y_train, x_test, pred_np, pred_p, weights_p, error))
+    if (!plot(opt_plot, x_train, y_train, x_test, qkv_tensor_f32(pred_np), qkv_tensor_f32(pred_p),
+              qkv_tensor_f32(weights_p), error))
       return FALSE;
     printf("plot written to %s\n", opt_plot);
   }

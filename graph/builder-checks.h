@@ -41,5 +41,14 @@ builder_check_heads(const gchar *builder, const gchar *heads_field, gint heads,
 }
 
 /* The checks every builder makes of its QkvBuilder. */
-#define BUILDER_RETURN_IF_INVALID(b)                                                               \
-  g_return_val_if_fail((b) != NULL && (b)->graph != NULL && (b)->params != NULL, NULL)
+/* A builder's first line: a broken QkvBuilder is a programming error; an
+ * error already set means an earlier call of a chain failed, so add nothing
+ * and keep that first error (see "Errors chain" in qkv-graph.h). */
+#define BUILDER_RETURN_IF_INVALID(b, error)                                                        \
+  G_STMT_START                                                                                     \
+  {                                                                                                \
+    g_return_val_if_fail((b) != NULL && (b)->graph != NULL && (b)->params != NULL, NULL);          \
+    if ((error) != NULL && *(error) != NULL)                                                       \
+      return NULL;                                                                                 \
+  }                                                                                                \
+  G_STMT_END

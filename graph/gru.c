@@ -4,12 +4,9 @@
 #include <qkv/qkv.h>
 
 #include "builder-checks.h"
+#include "gru-internal.h"
 
-typedef struct {
-  QkvValue *w_ih, *w_hh, *b_ih, *b_hh;
-} GruLayer;
-
-static gboolean
+gboolean
 gru_layer_params(QkvBuilder *b, const gchar *name, gint k, gint64 in, gint64 hidden,
                  GruLayer *layer, GError **error)
 {
@@ -22,69 +19,52 @@ gru_layer_params(QkvBuilder *b, const gchar *name, gint k, gint64 in, gint64 hid
   /* nn.GRU draws every parameter from U(±1/√hidden); the book re-initialises
    * the weights with Xavier, which xavier_linear selects here too */
   layer->w_ih = qkv_build_param(b, wi, &wis, "linear_weight", hidden, error);
-  layer->w_hh = layer->w_ih ? qkv_build_param(b, wh, &whs, "linear_weight", hidden, error) : NULL;
-  layer->b_ih = layer->w_hh ? qkv_build_param(b, bi, &bs, "linear_bias", hidden, error) : NULL;
-  layer->b_hh = layer->b_ih ? qkv_build_param(b, bh, &bs, "linear_bias", hidden, error) : NULL;
-  return layer->b_hh != NULL;
+  layer->w_hh = qkv_build_param(b, wh, &whs, "linear_weight", hidden, error);
+  layer->b_ih = qkv_build_param(b, bi, &bs, "linear_bias", hidden, error);
+  layer->b_hh = qkv_build_param(b, bh, &bs, "linear_bias", hidden, error);
+  return qkv_values_present(
+      "gru", (QkvValue *[]){layer->w_ih, layer->w_hh, layer->b_ih, layer->b_hh}, 4, error);
 }
 
-/* One GRU step: gi = x W_ihᵀ + b_ih already computed (B, 3H); h (B, H). */
-static QkvValue *
+/* One GRU step: gi = x W_ihᵀ + b_ih already computed (B, 3H); h (B, H), or
+ * NULL for the zero state, where h W_hhᵀ vanishes and h' = (1 - z) n. Leaving
+ * the zero state out of the graph keeps every shape relative to the input's,
+ * so a plan runs with a smaller batch than it was compiled for. */
+QkvValue *
 gru_cell(const GruLayer *layer, QkvValue *gi, QkvValue *h, gint64 hidden, GError **error)
 {
-  QkvValue *gh = qkv_matmul(h, layer->w_hh, FALSE, TRUE, error);
-  gh = gh ? qkv_add(gh, layer->b_hh, error) : NULL;
-  if (gh == NULL)
-    return NULL;
-  QkvValue *gi_r = qkv_slice(gi, -1, 0, hidden, error);
-  QkvValue *gi_z = qkv_slice(gi, -1, hidden, 2 * hidden, error);
-  QkvValue *gi_n = qkv_slice(gi, -1, 2 * hidden, 3 * hidden, error);
-  QkvValue *gh_r = qkv_slice(gh, -1, 0, hidden, error);
-  QkvValue *gh_z = qkv_slice(gh, -1, hidden, 2 * hidden, error);
-  QkvValue *gh_n = qkv_slice(gh, -1, 2 * hidden, 3 * hidden, error);
-  if (!gi_r || !gi_z || !gi_n || !gh_r || !gh_z || !gh_n)
-    return NULL;
-  QkvValue *r = qkv_sigmoid(qkv_add(gi_r, gh_r, error), error);
-  QkvValue *z = r ? qkv_sigmoid(qkv_add(gi_z, gh_z, error), error) : NULL;
-  QkvValue *rn = z ? qkv_mul(r, gh_n, error) : NULL;
-  QkvValue *n = rn ? qkv_tanh(qkv_add(gi_n, rn, error), error) : NULL;
+  QkvValue *gh =
+      h ? qkv_add(qkv_matmul(h, layer->w_hh, FALSE, TRUE, error), layer->b_hh, error) : layer->b_hh;
+  QkvValue *r = qkv_sigmoid(
+      qkv_add(qkv_slice(gi, -1, 0, hidden, error), qkv_slice(gh, -1, 0, hidden, error), error),
+      error);
+  QkvValue *z = qkv_sigmoid(qkv_add(qkv_slice(gi, -1, hidden, 2 * hidden, error),
+                                    qkv_slice(gh, -1, hidden, 2 * hidden, error), error),
+                            error);
+  QkvValue *n =
+      qkv_tanh(qkv_add(qkv_slice(gi, -1, 2 * hidden, 3 * hidden, error),
+                       qkv_mul(r, qkv_slice(gh, -1, 2 * hidden, 3 * hidden, error), error), error),
+               error);
   /* h' = (1 - z) n + z h = n + z (h - n) */
-  QkvValue *diff = n ? qkv_sub(h, n, error) : NULL;
-  QkvValue *zd = diff ? qkv_mul(z, diff, error) : NULL;
-  return zd ? qkv_add(n, zd, error) : NULL;
-}
-
-static QkvValue *
-zeros(QkvGraph *graph, gint64 rows, gint64 cols)
-{
-  QkvShape s = QKV_SHAPE(rows, cols);
-  g_autoptr(QkvTensor) t = qkv_tensor_new(QKV_F32, &s);
-  return qkv_graph_constant(graph, t, NULL);
+  QkvValue *h_minus_n = h ? qkv_sub(h, n, error) : qkv_neg(n, error);
+  return qkv_add(n, qkv_mul(z, h_minus_n, error), error);
 }
 
 /* Row l of a (L, B, H) state as (B, H). */
-static QkvValue *
-state_row(QkvValue *state, gint l, GError **error)
+QkvValue *
+gru_state_row(QkvValue *state, gint l, GError **error)
 {
-  const QkvShape *s = qkv_value_shape(state);
-  QkvShape bh = QKV_SHAPE(s->dims[1], s->dims[2]);
-  QkvValue *row = qkv_slice(state, 0, l, l + 1, error);
-  return row ? qkv_reshape(row, &bh, error) : NULL;
+  gint axis = 0;
+  return qkv_squeeze(qkv_slice(state, 0, l, l + 1, error), &axis, 1, error);
 }
 
 /* Stack n values of shape (B, H) along a new axis at position axis (0 or 1). */
-static QkvValue *
-stack(QkvValue *const *rows, guint n, gint axis, GError **error)
+QkvValue *
+gru_stack(QkvValue *const *rows, guint n, gint axis, GError **error)
 {
-  const QkvShape *s = qkv_value_shape(rows[0]);
-  QkvShape one =
-      axis == 0 ? QKV_SHAPE(1, s->dims[0], s->dims[1]) : QKV_SHAPE(s->dims[0], 1, s->dims[1]);
   g_autofree QkvValue **lifted = g_new0(QkvValue *, n);
-  for (guint i = 0; i < n; i++) {
-    lifted[i] = qkv_reshape(rows[i], &one, error);
-    if (lifted[i] == NULL)
-      return NULL;
-  }
+  for (guint i = 0; i < n; i++)
+    lifted[i] = qkv_unsqueeze(rows[i], axis, error);
   return qkv_concat(lifted, n, axis, error);
 }
 
@@ -92,43 +72,30 @@ static QkvValue *
 gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden, gint num_layers,
     double dropout, QkvValue **h_n, GError **error)
 {
-  const QkvShape *xs = qkv_value_shape(x);
-  gint64 steps = xs->dims[0], batch = xs->dims[1];
+  const gint64 steps = qkv_value_shape(x)->dims[0];
+  const gint time_axis = 0;
   QkvValue *seq = x;
   g_autofree QkvValue **finals = g_new0(QkvValue *, num_layers);
-  g_autofree QkvValue **outs = g_new0(QkvValue *, MAX(steps, 1));
-  for (gint k = 0; k < num_layers; k++) {
-    gint64 in = qkv_value_shape(seq)->dims[2];
+  g_autofree QkvValue **outs = g_new0(QkvValue *, steps);
+  for (gint k = 0; k < num_layers && seq != NULL; k++) {
     GruLayer layer;
-    if (!gru_layer_params(b, name, k, in, hidden, &layer, error))
+    if (!gru_layer_params(b, name, k, qkv_value_shape(seq)->dims[2], hidden, &layer, error))
       return NULL;
     /* the input projection of every step at once */
-    QkvValue *gi_all = qkv_matmul(seq, layer.w_ih, FALSE, TRUE, error);
-    gi_all = gi_all ? qkv_add(gi_all, layer.b_ih, error) : NULL;
-    QkvValue *h = h0 ? state_row(h0, k, error) : zeros(b->graph, batch, hidden);
-    if (gi_all == NULL || h == NULL)
-      return NULL;
-    QkvShape row = QKV_SHAPE(batch, 3 * hidden);
+    QkvValue *gi_all = qkv_add(qkv_matmul(seq, layer.w_ih, FALSE, TRUE, error), layer.b_ih, error);
+    QkvValue *h = h0 ? gru_state_row(h0, k, error) : NULL;
     for (gint64 t = 0; t < steps; t++) {
-      QkvValue *gi = qkv_slice(gi_all, 0, t, t + 1, error);
-      gi = gi ? qkv_reshape(gi, &row, error) : NULL;
-      h = gi ? gru_cell(&layer, gi, h, hidden, error) : NULL;
-      if (h == NULL)
-        return NULL;
-      outs[t] = h;
+      QkvValue *gi = qkv_squeeze(qkv_slice(gi_all, 0, t, t + 1, error), &time_axis, 1, error);
+      if ((h = outs[t] = gru_cell(&layer, gi, h, hidden, error)) == NULL)
+        return NULL; /* a NULL h would read as the zero state */
     }
     finals[k] = h;
-    seq = stack(outs, (guint)steps, 0, error);
-    if (seq != NULL && dropout > 0 && k < num_layers - 1)
+    seq = gru_stack(outs, (guint)steps, 0, error);
+    if (dropout > 0 && k < num_layers - 1)
       seq = qkv_dropout(seq, dropout, error);
-    if (seq == NULL)
-      return NULL;
   }
-  if (h_n != NULL) {
-    *h_n = stack(finals, (guint)num_layers, 0, error);
-    if (*h_n == NULL)
-      return NULL;
-  }
+  if (h_n != NULL)
+    *h_n = gru_stack(finals, (guint)num_layers, 0, error);
   return seq;
 }
 
@@ -136,10 +103,10 @@ QkvValue *
 qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
               gint num_layers, double dropout, QkvValue **h_n, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
   if (h_n != NULL)
     *h_n = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
     return NULL;
   const gchar *me = "qkv_build_gru";
@@ -193,18 +160,14 @@ bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, Q
                  QkvValue *dec_in, QkvValue **weights, QkvSeq2SeqTaps *taps, GError **error)
 {
   const gint64 H = cfg->num_hiddens, E = cfg->embed_size;
-  const gint perm_tb[] = {1, 0, 2};
+  const gint L = cfg->num_layers, perm_tb[] = {1, 0, 2}, step_axis = 1;
 
-  /* encoder: embedding, then the GRU over (T, B, E) */
+  /* encoder: embedding, then the GRU over (T, B, E); outputs (B, T, H) */
   QkvValue *emb = qkv_build_embedding(b, "encoder.embedding", src, cfg->src_vocab, E, error);
-  QkvValue *x = emb ? qkv_permute(emb, perm_tb, 3, error) : NULL;
   QkvValue *state = NULL;
-  QkvValue *enc =
-      x ? qkv_build_gru(b, "encoder.rnn", x, NULL, H, cfg->num_layers, cfg->dropout, &state, error)
-        : NULL;
-  QkvValue *enc_outputs = enc ? qkv_permute(enc, perm_tb, 3, error) : NULL; /* (B, T, H) */
-  if (enc_outputs == NULL)
-    return NULL;
+  QkvValue *enc = qkv_build_gru(b, "encoder.rnn", qkv_permute(emb, perm_tb, 3, error), NULL, H, L,
+                                cfg->dropout, &state, error);
+  QkvValue *enc_outputs = qkv_permute(enc, perm_tb, 3, error);
   if (taps != NULL) {
     taps->enc_outputs = enc_outputs;
     taps->enc_state = state;
@@ -215,60 +178,43 @@ bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, Q
   QkvValue *w_k =
       qkv_build_param(b, "decoder.attention.W_k.weight", &hh, "linear_weight", H, error);
   QkvValue *w_q =
-      w_k ? qkv_build_param(b, "decoder.attention.W_q.weight", &hh, "linear_weight", H, error)
-          : NULL;
+      qkv_build_param(b, "decoder.attention.W_q.weight", &hh, "linear_weight", H, error);
   QkvValue *w_v =
-      w_q ? qkv_build_param(b, "decoder.attention.w_v.weight", &vh, "linear_weight", H, error)
-          : NULL;
-  QkvValue *demb =
-      w_v ? qkv_build_embedding(b, "decoder.embedding", dec_in, cfg->tgt_vocab, E, error) : NULL;
-  if (demb == NULL)
-    return NULL;
-  g_autofree GruLayer *layers = g_new0(GruLayer, cfg->num_layers);
-  for (gint k = 0; k < cfg->num_layers; k++)
+      qkv_build_param(b, "decoder.attention.w_v.weight", &vh, "linear_weight", H, error);
+  QkvValue *demb = qkv_build_embedding(b, "decoder.embedding", dec_in, cfg->tgt_vocab, E, error);
+  g_autofree GruLayer *layers = g_new0(GruLayer, L);
+  for (gint k = 0; k < L; k++)
     if (!gru_layer_params(b, "decoder.rnn", k, k == 0 ? E + H : H, H, &layers[k], error))
       return NULL;
 
-  const QkvShape *ds = qkv_value_shape(dec_in);
-  gint64 batch = ds->dims[0], steps = ds->dims[1];
-  g_autofree QkvValue **hidden = g_new0(QkvValue *, cfg->num_layers);
-  for (gint k = 0; k < cfg->num_layers; k++)
-    if ((hidden[k] = state_row(state, k, error)) == NULL)
-      return NULL;
+  /* one step per target position: attend with the top layer's state, feed
+   * [context; embedding] through the layers */
+  const gint64 steps = qkv_value_shape(dec_in)->dims[1];
+  g_autofree QkvValue **hidden = g_new0(QkvValue *, L);
+  for (gint k = 0; k < L; k++)
+    hidden[k] = gru_state_row(state, k, error);
   g_autofree QkvValue **outs = g_new0(QkvValue *, steps);
   g_autofree QkvValue **step_weights = g_new0(QkvValue *, steps);
-  QkvShape query_shape = QKV_SHAPE(batch, 1, H), in_shape = QKV_SHAPE(batch, E + H);
   for (gint64 t = 0; t < steps; t++) {
-    QkvValue *query = qkv_reshape(hidden[cfg->num_layers - 1], &query_shape, error);
-    QkvValue *w = NULL;
-    QkvValue *context = query ? qkv_additive_attention(query, enc_outputs, enc_outputs, w_q, w_k,
-                                                       w_v, src_valid, cfg->dropout, &w, error)
-                              : NULL;
-    QkvValue *e_t = context ? qkv_slice(demb, 1, t, t + 1, error) : NULL; /* (B, 1, E) */
-    QkvValue *pair[] = {context, e_t};
-    QkvValue *xt = e_t ? qkv_concat(pair, 2, -1, error) : NULL;
-    xt = xt ? qkv_reshape(xt, &in_shape, error) : NULL;
-    for (gint k = 0; xt != NULL && k < cfg->num_layers; k++) {
-      QkvValue *gi = qkv_matmul(xt, layers[k].w_ih, FALSE, TRUE, error);
-      gi = gi ? qkv_add(gi, layers[k].b_ih, error) : NULL;
-      hidden[k] = gi ? gru_cell(&layers[k], gi, hidden[k], H, error) : NULL;
-      xt = hidden[k];
-      if (xt != NULL && cfg->dropout > 0 && k < cfg->num_layers - 1)
+    QkvValue *query = qkv_unsqueeze(hidden[L - 1], step_axis, error); /* (B, 1, H) */
+    QkvValue *context = qkv_additive_attention(query, enc_outputs, enc_outputs, w_q, w_k, w_v,
+                                               src_valid, cfg->dropout, &step_weights[t], error);
+    QkvValue *pair[] = {context, qkv_slice(demb, step_axis, t, t + 1, error)};
+    QkvValue *xt = qkv_squeeze(qkv_concat(pair, 2, -1, error), &step_axis, 1, error);
+    for (gint k = 0; k < L; k++) {
+      QkvValue *gi =
+          qkv_add(qkv_matmul(xt, layers[k].w_ih, FALSE, TRUE, error), layers[k].b_ih, error);
+      if ((xt = hidden[k] = gru_cell(&layers[k], gi, hidden[k], H, error)) == NULL)
+        return NULL; /* a NULL state would read as the zero state */
+      if (cfg->dropout > 0 && k < L - 1)
         xt = qkv_dropout(xt, cfg->dropout, error);
     }
-    if (xt == NULL)
-      return NULL;
-    outs[t] = hidden[cfg->num_layers - 1];
-    step_weights[t] = w; /* (B, 1, T_src) */
+    outs[t] = hidden[L - 1];
   }
-  QkvValue *dec_out = stack(outs, (guint)steps, 1, error); /* (B, T, H) */
-  if (dec_out != NULL && weights != NULL) {
-    *weights = qkv_concat(step_weights, (guint)steps, 1, error);
-    if (*weights == NULL)
-      return NULL;
-  }
-  return dec_out ? qkv_build_linear(b, "decoder.dense", dec_out, cfg->tgt_vocab, TRUE, error)
-                 : NULL;
+  if (weights != NULL) /* (B, T, T_src) from each step's (B, 1, T_src) */
+    *weights = qkv_concat(step_weights, (guint)steps, step_axis, error);
+  QkvValue *dec_out = gru_stack(outs, (guint)steps, step_axis, error); /* (B, T, H) */
+  return qkv_build_linear(b, "decoder.dense", dec_out, cfg->tgt_vocab, TRUE, error);
 }
 
 QkvValue *
@@ -276,10 +222,10 @@ qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvVal
                            QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
                            GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL || src_valid == NULL || dec_in == NULL)
     return NULL;
   if (!check_seq2seq_config(cfg, error))
@@ -309,8 +255,8 @@ qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, Q
 {
   if (taps != NULL)
     *taps = (QkvSeq2SeqTaps){0};
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(cfg != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL || src_valid == NULL || dec_in == NULL)
     return NULL;
   if (!check_seq2seq_config(cfg, error))

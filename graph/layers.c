@@ -37,8 +37,8 @@ QkvValue *
 qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape, const gchar *init,
                 gint64 fan_in, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL && shape != NULL && init != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   QkvParam *p = qkv_params_lookup(b->params, name);
   if (p != NULL) {
     if (!qkv_shape_equal(qkv_param_shape(p), shape)) {
@@ -78,22 +78,21 @@ linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gbool
   gint64 in = last_dim(x);
   g_autofree gchar *wn = g_strconcat(name, ".weight", NULL);
   QkvShape ws = QKV_SHAPE(out_features, in);
-  QkvValue *w = qkv_build_param(b, wn, &ws, "linear_weight", in, error);
-  QkvValue *y = w ? qkv_matmul(x, w, FALSE, TRUE, error) : NULL;
-  if (y == NULL || !bias)
+  QkvValue *y =
+      qkv_matmul(x, qkv_build_param(b, wn, &ws, "linear_weight", in, error), FALSE, TRUE, error);
+  if (!bias)
     return y;
   g_autofree gchar *bn = g_strconcat(name, ".bias", NULL);
   QkvShape bs = QKV_SHAPE(out_features);
-  QkvValue *bv = qkv_build_param(b, bn, &bs, "linear_bias", in, error);
-  return bv ? qkv_add(y, bv, error) : NULL;
+  return qkv_add(y, qkv_build_param(b, bn, &bs, "linear_bias", in, error), error);
 }
 
 QkvValue *
 qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gboolean bias,
                  GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
     return NULL;
   if (!builder_check_positive("qkv_build_linear", "out_features", out_features, error))
@@ -107,8 +106,8 @@ QkvValue *
 qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num, gint64 dim,
                     GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (ids == NULL)
     return NULL;
   if (!builder_check_positive("qkv_build_embedding", "num", num, error) ||
@@ -119,7 +118,7 @@ qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
   g_autofree gchar *wn = g_strconcat(name, ".weight", NULL);
   QkvShape ws = QKV_SHAPE(num, dim);
   QkvValue *w = qkv_build_param(b, wn, &ws, "embedding", 0, error);
-  return qkv_builder_end(b, &mark, w ? qkv_embedding(ids, w, error) : NULL);
+  return qkv_builder_end(b, &mark, qkv_embedding(ids, w, error));
 }
 
 QkvValue *
@@ -137,10 +136,10 @@ qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvVal
                      QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
                      QkvValue **weights, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (queries == NULL || keys == NULL || values == NULL)
     return NULL;
   if (!builder_check_heads("qkv_build_mha", "num_heads", num_heads, "num_hiddens", num_hiddens,
@@ -152,17 +151,15 @@ qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvVal
   const gchar *proj[] = {"W_q", "W_k", "W_v", "W_o"};
   gint64 in[] = {last_dim(queries), last_dim(keys), last_dim(values), num_hiddens};
   QkvValue *w[4] = {NULL};
-  for (int i = 0; i < 4 && (i == 0 || w[i - 1] != NULL); i++) {
+  for (int i = 0; i < 4; i++) {
     g_autofree gchar *wn = g_strdup_printf("%s.%s.weight", name, proj[i]);
     QkvShape ws = QKV_SHAPE(num_hiddens, in[i]);
     w[i] = qkv_build_param(b, wn, &ws, "linear_weight", in[i], error);
   }
   QkvValue *attention_weights = NULL;
-  QkvValue *out =
-      w[3] ? qkv_multi_head_attention_masked(queries, keys, values, w[0], w[1], w[2], w[3], NULL,
-                                             num_heads, valid_lens, mask, kind, causal, dropout,
-                                             weights ? &attention_weights : NULL, error)
-           : NULL;
+  QkvValue *out = qkv_multi_head_attention_masked(
+      queries, keys, values, w[0], w[1], w[2], w[3], NULL, num_heads, valid_lens, mask, kind,
+      causal, dropout, weights ? &attention_weights : NULL, error);
   out = qkv_builder_end(b, &mark, out);
   if (out != NULL && weights != NULL)
     *weights = attention_weights;
@@ -173,8 +170,8 @@ QkvValue *
 qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
               gint64 out_features, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
     return NULL;
   if (!builder_check_positive("qkv_build_ffn", "ffn_hiddens", ffn_hiddens, error) ||
@@ -190,18 +187,18 @@ qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
   QkvShape w1s = QKV_SHAPE(ffn_hiddens, in), b1s = QKV_SHAPE(ffn_hiddens);
   QkvShape w2s = QKV_SHAPE(out_features, ffn_hiddens), b2s = QKV_SHAPE(out_features);
   QkvValue *w1 = qkv_build_param(b, w1n, &w1s, "linear_weight", in, error);
-  QkvValue *b1 = w1 ? qkv_build_param(b, b1n, &b1s, "linear_bias", in, error) : NULL;
-  QkvValue *w2 = b1 ? qkv_build_param(b, w2n, &w2s, "linear_weight", ffn_hiddens, error) : NULL;
-  QkvValue *b2 = w2 ? qkv_build_param(b, b2n, &b2s, "linear_bias", ffn_hiddens, error) : NULL;
-  return qkv_builder_end(b, &mark, b2 ? qkv_position_wise_ffn(x, w1, b1, w2, b2, error) : NULL);
+  QkvValue *b1 = qkv_build_param(b, b1n, &b1s, "linear_bias", in, error);
+  QkvValue *w2 = qkv_build_param(b, w2n, &w2s, "linear_weight", ffn_hiddens, error);
+  QkvValue *b2 = qkv_build_param(b, b2n, &b2s, "linear_bias", ffn_hiddens, error);
+  return qkv_builder_end(b, &mark, qkv_position_wise_ffn(x, w1, b1, w2, b2, error));
 }
 
 QkvValue *
 qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, double dropout,
                   GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(name != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL || y == NULL)
     return NULL;
   if (!builder_check_dropout("qkv_build_addnorm", "dropout", dropout, error))
@@ -213,10 +210,9 @@ qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, do
   g_autofree gchar *bn = g_strconcat(name, ".ln.bias", NULL);
   QkvShape s = QKV_SHAPE(d);
   QkvValue *gamma = qkv_build_param(b, gn, &s, "ones", 0, error);
-  QkvValue *beta = gamma ? qkv_build_param(b, bn, &s, "zeros", 0, error) : NULL;
-  QkvValue *dropped = beta ? (dropout > 0 ? qkv_dropout(y, dropout, error) : y) : NULL;
-  QkvValue *sum = dropped ? qkv_add(dropped, x, error) : NULL;
-  return qkv_builder_end(b, &mark, sum ? qkv_layer_norm(sum, gamma, beta, 1e-5, error) : NULL);
+  QkvValue *beta = qkv_build_param(b, bn, &s, "zeros", 0, error);
+  QkvValue *sum = qkv_add(dropout > 0 ? qkv_dropout(y, dropout, error) : y, x, error);
+  return qkv_builder_end(b, &mark, qkv_layer_norm(sum, gamma, beta, 1e-5, error));
 }
 
 /* Σ_b mean_t(ce[b,t] · mask[b,t]): the per-sequence loss (B) in *per_seq
@@ -230,8 +226,8 @@ seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, QkvValue **per_
   qkv_graph_mark(graph, &mark);
   const gint time_axis = -1;
   QkvValue *ce = qkv_cross_entropy(logits, labels, mask, QKV_REDUCTION_NONE, error);
-  QkvValue *seq = ce ? qkv_mean(ce, &time_axis, 1, FALSE, error) : NULL;
-  QkvValue *loss = seq ? qkv_sum(seq, NULL, 0, FALSE, error) : NULL;
+  QkvValue *seq = qkv_mean(ce, &time_axis, 1, FALSE, error);
+  QkvValue *loss = qkv_sum(seq, NULL, 0, FALSE, error);
   if (loss == NULL) {
     qkv_graph_rollback(graph, &mark);
     return NULL;
@@ -261,6 +257,6 @@ qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_
   QkvValue *mask = qkv_sequence_mask_like(valid_lens, labels, error);
   QkvValue *loss = mask ? seq2seq_loss(logits, labels, mask, per_seq, error) : NULL;
   if (loss == NULL)
-    qkv_graph_rollback(graph, &mark);
+    qkv_graph_rollback(graph, &mark); /* the mask */
   return loss;
 }

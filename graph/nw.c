@@ -4,7 +4,8 @@
 
 static QkvValue *
 nw_regression(QkvGraph *graph, QkvParams *params, const gchar *w_name, QkvValue *queries,
-              QkvValue *keys, QkvValue *values, guint64 seed, QkvValue **weights, GError **error)
+              QkvValue *keys, QkvValue *values, QkvValue *mask, guint64 seed, QkvValue **weights,
+              GError **error)
 {
   if (qkv_params_lookup(params, w_name) == NULL) {
     QkvShape s = QKV_SHAPE(1);
@@ -15,18 +16,16 @@ nw_regression(QkvGraph *graph, QkvParams *params, const gchar *w_name, QkvValue 
     qkv_tensor_f32(qkv_param_value(p))[0] = (float)g_rand_double(rand);
     g_rand_free(rand);
   }
-  const QkvShape *qs = qkv_value_shape(queries);
-  QkvShape column = QKV_SHAPE(qs->dims[0], 1);
+  const gint last = 1;
+  /* softmax(-((q - k) w)² / 2) over the keys, then the weighted values */
   QkvValue *w = qkv_graph_param(graph, params, w_name, error);
-  QkvValue *q = w ? qkv_reshape(queries, &column, error) : NULL;
-  QkvValue *diff = q ? qkv_sub(q, keys, error) : NULL;
-  QkvValue *scaled = diff ? qkv_mul(diff, w, error) : NULL;
-  QkvValue *square = scaled ? qkv_mul(scaled, scaled, error) : NULL;
-  QkvValue *scores = square ? qkv_scale(square, -0.5, error) : NULL;
-  QkvValue *attention = scores ? qkv_softmax(scores, error) : NULL;
-  QkvValue *weighted = attention ? qkv_mul(attention, values, error) : NULL;
-  gint last = 1;
-  QkvValue *out = weighted ? qkv_sum(weighted, &last, 1, FALSE, error) : NULL;
+  QkvValue *q = qkv_unsqueeze(queries, last, error); /* (n, 1) against keys (n, m) */
+  QkvValue *scores =
+      qkv_scale(qkv_square(qkv_mul(qkv_sub(q, keys, error), w, error), error), -0.5, error);
+  QkvValue *attention =
+      mask ? qkv_masked_softmax_full(scores, NULL, mask, QKV_MASK_BOOLEAN, FALSE, error)
+           : qkv_softmax(scores, error);
+  QkvValue *out = qkv_sum(qkv_mul(attention, values, error), &last, 1, FALSE, error);
   *weights = attention;
   return out;
 }
@@ -36,9 +35,21 @@ qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
                         QkvValue *keys, QkvValue *values, guint64 seed, QkvValue **weights,
                         GError **error)
 {
-  g_return_val_if_fail(graph != NULL && params != NULL && queries != NULL, NULL);
+  return qkv_build_nw_regression_masked(graph, params, prefix, queries, keys, values, NULL, seed,
+                                        weights, error);
+}
+
+QkvValue *
+qkv_build_nw_regression_masked(QkvGraph *graph, QkvParams *params, const gchar *prefix,
+                               QkvValue *queries, QkvValue *keys, QkvValue *values, QkvValue *mask,
+                               guint64 seed, QkvValue **weights, GError **error)
+{
+  g_return_val_if_fail(graph != NULL && params != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
+  /* errors chain: after an earlier failure, add nothing */
+  if (queries == NULL || keys == NULL || values == NULL || (error != NULL && *error != NULL))
+    return NULL;
   const QkvShape *qs = qkv_value_shape(queries);
   if (qs->rank != 1) {
     g_autofree gchar *sh = qkv_shape_to_string(qs);
@@ -54,7 +65,7 @@ qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
   qkv_params_mark(params, &params_mark);
   QkvValue *attention = NULL;
   QkvValue *out =
-      nw_regression(graph, params, w_name, queries, keys, values, seed, &attention, error);
+      nw_regression(graph, params, w_name, queries, keys, values, mask, seed, &attention, error);
   if (out == NULL) {
     qkv_graph_rollback(graph, &graph_mark);
     qkv_params_rollback(params, &params_mark);

@@ -4,6 +4,7 @@
 #include <qkv/qkv.h>
 
 #include "builder-checks.h"
+#include "transformer-internal.h"
 
 /* The fields both halves use; vocab is src_vocab or tgt_vocab. */
 static gboolean
@@ -17,17 +18,44 @@ check_config(const gchar *builder, const QkvTransformerConfig *cfg, const gchar 
       !builder_check_positive(builder, "cfg->num_layers", cfg->num_layers, error) ||
       !builder_check_dropout(builder, "cfg->dropout", cfg->dropout, error))
     return FALSE;
+  if (cfg->tie_embeddings != QKV_TIE_NONE && cfg->tie_embeddings != QKV_TIE_DECODER &&
+      cfg->tie_embeddings != QKV_TIE_ALL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: cfg->tie_embeddings is %d, it must be QKV_TIE_NONE, QKV_TIE_DECODER or "
+                "QKV_TIE_ALL",
+                builder, (gint)cfg->tie_embeddings);
+    return FALSE;
+  }
+  /* both halves check it: either may be built alone (a decoding graph) */
+  if (cfg->tie_embeddings == QKV_TIE_ALL && cfg->src_vocab != cfg->tgt_vocab) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: cfg->tie_embeddings is QKV_TIE_ALL, which needs one joint vocabulary, but "
+                "cfg->src_vocab (%" G_GINT64_FORMAT ") and cfg->tgt_vocab (%" G_GINT64_FORMAT
+                ") differ",
+                builder, cfg->src_vocab, cfg->tgt_vocab);
+    return FALSE;
+  }
   return TRUE;
+}
+
+/* The embedding a half uses ("encoder" or "decoder"): its own, or with a
+ * joint vocabulary the encoder's for both. */
+const gchar *
+transformer_embedding_name(const QkvTransformerConfig *cfg, const gchar *half)
+{
+  if (cfg->tie_embeddings == QKV_TIE_ALL)
+    return "encoder.embedding";
+  return g_str_equal(half, "encoder") ? "encoder.embedding" : "decoder.embedding";
 }
 
 static QkvValue *
 embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 vocab,
                            const QkvTransformerConfig *cfg, GError **error)
 {
-  g_autofree gchar *emb_name = g_strconcat(name, ".embedding", NULL);
+  const gchar *emb_name = transformer_embedding_name(cfg, name);
   QkvValue *x = qkv_build_embedding(b, emb_name, ids, vocab, cfg->num_hiddens, error);
-  x = x ? qkv_scale(x, sqrt((double)cfg->num_hiddens), error) : NULL;
-  return x ? qkv_positional_encoding(x, cfg->dropout, 0, error) : NULL;
+  return qkv_positional_encoding(qkv_scale(x, sqrt((double)cfg->num_hiddens), error), cfg->dropout,
+                                 0, error);
 }
 
 /* self_weights: NULL, or cfg->num_layers slots for each block's attention weights */
@@ -36,7 +64,7 @@ encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src, QkvValue 
         QkvValue **self_weights, GError **error)
 {
   QkvValue *x = embed_and_encode_positions(b, "encoder", src, cfg->src_vocab, cfg, error);
-  for (gint i = 0; x != NULL && i < cfg->num_layers; i++) {
+  for (gint i = 0; i < cfg->num_layers; i++) {
     g_autofree gchar *blk = g_strdup_printf("encoder.blks.block%d", i);
     g_autofree gchar *att = g_strconcat(blk, ".attention", NULL);
     g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
@@ -56,8 +84,8 @@ QkvValue *
 qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
                               QkvValue *valid_lens, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(cfg != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL)
     return NULL;
   if (!check_config("qkv_build_transformer_encoder", cfg, "cfg->src_vocab", cfg->src_vocab, error))
@@ -83,9 +111,9 @@ QkvValue *
 qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
                                    QkvValue *valid_lens, QkvTransformerTaps *taps, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(cfg != NULL, NULL);
   taps_clear(taps, cfg->num_layers);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL)
     return NULL;
   if (!check_config("qkv_build_transformer_encoder", cfg, "cfg->src_vocab", cfg->src_vocab, error))
@@ -99,6 +127,29 @@ qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cf
   return out;
 }
 
+/* logits = x Eᵀ + "decoder.dense.bias", E the decoder's embedding matrix:
+ * the same parameter the embedding reads, so its gradient sums both uses. */
+static QkvValue *
+tied_output(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, GError **error)
+{
+  g_autofree gchar *en = g_strconcat(transformer_embedding_name(cfg, "decoder"), ".weight", NULL);
+  QkvShape es = QKV_SHAPE(cfg->tgt_vocab, cfg->num_hiddens), bs = QKV_SHAPE(cfg->tgt_vocab);
+  QkvValue *e = qkv_build_param(b, en, &es, "embedding", 0, error);
+  QkvValue *bias =
+      e ? qkv_build_param(b, "decoder.dense.bias", &bs, "linear_bias", cfg->num_hiddens, error)
+        : NULL;
+  QkvValue *y = bias ? qkv_matmul(x, e, FALSE, TRUE, error) : NULL;
+  return qkv_add(y, bias, error);
+}
+
+QkvValue *
+transformer_output(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, GError **error)
+{
+  if (cfg->tie_embeddings == QKV_TIE_NONE)
+    return qkv_build_linear(b, "decoder.dense", x, cfg->tgt_vocab, TRUE, error);
+  return x ? tied_output(b, cfg, x, error) : NULL;
+}
+
 /* outer_scope: the caller's scope, for the nodes after the blocks. */
 static QkvValue *
 decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue *enc_outputs,
@@ -106,7 +157,7 @@ decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue 
         QkvTransformerTaps *taps, GError **error)
 {
   QkvValue *x = embed_and_encode_positions(b, "decoder", tgt, cfg->tgt_vocab, cfg, error);
-  for (gint i = 0; x != NULL && i < cfg->num_layers; i++) {
+  for (gint i = 0; i < cfg->num_layers; i++) {
     g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
     g_autofree gchar *att1 = g_strconcat(blk, ".attention1", NULL);
     g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
@@ -131,7 +182,7 @@ decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue 
     x = qkv_build_addnorm(b, an3, z, f, cfg->dropout, error);
   }
   qkv_graph_set_scope(b->graph, outer_scope);
-  return x ? qkv_build_linear(b, "decoder.dense", x, cfg->tgt_vocab, TRUE, error) : NULL;
+  return transformer_output(b, cfg, x, error);
 }
 
 QkvValue *
@@ -139,10 +190,10 @@ qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, Qk
                               QkvValue *enc_outputs, QkvValue *enc_valid_lens,
                               QkvValue **cross_weights, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (cross_weights != NULL)
     *cross_weights = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (tgt == NULL || enc_outputs == NULL)
     return NULL;
   if (!check_config("qkv_build_transformer_decoder", cfg, "cfg->tgt_vocab", cfg->tgt_vocab, error))
@@ -163,9 +214,9 @@ qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformerConfig *cf
                                    QkvValue *enc_outputs, QkvValue *enc_valid_lens,
                                    QkvTransformerTaps *taps, GError **error)
 {
-  BUILDER_RETURN_IF_INVALID(b);
   g_return_val_if_fail(cfg != NULL, NULL);
   taps_clear(taps, cfg->num_layers);
+  BUILDER_RETURN_IF_INVALID(b, error);
   if (tgt == NULL || enc_outputs == NULL)
     return NULL;
   if (!check_config("qkv_build_transformer_decoder", cfg, "cfg->tgt_vocab", cfg->tgt_vocab, error))

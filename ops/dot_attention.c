@@ -5,7 +5,7 @@
  * keys (attention-common.h), dropout on the weights in training, weights · v.
  * Batches of small products run in parallel, one product per thread.
  */
-#include "attention-common.h"
+#include "flash-attention.h"
 
 static const gchar *const forward_input_names[] = {"q", "k", "v", "valid_lens", "mask", NULL};
 static const gchar *const forward_output_names[] = {"out", "weights", "dropout_mask", NULL};
@@ -23,6 +23,21 @@ static const QkvAttrSpec forward_attrs[] = {
      .type = QKV_ATTR_STRING,
      .default_string = "none",
      .doc = QKV_ATTN_MASK_KIND_DOC},
+    {.name = "flash",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "memory-efficient kernel (the typed builder's choice when no weights are asked "
+            "for): output 1 is the row statistics (B, n_q, 2) of the masked scores (maximum m, log "
+            "Σ exp(s − m)) instead of the "
+            "weights, and output 2 (dropout > 0) the dropout key, i32 (3), instead of the mask"},
+    {.name = "block_q",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: query rows per block (0: 128)"},
+    {.name = "block_k",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: keys per block (0: 128)"},
 };
 
 static const QkvAttrSpec backward_attrs[] = {
@@ -51,6 +66,19 @@ static const QkvAttrSpec backward_attrs[] = {
      .default_int = FALSE,
      .doc = "also output dscores (B, n_q, n_k), the gradient of the scores, from which an "
             "additive mask's gradient is summed"},
+    {.name = "flash",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "the forward op's: input 3 is its row statistics, input 4 its out, and the dropout "
+            "key replaces the dropout mask"},
+    {.name = "block_q",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: query rows per block (0: 128)"},
+    {.name = "block_k",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: keys per block (0: 128)"},
 };
 
 /* q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), all f32. */
@@ -85,7 +113,7 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
     return FALSE;
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
   gint vl, mask;
-  if (!qkv_attn_check_mask_kind(ctx, error))
+  if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
   if (!qkv_attn_trailing_inputs(ctx->n_inputs, 3, qkv_attn_has_mask(ctx->attrs), &vl, &mask))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
@@ -98,11 +126,14 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
   QkvShape scores = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
   if (mask >= 0 && !qkv_attn_check_mask(ctx, (guint)mask, &scores, FALSE, error))
     return FALSE;
+  gboolean flash = qkv_attrs_get_bool(ctx->attrs, "flash");
   ctx->out_shapes[0] = QKV_SHAPE(q->dims[0], q->dims[1], v->dims[2]);
-  ctx->out_shapes[1] = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
+  ctx->out_shapes[1] =
+      flash ? QKV_SHAPE(q->dims[0], q->dims[1], 2) : QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
   ctx->n_outputs = 2;
   if (qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0) {
-    ctx->out_shapes[2] = ctx->out_shapes[1];
+    ctx->out_shapes[2] = flash ? QKV_SHAPE(QKV_FLASH_KEY_LEN) : ctx->out_shapes[1];
+    ctx->out_dtypes[2] = flash ? QKV_I32 : QKV_F32;
     ctx->n_outputs = 3;
   }
   return TRUE;
@@ -141,9 +172,31 @@ forward_scratch_per_thread(const QkvShape *q, const QkvShape *k, const QkvAttrs 
   return (gsize)(q->dims[1] * k->dims[1]) * sizeof(float);
 }
 
+/* The flash kernels' layout of the batch elements. */
+static QkvFlashLayout
+flash_layout_of(const QkvAttnProblem *pb, gint64 batch, const QkvAttrs *attrs)
+{
+  QkvFlashLayout L = {0};
+  L.pb = *pb;
+  L.heads = 1;
+  L.n_problems = batch;
+  L.q_batch = pb->n_q * pb->d;
+  L.k_batch = pb->n_k * pb->d;
+  L.v_batch = pb->n_k * pb->d_v;
+  L.o_batch = pb->n_q * pb->d_v;
+  L.block_q = qkv_attrs_get_int(attrs, "block_q");
+  L.block_k = qkv_attrs_get_int(attrs, "block_k");
+  return L;
+}
+
 static gsize
 forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
+  const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  if (qkv_attrs_get_bool(ctx->attrs, "flash"))
+    return qkv_flash_forward_scratch(q->dims[1], k->dims[1], q->dims[2], v->dims[2],
+                                     qkv_attrs_get_int(ctx->attrs, "block_q"),
+                                     qkv_attrs_get_int(ctx->attrs, "block_k"), n_threads);
   return (gsize)MAX(n_threads, 1) *
          forward_scratch_per_thread(&ctx->in_shapes[0], &ctx->in_shapes[1], ctx->attrs);
 }
@@ -182,6 +235,15 @@ forward_kernel(const QkvKernelCtx *ctx)
   gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
   const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
   float *out = ctx->out[0].data, *p = ctx->out[1].data;
+  if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
+    QkvFlashLayout L = flash_layout_of(&pb, batch, ctx->attrs);
+    if (ctx->n_outputs > 2) {
+      qkv_flash_write_key(ctx, pb.dropout, ctx->out[2].data);
+      qkv_flash_read_key(&L, ctx->out[2].data);
+    }
+    qkv_flash_forward(ctx, &L, q, k, v, out, p);
+    return;
+  }
   float *drop = ctx->n_outputs > 2 ? ctx->out[2].data : NULL;
   gsize per_thread = forward_scratch_per_thread(qs, ks, ctx->attrs);
   gint nt =
@@ -200,7 +262,7 @@ static gboolean
 backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
                 BackwardInputs *layout)
 {
-  guint next = 4;
+  guint next = qkv_attrs_get_bool(attrs, "flash") ? 5 : 4;
   layout->valid_lens = layout->score_mask = -1;
   layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
   layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
@@ -215,28 +277,39 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   BackwardInputs in;
   if (!backward_layout(ctx->n_inputs, ctx->in_dtypes, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
-                           "expected q, k, v, weights, then dropout_mask (dropout > 0), dout "
-                           "(grad_out), dweights (grad_weights), optional valid_lens (i32) and "
-                           "mask (f32)");
+                           "expected q, k, v, weights (with flash: the row statistics and "
+                           "out), then dropout_mask (dropout > 0; with flash the dropout key), "
+                           "dout (grad_out), dweights (grad_weights), optional valid_lens (i32) "
+                           "and mask (f32)");
   if (!check_qkv(ctx, error))
     return FALSE;
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
   QkvShape wshape = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
   QkvShape oshape = QKV_SHAPE(q->dims[0], q->dims[1], v->dims[2]);
+  gboolean flash = qkv_attrs_get_bool(ctx->attrs, "flash");
+  QkvShape lse_shape = QKV_SHAPE(q->dims[0], q->dims[1], 2),
+           key_shape = QKV_SHAPE(QKV_FLASH_KEY_LEN);
+  if (flash && (in.dweights >= 0 || in.dout < 0))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "flash takes dout (grad_out) and no dweights (grad_weights)");
   struct {
     gint index;
     const gchar *name;
     const QkvShape *shape;
-  } checks[] = {{3, "weights", &wshape},
-                {in.mask, "dropout_mask", &wshape},
-                {in.dout, "dout", &oshape},
-                {in.dweights, "dweights", &wshape}};
+    QkvDType dtype;
+  } checks[] = {{3, flash ? "row_stats" : "weights", flash ? &lse_shape : &wshape, QKV_F32},
+                {flash ? 4 : -1, "out", &oshape, QKV_F32},
+                {in.mask, flash ? "dropout_key" : "dropout_mask", flash ? &key_shape : &wshape,
+                 flash ? QKV_I32 : QKV_F32},
+                {in.dout, "dout", &oshape, QKV_F32},
+                {in.dweights, "dweights", &wshape, QKV_F32}};
   for (guint c = 0; c < G_N_ELEMENTS(checks); c++) {
     gint i = checks[c].index;
-    if (i >= 0 &&
-        (ctx->in_dtypes[i] != QKV_F32 || !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
+    if (i >= 0 && (ctx->in_dtypes[i] != checks[c].dtype ||
+                   !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
       g_autofree gchar *want = qkv_shape_to_string(checks[c].shape);
-      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be f32%s", checks[c].name, want);
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be %s%s", checks[c].name,
+                             qkv_dtype_name(checks[c].dtype), want);
     }
   }
   gboolean per_query;
@@ -245,7 +318,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
     return FALSE;
   if (in.score_mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.score_mask, &wshape, FALSE, error))
     return FALSE;
-  if (!qkv_attn_check_mask_kind(ctx, error))
+  if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
   ctx->n_outputs = 3;
   for (guint i = 0; i < 3; i++)
@@ -266,6 +339,11 @@ backward_scratch_per_thread(const QkvShape *q, const QkvShape *k)
 static gsize
 backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
+  const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  if (qkv_attrs_get_bool(ctx->attrs, "flash"))
+    return qkv_flash_backward_scratch(q->dims[0], q->dims[1], k->dims[1], q->dims[2], v->dims[2],
+                                      qkv_attrs_get_int(ctx->attrs, "block_q"),
+                                      qkv_attrs_get_int(ctx->attrs, "block_k"), n_threads);
   return (gsize)MAX(n_threads, 1) *
          backward_scratch_per_thread(&ctx->in_shapes[0], &ctx->in_shapes[1]);
 }
@@ -299,8 +377,8 @@ static void
 backward_kernel(const QkvKernelCtx *ctx)
 {
   BackwardInputs in;
-  QkvDType dtypes[9] = {0};
-  for (guint i = 0; i < ctx->n_inputs && i < 9; i++)
+  QkvDType dtypes[10] = {0};
+  for (guint i = 0; i < ctx->n_inputs && i < 10; i++)
     dtypes[i] = ctx->in[i].dtype;
   backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
   const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
@@ -315,6 +393,14 @@ backward_kernel(const QkvKernelCtx *ctx)
   const float *dout = in.dout >= 0 ? ctx->in[in.dout].data : NULL;
   const float *dw = in.dweights >= 0 ? ctx->in[in.dweights].data : NULL;
   float *dq = ctx->out[0].data, *dk = ctx->out[1].data, *dv = ctx->out[2].data;
+  if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
+    QkvFlashLayout L = flash_layout_of(&pb, batch, ctx->attrs);
+    if (in.mask >= 0)
+      qkv_flash_read_key(&L, ctx->in[in.mask].data);
+    qkv_flash_backward(ctx, &L, q, k, v, ctx->in[4].data, p, dout, dq, dk, dv,
+                       ctx->n_outputs > 3 ? ctx->out[3].data : NULL);
+    return;
+  }
   gsize per_thread = backward_scratch_per_thread(qs, ks);
   gint nt =
       qkv_attn_problem_threads(ctx, batch, nn * MAX(pb.d, pb.d_v), per_thread, ctx->scratch_size);
@@ -339,11 +425,20 @@ forward_grad(QkvGradCtx *g, GError **error)
       !(g->needs_grad[0] || g->needs_grad[1] || g->needs_grad[2] || mask_grad))
     return TRUE;
   double dropout = qkv_attrs_get_float(g->attrs, "dropout");
-  QkvValue *inputs[9];
+  gboolean flash = qkv_attrs_get_bool(g->attrs, "flash");
+  /* with flash, output 1 is the row statistics: it has no gradient */
+  if (flash) {
+    dw = NULL;
+    if (dout == NULL)
+      return TRUE;
+  }
+  QkvValue *inputs[10];
   guint n = 0;
   for (guint i = 0; i < 3; i++)
     inputs[n++] = g->inputs[i];
   inputs[n++] = g->outputs[1];
+  if (flash)
+    inputs[n++] = g->outputs[0];
   if (dropout > 0.0)
     inputs[n++] = g->outputs[2];
   if (dout != NULL)
@@ -362,6 +457,11 @@ forward_grad(QkvGradCtx *g, GError **error)
   g_variant_builder_add(&attrs, "{sv}", "mask_kind",
                         g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
   g_variant_builder_add(&attrs, "{sv}", "grad_mask", g_variant_new_boolean(mask_grad));
+  g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(flash));
+  g_variant_builder_add(&attrs, "{sv}", "block_q",
+                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_q")));
+  g_variant_builder_add(&attrs, "{sv}", "block_k",
+                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_k")));
   QkvNode *node = qkv_graph_add_node(g->graph, "dot_product_attention_backward", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)
@@ -385,7 +485,11 @@ static const QkvOpDef forward_def = {
            "optional mask f32 broadcasting to (B, n_q, n_k) (mask_kind), as for masked_softmax. "
            "Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
            "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
-           "1/(1-p), all ones in evaluation, saved for the backward (no gradient).",
+           "1/(1-p), all ones in evaluation, saved for the backward (no gradient). With flash "
+           "(the typed builder's choice when no weights are asked for) the weights are never "
+           "stored: output 1 is the row statistics (B, n_q, 2) of the masked scores (maximum m, "
+           "log Σ exp(s − m)) and output 2 "
+           "the dropout key, i32 (3), neither with a gradient.",
     .min_inputs = 3,
     .max_inputs = 5,
     .input_names = forward_input_names,
@@ -405,9 +509,11 @@ static const QkvOpDef backward_def = {
     .doc = "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
            "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
            "and valid_lens (i32) and mask (f32) when given to the forward op. Outputs dq, dk, "
-           "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask).",
+           "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask). With "
+           "flash: q, k, v, the row statistics, out, the dropout key when dropout > 0, dout, "
+           "then valid_lens and mask; the weights are made again block by block.",
     .min_inputs = 4,
-    .max_inputs = 9,
+    .max_inputs = 10,
     .input_names = backward_input_names,
     .output_names = backward_output_names,
     .attrs = backward_attrs,
@@ -451,6 +557,14 @@ qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
   if (mask != NULL)
     g_variant_builder_add(&attrs, "{sv}", "mask_kind",
                           g_variant_new_string(qkv_attn_mask_kind_name(kind)));
+  /* Without a weights output the weights need not be stored: the
+   * memory-efficient kernel runs (decided here, when the graph is built,
+   * since that is where the caller says whether it wants them), unless
+   * they are small. */
+  const QkvShape *qs = qkv_value_shape(q), *ks = qkv_value_shape(k);
+  if (weights == NULL && qs->rank == 3 && ks->rank == 3 &&
+      qkv_flash_wanted(qs->dims[0] * qs->dims[1] * ks->dims[1] * (gint64)sizeof(float)))
+    g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
   QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)

@@ -1,12 +1,13 @@
-/* math.c: elementwise "abs", "sign", "sqrt", "square" and "pow" (by a
- * scalar exponent).
+/* math.c: elementwise "abs", "sign", "sqrt", "square", "pow" (by a scalar
+ * exponent) and "pow_tensor" (by an exponent tensor that broadcasts against
+ * x, as torch.pow(x, y)), with "pow_tensor_backward".
  *
  * Gradients follow PyTorch at the awkward points: abs has gradient
  * sign(x), 0 at x = 0; sqrt's is dy / (2 sqrt(x)), +inf at 0 and NaN below;
  * pow's is p·x^(p-1)·dy, and exactly 0 for p = 0 (even at x = 0, where the
  * formula would give 0·inf). sign is flat almost everywhere: no gradient.
  */
-#include "ops-common.h"
+#include "broadcast-common.h"
 
 #include <math.h>
 
@@ -205,6 +206,119 @@ pow_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
+/* ---- pow_tensor ---------------------------------------------------------- */
+
+static const gchar *const pow_tensor_inputs[] = {"x", "exponent", NULL};
+static const gchar *const pow_tensor_backward_inputs[] = {"dy", "x", "exponent", NULL};
+static const gchar *const pow_tensor_backward_outputs[] = {"dx", "dexponent", NULL};
+
+typedef struct {
+  const float *x, *e, *dy;
+  float *y, *dx, *de;
+} PowJob;
+
+static void
+pow_tensor_row(gpointer data, gint64 out_off, const gint64 *in_off, const gint64 *in_step,
+               gint64 len)
+{
+  const PowJob *j = data;
+  const float *x = j->x + in_off[0], *e = j->e + in_off[1];
+  float *y = j->y + out_off;
+  for (gint64 k = 0; k < len; k++)
+    y[k] = powf(x[k * in_step[0]], e[k * in_step[1]]);
+}
+
+static void
+pow_tensor_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *ins[] = {&ctx->in[0].shape, &ctx->in[1].shape};
+  QkvBcast b;
+  qkv_bcast_init(&b, &ctx->out[0].shape, ins, 2);
+  PowJob job = {.x = ctx->in[0].data, .e = ctx->in[1].data, .y = ctx->out[0].data};
+  qkv_bcast_run(ctx, &b, pow_tensor_row, &job);
+}
+
+/* PyTorch's rules at the awkward points: d/dx = e·x^(e-1)·dy, exactly 0 where
+ * e = 0; d/de = x^e·log(x)·dy, exactly 0 where x = 0 and e ≥ 0 (where the
+ * formula gives 0·(-inf)). Elsewhere a negative x gives NaN for d/de. */
+static void
+pow_tensor_backward_row(gpointer data, gint64 out_off, const gint64 *in_off, const gint64 *in_step,
+                        gint64 len)
+{
+  const PowJob *j = data;
+  const float *dy = j->dy + in_off[0], *x = j->x + in_off[1], *e = j->e + in_off[2];
+  float *dx = j->dx + out_off, *de = j->de + out_off;
+  for (gint64 k = 0; k < len; k++) {
+    float g = dy[k * in_step[0]], xv = x[k * in_step[1]], ev = e[k * in_step[2]];
+    dx[k] = ev == 0.0f ? 0.0f : g * ev * powf(xv, ev - 1.0f);
+    de[k] = (xv == 0.0f && ev >= 0.0f) ? 0.0f : g * powf(xv, ev) * logf(xv);
+  }
+}
+
+static void
+pow_tensor_backward_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *ins[] = {&ctx->in[0].shape, &ctx->in[1].shape, &ctx->in[2].shape};
+  QkvBcast b;
+  qkv_bcast_init(&b, &ctx->out[0].shape, ins, 3);
+  PowJob job = {.dy = ctx->in[0].data,
+                .x = ctx->in[1].data,
+                .e = ctx->in[2].data,
+                .dx = ctx->out[0].data,
+                .de = ctx->out[1].data};
+  qkv_bcast_run(ctx, &b, pow_tensor_backward_row, &job);
+}
+
+static gboolean
+f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GError **error)
+{
+  for (guint i = 0; i < ctx->n_inputs; i++)
+    if (ctx->in_dtypes[i] != QKV_F32)
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32", names[i],
+                             qkv_dtype_name(ctx->in_dtypes[i]));
+  return TRUE;
+}
+
+static gboolean
+pow_tensor_shape(QkvShapeCtx *ctx, GError **error)
+{
+  return f32_inputs(ctx, pow_tensor_inputs, error) &&
+         qkv_bcast_shapes(ctx, pow_tensor_inputs, 2, &ctx->out_shapes[0], error);
+}
+
+/* dx and dexponent come out in dy's (the broadcast) shape; the gradient rule
+ * sums them down to x's and the exponent's. */
+static gboolean
+pow_tensor_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  QkvShape out;
+  if (!f32_inputs(ctx, pow_tensor_backward_inputs, error) ||
+      !qkv_bcast_shapes(ctx, pow_tensor_backward_inputs, 3, &out, error))
+    return FALSE;
+  if (!qkv_shape_equal(&out, &ctx->in_shapes[0])) {
+    g_autofree gchar *want = qkv_shape_to_string(&out);
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "dy must have the broadcast shape of the inputs, %s", want);
+  }
+  ctx->n_outputs = 2;
+  ctx->out_shapes[0] = ctx->out_shapes[1] = out;
+  return TRUE;
+}
+
+static gboolean
+pow_tensor_grad(QkvGradCtx *g, GError **error)
+{
+  QkvValue *inputs[] = {g->out_grads[0], g->inputs[0], g->inputs[1]};
+  QkvNode *node = qkv_graph_add_node(g->graph, "pow_tensor_backward", inputs, 3, NULL, error);
+  if (node == NULL)
+    return FALSE;
+  for (guint i = 0; i < 2; i++)
+    if (g->needs_grad[i])
+      g->in_grads[i] = qkv_grad_to_input(qkv_node_output(node, i), g->inputs[i], error);
+  return (!g->needs_grad[0] || g->in_grads[0] != NULL) &&
+         (!g->needs_grad[1] || g->in_grads[1] != NULL);
+}
+
 #define MATH_DEF(NAME, DOC)                                                                        \
   {                                                                                                \
     QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 1, .max_inputs = 1,                  \
@@ -232,6 +346,31 @@ static const QkvOpDef math_ops[] = {
         .shape = pow_shape,
         .forward = pow_forward,
         .gradient = pow_grad,
+    },
+    {
+        QKV_OP_DEF_INIT,
+        .name = "pow_tensor",
+        .doc = "x to the power exponent elementwise, both f32 tensors broadcast together "
+               "(torch.pow(x, y)); gradients as PyTorch's, 0 where exponent is 0 (for x) or where "
+               "x is 0 and exponent ≥ 0 (for exponent)",
+        .min_inputs = 2,
+        .max_inputs = 2,
+        .input_names = pow_tensor_inputs,
+        .output_names = y_output,
+        .shape = pow_tensor_shape,
+        .forward = pow_tensor_forward,
+        .gradient = pow_tensor_grad,
+    },
+    {
+        QKV_OP_DEF_INIT,
+        .name = "pow_tensor_backward",
+        .doc = "d loss / d x and d loss / d exponent of pow_tensor, in dy's shape",
+        .min_inputs = 3,
+        .max_inputs = 3,
+        .input_names = pow_tensor_backward_inputs,
+        .output_names = pow_tensor_backward_outputs,
+        .shape = pow_tensor_backward_shape,
+        .forward = pow_tensor_backward_forward,
     },
 };
 
@@ -287,4 +426,12 @@ qkv_pow(QkvValue *x, double exponent, GError **error)
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "exponent", g_variant_new_double(exponent));
   return unary_call("pow", x, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *
+qkv_pow_tensor(QkvValue *x, QkvValue *exponent, GError **error)
+{
+  QKV_RETURN_IF_MISSING("pow_tensor", error, x, exponent);
+  QkvValue *inputs[] = {x, exponent};
+  return qkv_op_call("pow_tensor", inputs, 2, NULL, error);
 }

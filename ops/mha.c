@@ -8,7 +8,7 @@
  * concatenation that transpose_output would build. Valid lengths are shared
  * by the heads of a batch element (the book's repeat_interleave).
  */
-#include "attention-common.h"
+#include "flash-attention.h"
 
 static const gchar *const forward_input_names[] = {"queries", "keys",       "values", "w_q", "w_k",
                                                    "w_v",     "w_o",        "b_q",    "b_k", "b_v",
@@ -47,6 +47,22 @@ static const QkvAttrSpec forward_attrs[] = {
      .type = QKV_ATTR_STRING,
      .default_string = "none",
      .doc = QKV_ATTN_MASK_KIND_DOC},
+    {.name = "flash",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "memory-efficient kernel (the typed builder's choice when no weights are asked "
+            "for): output 1 is the row statistics (B, num_heads, n_q, 2) of the masked scores "
+            "(maximum m, log Σ exp(s − m)) "
+            "instead of the weights, and output 6 (dropout > 0) the dropout key, i32 (3), instead "
+            "of the mask"},
+    {.name = "block_q",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: query rows per block (0: 128)"},
+    {.name = "block_k",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: keys per block (0: 128)"},
 };
 
 static const QkvAttrSpec backward_attrs[] = {
@@ -77,6 +93,19 @@ static const QkvAttrSpec backward_attrs[] = {
      .default_int = FALSE,
      .doc = "also output dscores (B, num_heads, n_q, n_k), the gradient of the scores, from "
             "which an additive mask's gradient is summed"},
+    {.name = "flash",
+     .type = QKV_ATTR_BOOL,
+     .default_int = FALSE,
+     .doc = "the forward op's: the weights input is its row statistics and the dropout mask "
+            "input its dropout key"},
+    {.name = "block_q",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: query rows per block (0: 128)"},
+    {.name = "block_k",
+     .type = QKV_ATTR_INT,
+     .default_int = 0,
+     .doc = "flash: keys per block (0: 128)"},
 };
 
 /* The sizes of one node. */
@@ -165,7 +194,7 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
 {
   gboolean has_bias;
   gint vl, mi;
-  if (!qkv_attn_check_mask_kind(ctx, error))
+  if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
   if (!forward_layout(ctx->n_inputs, qkv_attn_has_mask(ctx->attrs), &has_bias, &vl, &mi))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
@@ -183,14 +212,17 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
   if (mi >= 0 && !qkv_attn_check_mask(ctx, (guint)mi, &scores, TRUE, error))
     return FALSE;
   ctx->out_shapes[OUT_OUT] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
-  ctx->out_shapes[OUT_WEIGHTS] = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
+  gboolean flash = qkv_attrs_get_bool(ctx->attrs, "flash");
+  ctx->out_shapes[OUT_WEIGHTS] =
+      flash ? QKV_SHAPE(d.batch, d.heads, d.n_q, 2) : QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
   ctx->out_shapes[OUT_QP] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
   ctx->out_shapes[OUT_KP] = QKV_SHAPE(d.batch, d.n_k, d.hidden);
   ctx->out_shapes[OUT_VP] = QKV_SHAPE(d.batch, d.n_k, d.hidden);
   ctx->out_shapes[OUT_CONCAT] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
   ctx->n_outputs = OUT_MASK;
   if (qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0) {
-    ctx->out_shapes[OUT_MASK] = ctx->out_shapes[OUT_WEIGHTS];
+    ctx->out_shapes[OUT_MASK] = flash ? QKV_SHAPE(QKV_FLASH_KEY_LEN) : ctx->out_shapes[OUT_WEIGHTS];
+    ctx->out_dtypes[OUT_MASK] = flash ? QKV_I32 : QKV_F32;
     ctx->n_outputs = OUT_MASK + 1;
   }
   return TRUE;
@@ -250,10 +282,31 @@ forward_scratch_per_thread(const MhaDims *d, const QkvAttrs *attrs)
   return (gsize)(d->n_q * d->n_k) * sizeof(float);
 }
 
+/* The flash kernels' layout of the (batch, head) problems: column blocks of
+ * the projections, as the weights path reads them. */
+static QkvFlashLayout
+flash_layout_of(const QkvAttnProblem *pb, const MhaDims *d, const QkvAttrs *attrs)
+{
+  QkvFlashLayout L = {0};
+  L.pb = *pb;
+  L.heads = d->heads;
+  L.n_problems = d->batch * d->heads;
+  L.q_batch = L.o_batch = d->n_q * d->hidden;
+  L.k_batch = L.v_batch = d->n_k * d->hidden;
+  L.q_head = L.k_head = L.v_head = L.o_head = d->dh;
+  L.block_q = qkv_attrs_get_int(attrs, "block_q");
+  L.block_k = qkv_attrs_get_int(attrs, "block_k");
+  return L;
+}
+
 static gsize
 forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  if (qkv_attrs_get_bool(ctx->attrs, "flash"))
+    return qkv_flash_forward_scratch(d.n_q, d.n_k, d.dh, d.dh,
+                                     qkv_attrs_get_int(ctx->attrs, "block_q"),
+                                     qkv_attrs_get_int(ctx->attrs, "block_k"), n_threads);
   return (gsize)MAX(n_threads, 1) * forward_scratch_per_thread(&d, ctx->attrs);
 }
 
@@ -337,6 +390,16 @@ forward_kernel(const QkvKernelCtx *ctx)
   for (guint i = 0; i < 3; i++)
     project(rows[i], in_size[i], d.hidden, x[i], w[i], bias[i], proj[i]);
 
+  if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
+    QkvFlashLayout L = flash_layout_of(&pb, &d, ctx->attrs);
+    if (drop != NULL) {
+      qkv_flash_write_key(ctx, pb.dropout, (gint32 *)drop);
+      qkv_flash_read_key(&L, (const gint32 *)drop);
+    }
+    qkv_flash_forward(ctx, &L, proj[0], proj[1], proj[2], concat, p);
+    project(rows[0], d.hidden, d.hidden, concat, w[3], bias[3], out);
+    return;
+  }
   gsize per_thread = forward_scratch_per_thread(&d, ctx->attrs);
   gint nt = problem_threads(ctx, &d, per_thread, ctx->scratch_size);
   gint64 n_problems = d.batch * d.heads;
@@ -393,22 +456,36 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   QkvShape wshape = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
   QkvShape qshape = QKV_SHAPE(d.batch, d.n_q, d.hidden);
   QkvShape kshape = QKV_SHAPE(d.batch, d.n_k, d.hidden);
+  gboolean flash = qkv_attrs_get_bool(ctx->attrs, "flash");
+  QkvShape lse_shape = QKV_SHAPE(d.batch, d.heads, d.n_q, 2),
+           key_shape = QKV_SHAPE(QKV_FLASH_KEY_LEN);
+  if (flash && (in.dweights >= 0 || in.dout < 0))
+    return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                           "flash takes dout (grad_out) and no dweights (grad_weights)");
   struct {
     gint index;
     const QkvShape *shape;
-  } checks[] = {{BW_WEIGHTS, &wshape}, {BW_QP, &qshape},      {BW_KP, &kshape},
-                {BW_VP, &kshape},      {BW_CONCAT, &qshape},  {in.mask, &wshape},
-                {in.dout, &qshape},    {in.dweights, &wshape}};
+    QkvDType dtype;
+  } checks[] = {{BW_WEIGHTS, flash ? &lse_shape : &wshape, QKV_F32},
+                {BW_QP, &qshape, QKV_F32},
+                {BW_KP, &kshape, QKV_F32},
+                {BW_VP, &kshape, QKV_F32},
+                {BW_CONCAT, &qshape, QKV_F32},
+                {in.mask, flash ? &key_shape : &wshape, flash ? QKV_I32 : QKV_F32},
+                {in.dout, &qshape, QKV_F32},
+                {in.dweights, &wshape, QKV_F32}};
   for (guint c = 0; c < G_N_ELEMENTS(checks); c++) {
     gint i = checks[c].index;
-    if (i >= 0 &&
-        (ctx->in_dtypes[i] != QKV_F32 || !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
+    if (i >= 0 && (ctx->in_dtypes[i] != checks[c].dtype ||
+                   !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
       g_autofree gchar *want = qkv_shape_to_string(checks[c].shape);
-      const gchar *name = i == in.mask       ? "dropout_mask"
-                          : i == in.dout     ? "dout"
-                          : i == in.dweights ? "dweights"
-                                             : backward_input_names[i];
-      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be f32%s", name, want);
+      const gchar *name = i == in.mask               ? (flash ? "dropout_key" : "dropout_mask")
+                          : i == in.dout             ? "dout"
+                          : i == in.dweights         ? "dweights"
+                          : i == BW_WEIGHTS && flash ? "row_stats"
+                                                     : backward_input_names[i];
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be %s%s", name,
+                             qkv_dtype_name(checks[c].dtype), want);
     }
   }
   gboolean per_query;
@@ -417,7 +494,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
     return FALSE;
   if (in.score_mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.score_mask, &wshape, TRUE, error))
     return FALSE;
-  if (!qkv_attn_check_mask_kind(ctx, error))
+  if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
   ctx->n_outputs = 7;
   for (guint i = 0; i < 7; i++)
@@ -464,6 +541,11 @@ static gsize
 backward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  if (qkv_attrs_get_bool(ctx->attrs, "flash"))
+    return backward_shared_scratch(&d) +
+           qkv_flash_backward_scratch(d.batch * d.heads, d.n_q, d.n_k, d.dh, d.dh,
+                                      qkv_attrs_get_int(ctx->attrs, "block_q"),
+                                      qkv_attrs_get_int(ctx->attrs, "block_k"), n_threads);
   return backward_shared_scratch(&d) + (gsize)MAX(n_threads, 1) * backward_scratch_per_thread(&d);
 }
 
@@ -579,26 +661,38 @@ backward_kernel(const QkvKernelCtx *ctx)
       memset(db_o, 0, (gsize)d.hidden * sizeof(float));
   }
 
-  gsize per_thread = backward_scratch_per_thread(&d);
   gsize shared = backward_shared_scratch(&d);
-  gint nt = problem_threads(ctx, &d, per_thread,
-                            ctx->scratch_size > shared ? ctx->scratch_size - shared : 0);
-  gint64 nn = d.n_q * d.n_k, n_problems = d.batch * d.heads;
-  MhaProblemsJob job = {
-      .ctx = ctx,
-      .pb = &pb,
-      .d = &d,
-      .proj = {proj[0], proj[1], proj[2]},
-      .p = p,
-      .drop = drop,
-      .dw = dw,
-      .dconcat = dconcat,
-      .dproj = {dproj[0], dproj[1], dproj[2]},
-      .scratch = attn_scratch,
-      .scratch_floats = 2 * nn,
-      .dscores = dscores,
-  };
-  qkv_parallel_for(nt, n_problems, mha_backward_problems, &job);
+  if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
+    QkvFlashLayout L = flash_layout_of(&pb, &d, ctx->attrs);
+    if (in.mask >= 0)
+      qkv_flash_read_key(&L, ctx->in[in.mask].data);
+    /* the flash kernels take their scratch from after the shared part */
+    QkvKernelCtx fctx = *ctx;
+    fctx.scratch = attn_scratch;
+    fctx.scratch_size = ctx->scratch_size > shared ? ctx->scratch_size - shared : 0;
+    qkv_flash_backward(&fctx, &L, proj[0], proj[1], proj[2], ctx->in[BW_CONCAT].data, p, dconcat,
+                       dproj[0], dproj[1], dproj[2], dscores);
+  } else {
+    gsize per_thread = backward_scratch_per_thread(&d);
+    gint nt = problem_threads(ctx, &d, per_thread,
+                              ctx->scratch_size > shared ? ctx->scratch_size - shared : 0);
+    gint64 nn = d.n_q * d.n_k, n_problems = d.batch * d.heads;
+    MhaProblemsJob job = {
+        .ctx = ctx,
+        .pb = &pb,
+        .d = &d,
+        .proj = {proj[0], proj[1], proj[2]},
+        .p = p,
+        .drop = drop,
+        .dw = dw,
+        .dconcat = dconcat,
+        .dproj = {dproj[0], dproj[1], dproj[2]},
+        .scratch = attn_scratch,
+        .scratch_floats = 2 * nn,
+        .dscores = dscores,
+    };
+    qkv_parallel_for(nt, n_problems, mha_backward_problems, &job);
+  }
 
   /* proj = x · wᵀ + b */
   for (guint i = 0; i < 3; i++)
@@ -613,6 +707,10 @@ static gboolean
 forward_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dout = g->out_grads[OUT_OUT], *dw = g->out_grads[OUT_WEIGHTS];
+  gboolean flash = qkv_attrs_get_bool(g->attrs, "flash");
+  /* with flash, output 1 is the row statistics: it has no gradient */
+  if (flash)
+    dw = NULL;
   gboolean has_bias;
   gint vl, mi;
   forward_layout(g->n_inputs, qkv_attn_has_mask(g->attrs), &has_bias, &vl, &mi);
@@ -654,6 +752,11 @@ forward_grad(QkvGradCtx *g, GError **error)
   g_variant_builder_add(&attrs, "{sv}", "mask_kind",
                         g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
   g_variant_builder_add(&attrs, "{sv}", "grad_mask", g_variant_new_boolean(mask_grad));
+  g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(flash));
+  g_variant_builder_add(&attrs, "{sv}", "block_q",
+                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_q")));
+  g_variant_builder_add(&attrs, "{sv}", "block_k",
+                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_k")));
   QkvNode *node = qkv_graph_add_node(g->graph, "multi_head_attention_backward", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)
@@ -694,7 +797,10 @@ static const QkvOpDef forward_def = {
            "(differentiable); saved for the backward, without gradient: 2 q_proj (B, n_q, H), "
            "3 k_proj (B, n_k, H), 4 v_proj (B, n_k, H), 5 concat (B, n_q, H) (the heads' "
            "results before w_o), 6 (only when dropout > 0) the dropout mask (B, num_heads, n_q, "
-           "n_k), 0 or 1/(1-p), all ones in evaluation.",
+           "n_k), 0 or 1/(1-p), all ones in evaluation. With flash (the typed builder's choice "
+           "when no weights are asked for) the weights are never stored: output 1 is the row "
+           "log-sum-exp (B, num_heads, n_q) of the masked scores and output 6 the dropout key, "
+           "i32 (3), neither with a gradient.",
     .min_inputs = 7,
     .max_inputs = MHA_MAX_INPUTS,
     .input_names = forward_input_names,
@@ -717,7 +823,8 @@ static const QkvOpDef backward_def = {
            "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
            "and valid_lens (i32) and mask (f32) when given to the forward op. With grad_mask, "
            "one more output after those: dscores (B, num_heads, n_q, n_k), the gradient of the "
-           "scores.",
+           "scores. With flash the weights input is the forward's row statistics and the "
+           "dropout mask input its dropout key; the weights are made again block by block.",
     .min_inputs = 12,
     .max_inputs = MHA_MAX_BACKWARD_INPUTS,
     .input_names = backward_input_names,
@@ -776,6 +883,13 @@ qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *val
   if (mask != NULL)
     g_variant_builder_add(&attrs, "{sv}", "mask_kind",
                           g_variant_new_string(qkv_attn_mask_kind_name(kind)));
+  /* no weights asked for: the memory-efficient kernel, unless they are
+   * small (see qkv_dot_product_attention_masked) */
+  const QkvShape *qs = qkv_value_shape(queries), *ks = qkv_value_shape(keys);
+  if (weights == NULL && qs->rank == 3 && ks->rank == 3 &&
+      qkv_flash_wanted(qs->dims[0] * MAX(num_heads, 1) * qs->dims[1] * ks->dims[1] *
+                       (gint64)sizeof(float)))
+    g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
   QkvNode *node = qkv_graph_add_node(qkv_value_graph(queries), "multi_head_attention", inputs, n,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)

@@ -2,6 +2,10 @@
  *
  * y = dropout(x + P[offset : offset + T]) with
  *   P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(pos / 10000^(2i/d)).
+ * An optional second input, positions (i32, one per batch element), moves
+ * each batch element's rows to start at offset + positions[b]: a decode-step
+ * graph compiled once feeds the step number there, so every emitted token
+ * gets its true position without a plan per step.
  * There is no table of a fixed maximum length: each run computes the T rows it
  * needs into scratch memory. The angle is computed in float exactly as the
  * book builds its table (arange(0, d, 2) / d, 10000 to that power, the
@@ -17,7 +21,7 @@
 
 #include <math.h>
 
-static const gchar *const pe_input_names[] = {"x", NULL};
+static const gchar *const pe_input_names[] = {"x", "positions", NULL};
 static const gchar *const pe_output_names[] = {"y", "mask", NULL};
 
 static const QkvAttrSpec pe_attrs[] = {
@@ -47,6 +51,20 @@ pe_shape(QkvShapeCtx *ctx, GError **error)
   if (offset < 0 || offset > G_MAXINT32)
     return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
                            "offset must be in [0, 2^31), got %" G_GINT64_FORMAT, offset);
+  if (ctx->n_inputs > 1) {
+    const QkvShape *ps = &ctx->in_shapes[1];
+    gint64 batch = x->rank == 3 ? x->dims[0] : 1;
+    if (ctx->in_dtypes[1] != QKV_I32)
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "positions must be i32, got %s",
+                             qkv_dtype_name(ctx->in_dtypes[1]));
+    if (ps->rank != 1 || ps->dims[0] != batch) {
+      g_autofree gchar *have = qkv_shape_to_string(ps);
+      return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                             "positions must be (%" G_GINT64_FORMAT ") (one per batch element), "
+                             "got %s",
+                             batch, have);
+    }
+  }
   ctx->out_shapes[0] = *x;
   if (qkv_attrs_get_float(ctx->attrs, "dropout") > 0.0) {
     ctx->n_outputs = 2;
@@ -55,13 +73,15 @@ pe_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-/* The table rows (T × d) and the d column divisors. */
+/* The table rows (T × d, or B·T × d when each batch element has its own
+ * start) and the d column divisors. */
 static gsize
 pe_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   const QkvShape *x = &ctx->in_shapes[0];
   gint64 t = x->dims[x->rank - 2], d = x->dims[x->rank - 1];
-  return (gsize)(t * d + d) * sizeof(float);
+  gint64 rows = ctx->n_inputs > 1 && x->rank == 3 ? x->dims[0] * t : t;
+  return (gsize)(rows * d + d) * sizeof(float);
 }
 
 /* 10000^(2i/d) for column j = 2i or 2i + 1, in float as the book's table. */
@@ -89,17 +109,25 @@ pe_row(float *p, const float *div, gint64 pos, gint64 d)
 typedef struct {
   const QkvKernelCtx *ctx;
   const float *x, *div;
+  const gint32 *positions; /* NULL: every batch element starts at offset */
   float *table, *y, *mask;
   double p;
   gint64 t, d, offset;
+  gint64 table_rows; /* t, or batch · t with positions */
 } PeJob;
 
+/* Table row r is position offset + r, or with positions the row (b, r % t)
+ * at offset + positions[b] + r % t. */
 static void
 pe_table_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
 {
   const PeJob *j = user_data;
-  for (gint64 pos = begin; pos < end; pos++)
-    pe_row(j->table + pos * j->d, j->div, j->offset + pos, j->d);
+  for (gint64 r = begin; r < end; r++) {
+    gint64 pos = j->offset + r % j->t;
+    if (j->positions != NULL)
+      pos += j->positions[r / j->t];
+    pe_row(j->table + r * j->d, j->div, pos, j->d);
+  }
 }
 
 /* Rows (b, pos) in order: y may be x (in place), each row read before it is
@@ -110,7 +138,7 @@ pe_add_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
   const PeJob *a = user_data;
   const gint64 d = a->d;
   for (gint64 r = begin; r < end; r++) {
-    const float *xr = a->x + r * d, *pr = a->table + (r % a->t) * d;
+    const float *xr = a->x + r * d, *pr = a->table + (r % a->table_rows) * d;
     float *yr = a->y + r * d;
 #pragma omp simd
     for (gint64 j = 0; j < d; j++)
@@ -136,12 +164,14 @@ pe_forward(const QkvKernelCtx *ctx)
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   float *mask = ctx->n_outputs > 1 ? ctx->out[1].data : NULL;
-  float *table = ctx->scratch, *div = table + t * d;
+  const gint32 *positions = ctx->n_inputs > 1 ? ctx->in[1].data : NULL;
+  const gint64 table_rows = positions != NULL ? batch * t : t;
+  float *table = ctx->scratch, *div = table + table_rows * d;
 
   pe_divisors(div, d);
-  PeJob job = {ctx, x, div, table, y, mask, p, t, d, offset};
+  PeJob job = {ctx, x, div, positions, table, y, mask, p, t, d, offset, table_rows};
   /* a sincos is about twenty units of work per pair, ten per element */
-  qkv_parallel_for(qkv_kernel_threads(ctx, 10 * t * d), t, pe_table_rows, &job);
+  qkv_parallel_for(qkv_kernel_threads(ctx, 10 * table_rows * d), table_rows, pe_table_rows, &job);
   /* the dropout draw's hash is about ten units per element */
   qkv_parallel_for(qkv_kernel_threads(ctx, (mask != NULL ? 12 : 2) * batch * t * d), batch * t,
                    pe_add_rows, &job);
@@ -170,9 +200,10 @@ static const QkvOpDef pe_def = {
     QKV_OP_DEF_INIT,
     .name = "positional_encoding",
     .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, computed "
-           "for any T and d; output 1 (only when dropout > 0) is the dropout mask",
+           "for any T and d; the optional input positions (i32 (B)) adds a start per batch "
+           "element; output 1 (only when dropout > 0) is the dropout mask",
     .min_inputs = 1,
-    .max_inputs = 1,
+    .max_inputs = 2,
     .input_names = pe_input_names,
     .output_names = pe_output_names,
     .attrs = pe_attrs,
@@ -199,4 +230,17 @@ qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **err
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
   g_variant_builder_add(&attrs, "{sv}", "offset", g_variant_new_int64(offset));
   return qkv_op_call("positional_encoding", &x, 1, g_variant_builder_end(&attrs), error);
+}
+
+QkvValue *
+qkv_positional_encoding_at(QkvValue *x, QkvValue *positions, double dropout, gint64 offset,
+                           GError **error)
+{
+  QKV_RETURN_IF_MISSING("positional_encoding", error, x, positions);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
+  g_variant_builder_add(&attrs, "{sv}", "offset", g_variant_new_int64(offset));
+  QkvValue *inputs[] = {x, positions};
+  return qkv_op_call("positional_encoding", inputs, 2, g_variant_builder_end(&attrs), error);
 }

@@ -457,8 +457,20 @@ sum_to_shape(QkvShapeCtx *ctx, GError **error)
   QkvShape target;
   if (!target_shape(ctx, &target, error))
     return FALSE;
-  if (!broadcasts_to(&target, &ctx->in_shapes[0])) {
-    g_autofree gchar *s = qkv_shape_to_string(&target);
+  /* The summed axes (a 1 in the target) are fixed; the kept ones follow x,
+   * which may be smaller than the target (a plan bound to a smaller batch
+   * than it was built for, where a per-example value was broadcast), never
+   * bigger. qkv_sum_to() holds a new node to the strict rule. */
+  const QkvShape *x = &ctx->in_shapes[0], asked = target;
+  gboolean fits = target.rank <= x->rank;
+  for (gint i = 1; fits && i <= target.rank; i++) {
+    gint64 *t = &target.dims[target.rank - i], s = x->dims[x->rank - i];
+    fits = *t == 1 || s <= *t;
+    if (*t != 1)
+      *t = s;
+  }
+  if (!fits) {
+    g_autofree gchar *s = qkv_shape_to_string(&asked);
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "x cannot be summed to %s, which does not broadcast to x's shape", s);
   }
@@ -734,6 +746,17 @@ qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError 
 QkvValue *
 qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error)
 {
+  /* the shape rule lets x be smaller than the target, for plans run at a
+   * smaller batch; a node is only added where the target broadcasts to x */
+  if (x != NULL && shape != NULL && qkv_value_dtype(x) == QKV_F32 &&
+      !broadcasts_to(shape, qkv_value_shape(x))) {
+    g_autofree gchar *have = qkv_shape_to_string(qkv_value_shape(x));
+    g_autofree gchar *want = qkv_shape_to_string(shape);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "op 'sum_to': x %s cannot be summed to %s, which does not broadcast to x's shape",
+                have, want);
+    return NULL;
+  }
   return shape_call("sum_to", x, shape, error);
 }
 

@@ -393,7 +393,11 @@ static const gchar *const slice_backward_input_names[] = {"dy", NULL};
 static const gchar *const slice_backward_output_names[] = {"dx", NULL};
 
 static const QkvAttrSpec slice_backward_attrs[] = {
-    {.name = "shape", .type = QKV_ATTR_INTS, .required = TRUE, .doc = "the sliced input's shape"},
+    {.name = "shape",
+     .type = QKV_ATTR_INTS,
+     .required = TRUE,
+     .doc = "the sliced input's shape at build time; only its size along axis is kept, the other "
+            "axes follow dy"},
     {.name = "axis",
      .type = QKV_ATTR_INT,
      .required = TRUE,
@@ -418,9 +422,6 @@ slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *dy, const QkvAttr
   if ((gint)n != dy->rank)
     return ctx == NULL || qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                                           "shape has rank %u but dy has rank %d", n, dy->rank);
-  out->rank = dy->rank;
-  for (guint i = 0; i < n; i++)
-    out->dims[i] = dims[i];
   *axis = (axis_attr < -dy->rank || axis_attr >= dy->rank)
               ? -1
               : qkv_normalize_axis((gint)axis_attr, dy->rank);
@@ -428,12 +429,17 @@ slice_backward_resolve(const QkvShapeCtx *ctx, const QkvShape *dy, const QkvAttr
     return ctx == NULL || qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                                           "axis %" G_GINT64_FORMAT " is out of range for rank %d",
                                           axis_attr, dy->rank);
+  /* Only the sliced axis is fixed; the others follow dy, so the gradient of a
+   * slice runs when a plan binds a smaller batch than it was built for. */
+  out->rank = dy->rank;
+  for (guint i = 0; i < n; i++)
+    out->dims[i] = (gint)i == *axis ? dims[i] : dy->dims[i];
   *start = start_attr < 0 ? start_attr + out->dims[*axis] : start_attr;
   /* no addition: a start near G_MAXINT64 must not wrap around */
   gboolean fits = *start >= 0 && dy->dims[*axis] <= out->dims[*axis] &&
                   *start <= out->dims[*axis] - dy->dims[*axis];
   for (gint i = 0; fits && i < dy->rank; i++)
-    fits = i == *axis || dy->dims[i] == out->dims[i];
+    fits = dy->dims[i] <= dims[i]; /* smaller on the other axes: a plan's smaller batch */
   if (!fits) {
     g_autofree gchar *s = qkv_shape_to_string(out);
     return ctx == NULL ||
@@ -659,7 +665,6 @@ static const QkvOpDef slice_backward_def = {
     .output_names = slice_backward_output_names,
     .attrs = slice_backward_attrs,
     .n_attrs = G_N_ELEMENTS(slice_backward_attrs),
-    .flags = QKV_OP_STATIC_SHAPE,
     .shape = slice_backward_shape,
     .forward = slice_backward_forward,
     .gradient = slice_backward_grad,

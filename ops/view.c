@@ -31,13 +31,39 @@ copy_forward(const QkvKernelCtx *ctx)
            (gsize)qkv_shape_numel(&ctx->in[0].shape) * qkv_dtype_size(ctx->in[0].dtype));
 }
 
+/* The gradients undo the op with the inverse op rather than a reshape to x's
+ * built shape, so they follow x when a plan runs at a smaller batch. */
 static gboolean
-reshape_back_grad(QkvGradCtx *g, GError **error)
+unsqueeze_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
-  g->in_grads[0] = qkv_reshape(g->out_grads[0], qkv_value_shape(g->inputs[0]), error);
+  gint axis = qkv_normalize_axis((gint)qkv_attrs_get_int(g->attrs, "axis"),
+                                 qkv_value_shape(g->outputs[0])->rank);
+  g->in_grads[0] = qkv_squeeze(g->out_grads[0], &axis, 1, error);
   return g->in_grads[0] != NULL;
+}
+
+static gboolean
+squeeze_grad(QkvGradCtx *g, GError **error)
+{
+  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+    return TRUE;
+  /* put back, in increasing order, each axis of x that the op dropped */
+  const QkvShape *in = qkv_value_shape(g->inputs[0]);
+  guint n = 0;
+  const gint64 *axes = qkv_attrs_get_ints(g->attrs, "axes", &n);
+  gboolean dropped[QKV_MAX_RANK];
+  for (gint d = 0; d < in->rank; d++)
+    dropped[d] = n == 0 && in->dims[d] == 1;
+  for (guint i = 0; i < n; i++)
+    dropped[qkv_normalize_axis((gint)axes[i], in->rank)] = TRUE;
+  QkvValue *dx = g->out_grads[0];
+  for (gint d = 0; d < in->rank && dx != NULL; d++)
+    if (dropped[d])
+      dx = qkv_unsqueeze(dx, d, error);
+  g->in_grads[0] = dx;
+  return dx != NULL;
 }
 
 /* ---- unsqueeze ---------------------------------------------------------- */
@@ -270,7 +296,7 @@ static const QkvOpDef view_ops[] = {
         .flags = QKV_OP_INPLACE,
         .shape = unsqueeze_shape,
         .forward = copy_forward,
-        .gradient = reshape_back_grad,
+        .gradient = unsqueeze_grad,
     },
     {
         QKV_OP_DEF_INIT,
@@ -286,7 +312,7 @@ static const QkvOpDef view_ops[] = {
         .flags = QKV_OP_INPLACE,
         .shape = squeeze_shape,
         .forward = copy_forward,
-        .gradient = reshape_back_grad,
+        .gradient = squeeze_grad,
     },
     {
         QKV_OP_DEF_INIT,

@@ -10,6 +10,14 @@
 #include <math.h>
 #include <string.h>
 
+/* A Transformer config from its first seven fields, in order (designated,
+ * so that the fields added since are zero: their defaults). */
+#define TCFG(sv, tv, d, f, h, l, p)                                                                \
+  {                                                                                                \
+    .src_vocab = (sv), .tgt_vocab = (tv), .num_hiddens = (d), .ffn_hiddens = (f),                  \
+    .num_heads = (h), .num_layers = (l), .dropout = (p)                                            \
+  }
+
 /* A graph with inputs, a store holding a built encoder (unless "empty"), and a scope of the
  * caller's own, so that rolling back has something to keep. */
 typedef struct {
@@ -28,7 +36,7 @@ fixture_set_up(Fixture *f, gconstpointer data)
   f->graph = qkv_graph_new();
   f->params = qkv_params_new();
   f->b = (QkvBuilder){.graph = f->graph, .params = f->params, .seed = 1};
-  f->tcfg = (QkvTransformerConfig){11, 13, 8, 16, 2, 2, 0.1};
+  f->tcfg = (QkvTransformerConfig)TCFG(11, 13, 8, 16, 2, 2, 0.1);
   f->gcfg = (QkvGruSeq2SeqConfig){11, 13, 6, 8, 2, 0.1};
   QkvShape bt = QKV_SHAPE(2, 5), bs = QKV_SHAPE(2), btd = QKV_SHAPE(2, 5, 8);
   f->src = qkv_graph_input(f->graph, "src", QKV_I32, &bt, &error);
@@ -218,14 +226,14 @@ test_transformer_encoder(Fixture *f, gconstpointer data)
     QkvTransformerConfig cfg;
     const gchar *reason;
   } bad[] = {
-      {{11, 13, 8, 16, 0, 2, 0.1}, "cfg->num_heads is 0, it must be > 0"},
-      {{11, 13, 8, 16, 3, 2, 0.1}, "cfg->num_heads (3) does not divide cfg->num_hiddens (8)"},
-      {{11, 13, 8, 16, 2, -1, 0.1}, "cfg->num_layers is -1, it must be > 0"},
-      {{11, 13, 8, 16, 2, 0, 0.1}, "cfg->num_layers is 0, it must be > 0"},
-      {{0, 13, 8, 16, 2, 2, 0.1}, "cfg->src_vocab is 0, it must be > 0"},
-      {{11, 13, 0, 16, 2, 2, 0.1}, "cfg->num_hiddens is 0, it must be > 0"},
-      {{11, 13, 8, 0, 2, 2, 0.1}, "cfg->ffn_hiddens is 0, it must be > 0"},
-      {{11, 13, 8, 16, 2, 2, 1.5}, "cfg->dropout is 1.5, it must be in [0, 1)"},
+      {TCFG(11, 13, 8, 16, 0, 2, 0.1), "cfg->num_heads is 0, it must be > 0"},
+      {TCFG(11, 13, 8, 16, 3, 2, 0.1), "cfg->num_heads (3) does not divide cfg->num_hiddens (8)"},
+      {TCFG(11, 13, 8, 16, 2, -1, 0.1), "cfg->num_layers is -1, it must be > 0"},
+      {TCFG(11, 13, 8, 16, 2, 0, 0.1), "cfg->num_layers is 0, it must be > 0"},
+      {TCFG(0, 13, 8, 16, 2, 2, 0.1), "cfg->src_vocab is 0, it must be > 0"},
+      {TCFG(11, 13, 0, 16, 2, 2, 0.1), "cfg->num_hiddens is 0, it must be > 0"},
+      {TCFG(11, 13, 8, 0, 2, 2, 0.1), "cfg->ffn_hiddens is 0, it must be > 0"},
+      {TCFG(11, 13, 8, 16, 2, 2, 1.5), "cfg->dropout is 1.5, it must be in [0, 1)"},
   };
   for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
     g_autofree gchar *pattern = g_strconcat(me, bad[i].reason, NULL);

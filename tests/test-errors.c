@@ -3,6 +3,7 @@
 #include "test-util.h"
 
 #include <string.h>
+#include <qkv/qkv-builders.h>
 
 typedef struct {
   QkvGraph *graph;
@@ -215,6 +216,41 @@ test_error_chain(Fixture *f, gconstpointer data)
   g_clear_error(&error);
 }
 
+/* Builders chain too: after an earlier failure a builder given valid inputs
+ * (and even a bad config, which would otherwise be an error of its own)
+ * returns NULL, adds no node and no parameter, logs nothing, and leaves the
+ * first error in place. */
+static void
+test_builder_chain(Fixture *f, gconstpointer data)
+{
+  guint n = qkv_graph_n_nodes(f->graph);
+  GError *error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvBuilder b = {.graph = f->graph, .params = params, .seed = 1};
+  QkvShape s5 = QKV_SHAPE(5);
+  QkvValue *wrong = qkv_graph_input(f->graph, "wrong", QKV_F32, &s5, &error);
+  g_assert_no_error(error);
+  n = qkv_graph_n_nodes(f->graph);
+  chain_log_count = 0;
+  chain_counting = TRUE;
+  QkvValue *x = qkv_add(f->a, wrong, &error); /* fails: (2, 3) + (5) */
+  QkvValue *h = qkv_build_linear(&b, "hidden", f->a, 4, TRUE, &error);
+  QkvValue *bad = qkv_build_linear(&b, "bad", f->a, -1, TRUE, &error);
+  QkvValue *p = qkv_build_param(&b, "w", &s5, "no-such-initialiser", 0, &error);
+  QkvValue *y = qkv_build_addnorm(&b, "addnorm", f->a, f->a, 2.0, &error);
+  chain_counting = FALSE;
+  g_assert_null(x);
+  g_assert_null(h);
+  g_assert_null(bad);
+  g_assert_null(p);
+  g_assert_null(y);
+  g_assert_cmpuint(chain_log_count, ==, 0);
+  assert_error_names(error, QKV_ERROR_SHAPE, "add");
+  g_clear_error(&error);
+  g_assert_cmpuint(qkv_graph_n_nodes(f->graph), ==, n);
+  g_assert_cmpuint(qkv_params_size(params), ==, 0);
+}
+
 /* Attributes whose arithmetic would overflow: the shape rule must refuse
  * them, since kernels trust the shapes it lets through. */
 static void
@@ -290,6 +326,7 @@ main(int argc, char **argv)
   ADD("/errors/value-from-another-graph", test_value_from_another_graph);
   ADD("/errors/null-input", test_null_input);
   ADD("/errors/error-chain", test_error_chain);
+  ADD("/errors/builder-chain", test_builder_chain);
   ADD("/errors/overflowing-attributes", test_overflowing_attributes);
   g_test_add_func("/errors/bad-registration", test_bad_registration);
   return g_test_run();

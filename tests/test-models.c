@@ -23,7 +23,13 @@ build_model(const gchar *model, QkvGraph *g, QkvParams *params, gint64 src_vocab
   QkvValue *mask = qkv_graph_input(g, "mask", QKV_F32, &bt, &error);
   QkvBuilder b = {.graph = g, .params = params, .seed = 3, .xavier_linear = TRUE};
   if (g_str_equal(model, "transformer")) {
-    QkvTransformerConfig cfg = {src_vocab, tgt_vocab, d, ffn, heads, 2, dropout};
+    QkvTransformerConfig cfg = {.src_vocab = src_vocab,
+                                .tgt_vocab = tgt_vocab,
+                                .num_hiddens = d,
+                                .ffn_hiddens = ffn,
+                                .num_heads = heads,
+                                .num_layers = 2,
+                                .dropout = dropout};
     QkvValue *enc = qkv_build_transformer_encoder(&b, &cfg, src, src_valid, &error);
     g_assert_no_error(error);
     *logits = qkv_build_transformer_decoder(&b, &cfg, dec_in, enc, src_valid, NULL, &error);

@@ -337,6 +337,78 @@ build_pow(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **err
   return qkv_pow(in[0], *(const double *)user_data, error);
 }
 
+static QkvValue *
+build_pow_tensor(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  return qkv_pow_tensor(in[0], in[1], error);
+}
+
+/* Flat index into a tensor of shape in that broadcasts to out, for the
+ * output element at flat index i. */
+static gint64
+bcast_index(const QkvShape *out, gint64 i, const QkvShape *in)
+{
+  gint64 idx = 0, stride = 1;
+  for (gint d = out->rank - 1, k = in->rank - 1; d >= 0; d--, k--) {
+    gint64 coord = i % out->dims[d];
+    i /= out->dims[d];
+    if (k >= 0) {
+      idx += (in->dims[k] == 1 ? 0 : coord) * stride;
+      stride *= in->dims[k];
+    }
+  }
+  return idx;
+}
+
+/* pow_tensor against PyTorch. The forward as pow: 2 ulps. Each gradient
+ * element is a sum of k terms w·e·x^(e-1) (for x) or w·x^e·log(x) (for e),
+ * one per output element that x or e broadcast to. Per term each side rounds
+ * a powf and a logf (each within 1 ulp) and up to 2 products, so 4 u of
+ * relative error; summing k terms adds (k - 1) u of their absolute sum S;
+ * two implementations double it: |qkv - torch| <= 2 (4 + k - 1) u S, with S
+ * computed here in double from the same inputs. */
+static void
+check_pow_tensor(const gchar *prefix)
+{
+  QkvTensor *x = ref(prefix, "x"), *e = ref(prefix, "e"), *w = ref(prefix, "w");
+  QkvTensor *in[] = {x, e};
+  Run r = {0};
+  run_graph(2, in, build_pow_tensor, NULL, w, 0, &r);
+  g_autofree gchar *label = g_strdup_printf("%s out", prefix);
+  assert_ulps(label, r.out, ref(prefix, "out"), 2);
+  const QkvShape *os = qkv_tensor_shape(r.out);
+  const QkvTensor *inputs[] = {x, e};
+  const gchar *grad_names[] = {"dx", "de"};
+  for (gint which = 0; which < 2; which++) {
+    const QkvShape *is = qkv_tensor_shape(inputs[which]);
+    gint64 n = qkv_tensor_numel(inputs[which]);
+    g_autofree double *sum_abs = g_new0(double, n);
+    g_autofree gint *terms = g_new0(gint, n);
+    for (gint64 i = 0; i < qkv_shape_numel(os); i++) {
+      double xv = qkv_tensor_get(x, bcast_index(os, i, qkv_tensor_shape(x)));
+      double ev = qkv_tensor_get(e, bcast_index(os, i, qkv_tensor_shape(e)));
+      double wv = qkv_tensor_get(w, i);
+      double term = which == 0 ? (ev == 0 ? 0 : wv * ev * pow(xv, ev - 1))
+                               : (xv == 0 && ev >= 0 ? 0 : wv * pow(xv, ev) * log(xv));
+      gint64 j = bcast_index(os, i, is);
+      sum_abs[j] += fabs(term);
+      terms[j]++;
+    }
+    const QkvTensor *want = ref(prefix, grad_names[which]);
+    double worst = 0;
+    for (gint64 j = 0; j < n; j++) {
+      double got = qkv_tensor_get(r.grads[which], j), exp = qkv_tensor_get(want, j);
+      double tol = 2.0 * (4 + terms[j] - 1) * F32_U * sum_abs[j];
+      worst = fmax(worst, sum_abs[j] > 0 ? fabs(got - exp) / (tol / (2.0 * (3 + terms[j]))) : 0);
+      if (!(fabs(got - exp) <= tol))
+        g_error("%s %s: element %" G_GINT64_FORMAT " is %.9g, expected %.9g (allowed %.3g)", prefix,
+                grad_names[which], j, got, exp, tol);
+    }
+    g_test_message("%s %s: largest |diff| / (u S) %.2f", prefix, grad_names[which], worst);
+  }
+  run_clear(&r);
+}
+
 static void
 test_reference_math(void)
 {
@@ -368,6 +440,9 @@ test_reference_math(void)
     double p = strcmp(pows[k].prefix, "powthird") == 0 ? (double)(1.0f / 3.0f) : pows[k].p;
     check_reference(pows[k].prefix, 1, in, grads, NULL, 2, 4, build_pow, &p);
   }
+  /* pow with a tensor exponent, broadcast both ways, with x = 0 and e = 0 */
+  check_pow_tensor("powt");
+  check_pow_tensor("powt0");
 }
 
 typedef struct {
@@ -896,6 +971,14 @@ test_gradients_math(void)
     /* integer exponents on negative x */
     const double p3 = 3;
     gradcheck("pow 3, any sign", 1, &x, build_pow, (gpointer)&p3);
+    /* a tensor exponent: x > 0 against e in [-2, 2] of the same shape, and
+     * of shape (…, 1) broadcast against x */
+    g_autoptr(QkvTensor) ex = qkv_test_uniform(&shapes[s], 13 + (guint32)s, -2, 2);
+    gradcheck("pow_tensor", 2, (QkvTensor *[]){pos, ex}, build_pow_tensor, NULL);
+    QkvShape col = shapes[s];
+    col.dims[col.rank - 1] = 1;
+    g_autoptr(QkvTensor) ecol = qkv_test_uniform(&col, 14 + (guint32)s, -2, 2);
+    gradcheck("pow_tensor broadcast", 2, (QkvTensor *[]){pos, ecol}, build_pow_tensor, NULL);
   }
   /* clamp_backward: linear in dy; its rule gives x none (flat there). */
   QkvShape s = QKV_SHAPE(3, 4);
@@ -991,6 +1074,13 @@ test_gradients_views(void)
     g_autofree gchar *label = g_strdup_printf("expand %" G_GSIZE_FORMAT, t);
     gradcheck(label, 1, &x, build_expand, &targets[t]);
   }
+  /* squeeze's gradient puts back each dropped axis in place: every size-1
+   * axis, or a chosen one, of (1, 3, 1, 2) */
+  QkvShape s1312 = QKV_SHAPE(1, 3, 1, 2);
+  g_autoptr(QkvTensor) w = qkv_test_uniform(&s1312, 33, -1, 1);
+  gradcheck("squeeze all", 1, &w, build_squeeze, GINT_TO_POINTER(-1));
+  gradcheck("squeeze 2", 1, &w, build_squeeze, GINT_TO_POINTER(2));
+  gradcheck("unsqueeze 3", 1, &w, build_unsqueeze, GINT_TO_POINTER(3));
 }
 
 /* A small model of the kind these ops are for: scores masked by valid
@@ -1097,6 +1187,9 @@ test_errors(void)
   qkv_assert_op_fails(g, "pow", QKV_ERROR_DTYPE, qkv_pow(ids, 2, &error_));
   qkv_assert_op_fails(g, "pow", QKV_ERROR_ATTRIBUTE, qkv_pow(a, INFINITY, &error_));
   qkv_assert_op_fails(g, "pow", QKV_ERROR_ATTRIBUTE, qkv_pow(a, 1e300, &error_));
+  qkv_assert_op_fails(g, "pow_tensor", QKV_ERROR_DTYPE, qkv_pow_tensor(a, ids, &error_));
+  qkv_assert_op_fails(g, "pow_tensor", QKV_ERROR_DTYPE, qkv_pow_tensor(ids, a, &error_));
+  qkv_assert_op_fails(g, "pow_tensor", QKV_ERROR_SHAPE, qkv_pow_tensor(a, b, &error_));
 
   /* max/min/argmax/argmin: axis out of range, empty axis, dtype, scalar */
   qkv_assert_op_fails(g, "max", QKV_ERROR_ATTRIBUTE, qkv_max(a, 2, FALSE, NULL, &error_));

@@ -446,8 +446,9 @@ test_bad_input(void)
   assert_op_fails_any_code(g, "concat", qkv_concat(xy, 2, 2, &error_));
   assert_op_fails_any_code(g, "concat", qkv_graph_op(g, "concat", xy, 2, NULL, &error_));
 
-  /* slice_backward: dy does not fit, ranks differ. */
-  QkvShape s23 = QKV_SHAPE(2, 3), s3 = QKV_SHAPE(3), s32 = QKV_SHAPE(3, 2);
+  /* slice_backward: dy does not fit, ranks differ, dy bigger than the input
+   * on another axis (smaller is a plan's smaller batch, and is allowed). */
+  QkvShape s23 = QKV_SHAPE(2, 3), s3 = QKV_SHAPE(3), s32 = QKV_SHAPE(1, 3);
   assert_op_fails_any_code(g, "slice_backward", qkv_slice_backward(dy, &s23, 1, 2, &error_));
   assert_op_fails_any_code(g, "slice_backward", qkv_slice_backward(dy, &s3, 0, 0, &error_));
   assert_op_fails_any_code(g, "slice_backward", qkv_slice_backward(dy, &s32, 1, 0, &error_));

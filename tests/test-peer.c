@@ -173,7 +173,13 @@ test_trains_like_pytorch(void)
   QkvValue *mask = qkv_graph_input(g, "mask", QKV_F32, &bt, &error);
   g_assert_no_error(error);
   QkvBuilder builder = {.graph = g, .params = params, .seed = 0, .xavier_linear = TRUE};
-  QkvTransformerConfig cfg = {VOCAB, VOCAB, D_MODEL, FFN, HEADS, LAYERS, 0.0};
+  QkvTransformerConfig cfg = {.src_vocab = VOCAB,
+                              .tgt_vocab = VOCAB,
+                              .num_hiddens = D_MODEL,
+                              .ffn_hiddens = FFN,
+                              .num_heads = HEADS,
+                              .num_layers = LAYERS,
+                              .dropout = 0.0};
   QkvValue *enc = qkv_build_transformer_encoder(&builder, &cfg, src, src_valid, &error);
   g_assert_no_error(error);
   QkvValue *logits =

@@ -6,6 +6,7 @@
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -284,6 +285,35 @@ test_checkpoint_config(void)
                  "seq2seq.heads");
 }
 
+/* --model luong: its options are refused with other models, checked before
+ * any work, and a checkpoint resumes only with the attention it was trained
+ * with (dot and local-m dot have the same parameters). */
+static void
+test_luong_options(void)
+{
+  expect_refused((const gchar *[]){TINY, "--score", "dot", NULL}, 2,
+                 "--score applies to --model luong only");
+  expect_refused((const gchar *[]){TINY, "--model", "bahdanau", "--input-feeding", NULL}, 2,
+                 "--input-feeding applies to --model luong only");
+  expect_refused((const gchar *[]){TINY, "--model", "luong", "--score", "additive", NULL}, 2,
+                 "unknown --score 'additive'");
+  expect_refused(
+      (const gchar *[]){TINY, "--model", "luong", "--local-m", "2", "--local-p", "2", NULL}, 2,
+      "--local-m and --local-p exclude each other");
+  expect_refused((const gchar *[]){TINY, "--model", "luong", "--local-p", "0", NULL}, 2,
+                 "--local-p must be an integer from 1");
+  expect_refused((const gchar *[]){TINY, "--model", "luong", "--local-m", "2x", NULL}, 2,
+                 "--local-m must be an integer from 1");
+  g_autofree gchar *path = g_build_filename(tmpdir, "luong.safetensors", NULL);
+  expect_success((const gchar *[]){TINY, "--model", "luong", "--score", "dot", "--epochs", "1",
+                                   "--save", path, NULL});
+  expect_success((const gchar *[]){TINY, "--model", "luong", "--score", "dot", "--epochs", "2",
+                                   "--resume", path, NULL});
+  expect_refused((const gchar *[]){TINY, "--model", "luong", "--score", "dot", "--local-m", "1",
+                                   "--epochs", "2", "--resume", path, NULL},
+                 1, "trained with Luong attention 'dot, global', not 'dot, local-m 1'");
+}
+
 /* NaN or Inf in the weights or optimizer state trained to "loss nan" with
  * exit status 0. */
 static void
@@ -333,6 +363,81 @@ test_nonfinite_loss(void)
   run_clear(&r);
 }
 
+/* --beam and --length-penalty: ranges checked; both models translate with a
+ * beam (the reverse task's held-out accuracy goes through it). */
+static void
+test_beam_options(void)
+{
+  const gchar *bad[][2] = {
+      {"--beam", "0"}, {"--beam", "65"}, {"--length-penalty", "-1"}, {"--length-penalty", "nan"}};
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++)
+    expect_refused(
+        (const gchar *[]){"--task", "reverse", "--epochs", "1", bad[i][0], bad[i][1], NULL}, 2,
+        bad[i][0]);
+  for (gint m = 0; m < 2; m++) {
+    const gchar *model = m == 0 ? "transformer" : "bahdanau";
+    g_autofree gchar *what = g_strdup_printf("--model %s --beam 3", model);
+    Run r = run_cli((const gchar *[]){TINY, "--epochs", "1", "--model", model, "--beam", "3",
+                                      "--length-penalty", "1", NULL});
+    if (r.exit_status != 0 || strstr(r.out, "beam 3 token accuracy") == NULL)
+      g_error("qkv-seq2seq %s: exit status %d, stdout '%s', stderr '%s'", what, r.exit_status,
+              r.out, r.err);
+    run_clear(&r);
+  }
+}
+
+/* --tie-embeddings: the Transformer only; the reverse task's one vocabulary
+ * ties all three matrices (two fewer: 2 · vocab 10 · hidden 8 parameters),
+ * and a tied checkpoint does not load into an untied model. */
+static void
+test_tie_embeddings(void)
+{
+  expect_refused((const gchar *[]){"--model", "bahdanau", "--tie-embeddings", NULL}, 2,
+                 "--tie-embeddings");
+  g_autofree gchar *path = g_build_filename(tmpdir, "tied.safetensors", NULL);
+  Run r = run_cli((const gchar *[]){"--task",
+                                    "reverse",
+                                    "--reverse-size",
+                                    "20",
+                                    "--reverse-vocab",
+                                    "10",
+                                    "--num-steps",
+                                    "6",
+                                    "--hidden",
+                                    "8",
+                                    "--ffn",
+                                    "8",
+                                    "--heads",
+                                    "2",
+                                    "--layers",
+                                    "1",
+                                    "--batch-size",
+                                    "4",
+                                    "--epochs",
+                                    "1",
+                                    "--tie-embeddings",
+                                    "--save",
+                                    path,
+                                    NULL});
+  const gchar *line = strstr(r.out, "tied embeddings: one matrix");
+  if (r.exit_status != 0 || line == NULL)
+    g_error("--tie-embeddings: exit status %d, stdout '%s', stderr '%s'", r.exit_status, r.out,
+            r.err);
+  const gchar *counts = strstr(line, "; ");
+  g_assert_nonnull(counts);
+  gint64 tied = 0, untied = 0;
+  g_assert_cmpint(
+      sscanf(counts, "; %" G_GINT64_FORMAT " parameters, %" G_GINT64_FORMAT, &tied, &untied), ==,
+      2);
+  g_assert_cmpint(untied - tied, ==, 2 * 10 * 8);
+  run_clear(&r);
+  expect_refused((const gchar *[]){TINY, "--epochs", "2", "--resume", path, NULL}, 1,
+                 "decoder.dense.weight");
+  expect_success(
+      (const gchar *[]){TINY, "--epochs", "2", "--tie-embeddings", "--resume", path, NULL});
+  g_remove(path);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -346,8 +451,11 @@ main(int argc, char **argv)
   g_test_add_func("/seq2seq-cli/data-files", test_data_files);
   g_test_add_func("/seq2seq-cli/checkpoint-config", test_checkpoint_config);
   g_test_add_func("/seq2seq-cli/checkpoint-nonfinite", test_checkpoint_nonfinite);
+  g_test_add_func("/seq2seq-cli/luong-options", test_luong_options);
   g_test_add_func("/seq2seq-cli/checkpoint-metadata", test_checkpoint_metadata);
   g_test_add_func("/seq2seq-cli/nonfinite-loss", test_nonfinite_loss);
+  g_test_add_func("/seq2seq-cli/beam-options", test_beam_options);
+  g_test_add_func("/seq2seq-cli/tie-embeddings", test_tie_embeddings);
   int status = g_test_run();
   /* the files written above, then the directory */
   GDir *dir = g_dir_open(tmpdir, 0, NULL);

@@ -175,7 +175,7 @@ static float
 run_and_snapshot(QkvPlan *plan, QkvParams *params, GPtrArray **grads)
 {
   g_autoptr(GError) error = NULL;
-  g_assert_true(qkv_plan_run(plan, &error));
+  qkv_plan_run(plan, &error);
   g_assert_no_error(error);
   *grads = snapshot_grads(params);
   return qkv_plan_output_scalar(plan, 0);
@@ -305,14 +305,67 @@ test_static_shape_refused(void)
   g_clear_error(&error);
 }
 
-/* ---- variable shapes: the book's Transformer ---------------------------- */
+/* A per-example value broadcast against a constant: p = x w (B, 1) against
+ * positions (S), as Luong's local-p does. Its gradient sums the broadcast
+ * axis back (sum_to (B, 1)); a plan compiled at batch 4 and bound to 2 gives
+ * the gradient of a plan compiled at 2. */
+static QkvGraph *
+broadcast_graph(QkvParams *params, gint64 batch, QkvValue **loss)
+{
+  g_autoptr(GError) error = NULL;
+  QkvGraph *g = qkv_graph_new();
+  QkvShape xs = QKV_SHAPE(batch, 1), ws = QKV_SHAPE(1), ps = QKV_SHAPE(5);
+  if (qkv_params_lookup(params, "w") == NULL)
+    qkv_tensor_f32(qkv_param_value(qkv_params_add(params, "w", &ws, &error)))[0] = 0.7f;
+  const float pos[] = {0, 1, 2, 3, 4};
+  g_autoptr(QkvTensor) pt = qkv_tensor_new_f32(&ps, pos);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &xs, &error);
+  QkvValue *p = qkv_mul(x, qkv_graph_param(g, params, "w", NULL), &error);
+  QkvValue *offset = qkv_sub(qkv_graph_constant(g, pt, &error), p, &error);
+  *loss = qkv_sum(qkv_square(offset, &error), NULL, 0, FALSE, &error);
+  g_assert_true(qkv_graph_backward(g, *loss, &error));
+  g_assert_no_error(error);
+  return g;
+}
+
+static void
+test_broadcast_smaller_batch(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvValue *loss_big, *loss_small;
+  g_autoptr(QkvGraph) big = broadcast_graph(params, 4, &loss_big);
+  g_autoptr(QkvGraph) small = broadcast_graph(params, 2, &loss_small);
+  g_autoptr(QkvPlan) pb = compile_training(big, loss_big);
+  g_autoptr(QkvPlan) ps = compile_training(small, loss_small);
+  QkvShape xs = QKV_SHAPE(2, 1);
+  g_autoptr(QkvTensor) x = qkv_test_uniform(&xs, 9, 0, 6);
+  g_assert_true(qkv_plan_bind(ps, "x", x, &error));
+  g_autoptr(GPtrArray) want_grads = NULL, got_grads = NULL;
+  float want = run_and_snapshot(ps, params, &want_grads);
+  g_assert_true(qkv_plan_bind(pb, "x", x, &error));
+  float got = run_and_snapshot(pb, params, &got_grads);
+  g_assert_cmpfloat(got, ==, want);
+  assert_same_grads(got_grads, want_grads);
+}
+
+/* ---- variable shapes: the book's Transformer and Bahdanau model ---------- */
 
 #define TV 23
 #define TB 4
 #define TT 7
 
+typedef struct {
+  gboolean bahdanau;
+  double dropout;
+  /* the smaller batch: an unrolled GRU has a fixed number of steps, so only
+   * the Transformer also varies the length */
+  gint64 small_batch, small_steps;
+  const QkvLuongConfig *luong; /* set: this Luong model instead */
+} ModelCase;
+
 static QkvGraph *
-transformer_graph(QkvParams *params, gint64 batch, gint64 steps, double dropout, QkvValue **loss)
+model_graph(QkvParams *params, const ModelCase *mc, gint64 batch, gint64 steps, QkvValue **loss)
 {
   g_autoptr(GError) error = NULL;
   QkvGraph *g = qkv_graph_new();
@@ -323,9 +376,25 @@ transformer_graph(QkvParams *params, gint64 batch, gint64 steps, double dropout,
   QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, &error);
   QkvValue *tgt_valid = qkv_graph_input(g, "tgt_valid", QKV_I32, &bs, &error);
   QkvBuilder b = {.graph = g, .params = params, .seed = 3, .xavier_linear = TRUE};
-  QkvTransformerConfig cfg = {TV, TV, 16, 32, 2, 2, dropout};
-  QkvValue *enc = qkv_build_transformer_encoder(&b, &cfg, src, src_valid, &error);
-  QkvValue *logits = qkv_build_transformer_decoder(&b, &cfg, dec_in, enc, src_valid, NULL, &error);
+  QkvValue *logits;
+  if (mc->luong) {
+    QkvLuongConfig cfg = *mc->luong;
+    cfg.dropout = mc->dropout;
+    logits = qkv_build_luong_seq2seq(&b, &cfg, src, src_valid, dec_in, NULL, &error);
+  } else if (mc->bahdanau) {
+    QkvGruSeq2SeqConfig cfg = {TV, TV, 8, 16, 2, mc->dropout};
+    logits = qkv_build_bahdanau_seq2seq(&b, &cfg, src, src_valid, dec_in, NULL, &error);
+  } else {
+    QkvTransformerConfig cfg = {.src_vocab = TV,
+                                .tgt_vocab = TV,
+                                .num_hiddens = 16,
+                                .ffn_hiddens = 32,
+                                .num_heads = 2,
+                                .num_layers = 2,
+                                .dropout = mc->dropout};
+    QkvValue *enc = qkv_build_transformer_encoder(&b, &cfg, src, src_valid, &error);
+    logits = qkv_build_transformer_decoder(&b, &cfg, dec_in, enc, src_valid, NULL, &error);
+  }
   *loss = qkv_build_seq2seq_loss_lens(logits, labels, tgt_valid, NULL, &error);
   g_assert_no_error(error);
   g_assert_true(qkv_graph_backward(g, *loss, &error));
@@ -370,19 +439,22 @@ batch_bind(QkvPlan *plan, const Batch *b)
   g_assert_no_error(error);
 }
 
+/* A plan compiled at (TB, TT) and bound to a smaller batch gives bit for bit
+ * the loss and gradients of a plan compiled at the smaller shape. */
 static void
-test_transformer_smaller(gconstpointer data)
+test_model_smaller(gconstpointer data)
 {
-  const double dropout = *(const double *)data;
+  const ModelCase *mc = data;
+  const gint64 sb = mc->small_batch, st = mc->small_steps;
   g_autoptr(QkvParams) params = qkv_params_new();
   QkvValue *loss_big, *loss_small;
-  g_autoptr(QkvGraph) big = transformer_graph(params, TB, TT, dropout, &loss_big);
-  g_autoptr(QkvGraph) small = transformer_graph(params, 3, 5, dropout, &loss_small);
+  g_autoptr(QkvGraph) big = model_graph(params, mc, TB, TT, &loss_big);
+  g_autoptr(QkvGraph) small = model_graph(params, mc, sb, st, &loss_small);
   g_autoptr(QkvPlan) pb = compile_training(big, loss_big);
   g_autoptr(QkvPlan) ps = compile_training(small, loss_small);
   Batch full, part;
   batch_init(&full, TB, TT, 100);
-  batch_init(&part, 3, 5, 200);
+  batch_init(&part, sb, st, 200);
 
   batch_bind(ps, &part);
   g_autoptr(GPtrArray) want_grads = NULL;
@@ -393,8 +465,9 @@ test_transformer_smaller(gconstpointer data)
   batch_bind(pb, &part);
   g_autoptr(GPtrArray) got_grads = NULL;
   float got = run_and_snapshot(pb, params, &got_grads);
-  g_test_message("loss at (3, 5): compiled there %.9g, compiled at (%d, %d) %.9g", want, TB, TT,
-                 got);
+  g_test_message("loss at (%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+                 "): compiled there %.9g, compiled at (%d, %d) %.9g",
+                 sb, st, want, TB, TT, got);
   g_assert_cmpfloat(got, ==, want);
   assert_same_grads(got_grads, want_grads);
 
@@ -425,12 +498,43 @@ int
 main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
-  static const double no_dropout = 0.0, with_dropout = 0.1;
+  static const ModelCase transformer = {FALSE, 0.0, 3, 5, NULL},
+                         transformer_dropout = {FALSE, 0.1, 3, 5, NULL},
+                         bahdanau = {TRUE, 0.0, 3, TT, NULL},
+                         bahdanau_dropout = {TRUE, 0.1, 1, TT, NULL};
+  /* Luong without input feeding runs the decoder GRU over all steps and
+   * attends once; with it, step by step from ã_0 = 0 */
+  static const QkvLuongConfig luong_m = {.src_vocab = TV,
+                                         .tgt_vocab = TV,
+                                         .embed_size = 8,
+                                         .num_hiddens = 16,
+                                         .num_layers = 2,
+                                         .attention = {.score = QKV_LUONG_GENERAL,
+                                                       .align = QKV_LUONG_LOCAL_M,
+                                                       .window = 2}},
+                              luong_p_feed = {.src_vocab = TV,
+                                              .tgt_vocab = TV,
+                                              .embed_size = 8,
+                                              .num_hiddens = 16,
+                                              .num_layers = 2,
+                                              .attention = {.score = QKV_LUONG_CONCAT,
+                                                            .align = QKV_LUONG_LOCAL_P,
+                                                            .window = 2},
+                                              .input_feeding = TRUE};
+  static const ModelCase luong = {FALSE, 0.0, 3, TT, &luong_m},
+                         luong_feed_dropout = {FALSE, 0.1, 1, TT, &luong_p_feed};
   g_test_add_func("/shapes/seq2seq-loss-from-lengths", test_loss_lens);
   g_test_add_func("/shapes/mlp-smaller-batch", test_mlp_smaller_batch);
   g_test_add_func("/shapes/static-shape-refused", test_static_shape_refused);
-  g_test_add_data_func("/shapes/transformer-smaller", &no_dropout, test_transformer_smaller);
-  g_test_add_data_func("/shapes/transformer-smaller-dropout", &with_dropout,
-                       test_transformer_smaller);
+  g_test_add_func("/shapes/broadcast-gradient-smaller-batch", test_broadcast_smaller_batch);
+  g_test_add_data_func("/shapes/transformer-smaller", &transformer, test_model_smaller);
+  g_test_add_data_func("/shapes/transformer-smaller-dropout", &transformer_dropout,
+                       test_model_smaller);
+  g_test_add_data_func("/shapes/bahdanau-smaller-batch", &bahdanau, test_model_smaller);
+  g_test_add_data_func("/shapes/bahdanau-batch-of-one-dropout", &bahdanau_dropout,
+                       test_model_smaller);
+  g_test_add_data_func("/shapes/luong-local-m-smaller-batch", &luong, test_model_smaller);
+  g_test_add_data_func("/shapes/luong-local-p-feeding-batch-of-one-dropout", &luong_feed_dropout,
+                       test_model_smaller);
   return g_test_run();
 }

@@ -359,3 +359,45 @@ qkv_test_run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckBuildFunc bu
   }
   return qkv_tensor_copy(qkv_plan_output(plan, 0));
 }
+
+double
+qkv_test_param_fd(QkvPlan *plan, QkvParams *params, const gchar *name, gint64 max_elems, double eps,
+                  double rel_tol, double abs_floor, double scale)
+{
+  g_autoptr(GError) error = NULL;
+  QkvParam *p = qkv_params_lookup(params, name);
+  if (p == NULL)
+    g_error("qkv_test_param_fd: no parameter '%s'", name);
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_no_error(error);
+  g_autoptr(QkvTensor) analytic = qkv_tensor_copy(qkv_param_grad(p));
+  float *v = qkv_tensor_f32(qkv_param_value(p));
+  gint64 n = qkv_tensor_numel(analytic);
+  gint64 count = MIN(n, max_elems), stride = n / count;
+  double worst = 0;
+  for (gint64 k = 0; k < count; k++) {
+    gint64 i = k * stride + (stride > 1 ? k % stride : 0);
+    float saved = v[i];
+    v[i] = saved + (float)eps;
+    g_assert_true(qkv_plan_run(plan, &error));
+    double up = qkv_plan_output_scalar(plan, 0);
+    v[i] = saved - (float)eps;
+    g_assert_true(qkv_plan_run(plan, &error));
+    double down = qkv_plan_output_scalar(plan, 0);
+    v[i] = saved;
+    /* the step actually taken, after rounding to f32 */
+    double step = (double)(saved + (float)eps) - (double)(saved - (float)eps);
+    double numeric = (up - down) / step;
+    double got = scale * qkv_tensor_get(analytic, i);
+    double err = fabs(got - numeric) / MAX(fabs(numeric), abs_floor);
+    worst = MAX(worst, err);
+    if (scale == 1.0 && err > rel_tol)
+      g_error("%s[%" G_GINT64_FORMAT
+              "]: autodiff %.6g, finite differences %.6g (error %.3g > %.3g)",
+              name, i, got, numeric, err, rel_tol);
+  }
+  g_assert_true(qkv_plan_run(plan, &error)); /* the gradients of the restored values */
+  g_test_message("%s: largest relative error %.3g over %" G_GINT64_FORMAT " elements", name, worst,
+                 count);
+  return worst;
+}

@@ -151,3 +151,18 @@ QkvValue *qkv_test_input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShap
     g_clear_error(&error_);                                                                        \
   }                                                                                                \
   G_STMT_END
+
+/* ---- finite differences of a parameter ----------------------------------
+ *
+ * For builders, whose weights are parameters rather than graph inputs:
+ * plan's output 0 is a scalar loss over a graph with qkv_graph_backward()
+ * done and its inputs bound. Runs the plan once and asserts, for up to
+ * max_elems elements of the parameter (evenly spaced; all when it has no
+ * more), that the gradient the plan wrote agrees with the central difference
+ * (loss(p + eps) - loss(p - eps)) / 2 eps within rel_tol · max(|numeric|,
+ * abs_floor). The parameter's value is restored. Returns the largest
+ * |analytic - numeric| / max(|numeric|, abs_floor) seen. With scale ≠ 1 the
+ * analytic gradient is multiplied by scale first and nothing is asserted:
+ * a test shows with it that the check catches a wrong gradient. */
+double qkv_test_param_fd(QkvPlan *plan, QkvParams *params, const gchar *name, gint64 max_elems,
+                         double eps, double rel_tol, double abs_floor, double scale);

@@ -4,6 +4,8 @@
  *
  *   qkv-seq2seq                          the book's Transformer experiment
  *   qkv-seq2seq --model bahdanau         the book's GRU + attention experiment
+ *   qkv-seq2seq --model luong --score general --local-p 2 --input-feeding
+ *                                        the same GRUs with Luong attention
  *   qkv-seq2seq --task reverse           a synthetic task that needs no data
  *   qkv-seq2seq --save m.safetensors     then: --resume m.safetensors --translate "i'm home ."
  */
@@ -18,7 +20,11 @@
 #include <qkv/qkv-optim.h>
 
 #include "data.h"
+#include "distributed.h"
 #include "heatmap.h"
+#include "luong-options.h"
+#include "translate.h"
+#include "tied.h"
 #include "model.h"
 
 /* The shipped data: installed with qkv, or beside the sources of a build
@@ -61,6 +67,12 @@ static gchar *opt_heatmap = NULL;
 static gint opt_reverse_vocab = 200;
 static gint opt_reverse_size = 2000;
 static gboolean opt_quiet = FALSE;
+static gint opt_beam = 1;
+static double opt_length_penalty = 0.6;
+static gboolean opt_tie = FALSE;
+static gboolean opt_distributed = FALSE;
+static gint opt_save_every = 0;
+static gchar *opt_step_losses = NULL;
 
 /* The numeric options are read as text and parsed by parse_numeric_options
  * rather than by GOption, which takes "nan" for a double and knows no ranges:
@@ -86,6 +98,8 @@ enum {
   O_THREADS,
   O_REVERSE_VOCAB,
   O_REVERSE_SIZE,
+  O_BEAM,
+  O_SAVE_EVERY,
   N_INT_OPTIONS
 };
 
@@ -101,6 +115,8 @@ static IntOption int_options[N_INT_OPTIONS] = {
     [O_THREADS] = {"threads", &opt_threads, 1, 0, NULL},
     [O_REVERSE_VOCAB] = {"reverse-vocab", &opt_reverse_vocab, 4, SEQ2SEQ_MAX_REVERSE_VOCAB, NULL},
     [O_REVERSE_SIZE] = {"reverse-size", &opt_reverse_size, 1, SEQ2SEQ_MAX_EXAMPLES, NULL},
+    [O_BEAM] = {"beam", &opt_beam, 1, 64, NULL},
+    [O_SAVE_EVERY] = {"save-every", &opt_save_every, 1, 1000000, NULL},
 };
 
 typedef struct {
@@ -111,12 +127,13 @@ typedef struct {
   gchar *text;
 } DoubleOption;
 
-enum { O_LR, O_DROPOUT, O_CLIP, N_DOUBLE_OPTIONS };
+enum { O_LR, O_DROPOUT, O_CLIP, O_LENGTH_PENALTY, N_DOUBLE_OPTIONS };
 
 static DoubleOption double_options[N_DOUBLE_OPTIONS] = {
     [O_LR] = {"lr", &opt_lr, 0, 10, TRUE, FALSE, NULL},
     [O_DROPOUT] = {"dropout", &opt_dropout, 0, 1, FALSE, TRUE, NULL},
     [O_CLIP] = {"clip", &opt_clip, 0, 1e30, FALSE, FALSE, NULL},
+    [O_LENGTH_PENALTY] = {"length-penalty", &opt_length_penalty, 0, 100, FALSE, FALSE, NULL},
 };
 
 #define INT_ARG(o) G_OPTION_ARG_STRING, &int_options[o].text
@@ -124,7 +141,10 @@ static DoubleOption double_options[N_DOUBLE_OPTIONS] = {
 
 static GOptionEntry entries[] = {
     {"model", 'm', 0, G_OPTION_ARG_STRING, &opt_model,
-     "transformer (default) or bahdanau (GRU encoder, additive-attention decoder)", "NAME"},
+     "transformer (default), bahdanau (GRU encoder, additive-attention decoder) or luong (GRU "
+     "encoder, Luong-attention decoder)",
+     "NAME"},
+    LUONG_OPTION_ENTRIES,
     {"task", 0, 0, G_OPTION_ARG_STRING, &opt_task,
      "fra (default: the book's English-French pairs) or reverse (reverse random token "
      "sequences; needs no data)",
@@ -132,8 +152,8 @@ static GOptionEntry entries[] = {
     {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
      "fra.txt or fra.txt.gz to read (default: the copy shipped with qkv)", "FILE"},
     {"epochs", 'e', 0, INT_ARG(O_EPOCHS),
-     "Training epochs in all (default 200 for transformer, 250 for bahdanau); with --resume, "
-     "training continues up to this count",
+     "Training epochs in all (default 200 for transformer, 250 for bahdanau and luong); with "
+     "--resume, training continues up to this count",
      "N"},
     {"num-examples", 0, 0, INT_ARG(O_NUM_EXAMPLES),
      "Sentence pairs to read, as the book's num_examples (default 600; the book's loop keeps "
@@ -172,7 +192,26 @@ static GOptionEntry entries[] = {
      "Vocabulary size of --task reverse, at least 4 (default 200)", "N"},
     {"reverse-size", 0, 0, INT_ARG(O_REVERSE_SIZE),
      "Training sequences of --task reverse (default 2000)", "N"},
+    {"beam", 0, 0, INT_ARG(O_BEAM),
+     "Beam size of the translations (default 1: greedy decoding); the Transformer paper uses 4",
+     "K"},
+    {"length-penalty", 0, 0, DOUBLE_ARG(O_LENGTH_PENALTY),
+     "alpha of beam search's length penalty ((5 + |Y|) / 6)^alpha (default 0.6)", "ALPHA"},
+    {"tie-embeddings", 0, 0, G_OPTION_ARG_NONE, &opt_tie,
+     "Transformer: the output projection is the decoder's embedding matrix (and the encoder's "
+     "too when source and target share one vocabulary, as in --task reverse); prints the "
+     "parameter count with and without",
+     NULL},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the final results", NULL},
+    {"distributed", 0, 0, G_OPTION_ARG_NONE, &opt_distributed,
+     "Train data-parallel over MPI (start with mpirun -np N): each process takes its share of "
+     "every --batch-size batch; rank 0 prints and saves",
+     NULL},
+    {"save-every", 0, 0, INT_ARG(O_SAVE_EVERY),
+     "Also save to --save after every N epochs during training", "N"},
+    {"step-losses", 0, 0, G_OPTION_ARG_FILENAME, &opt_step_losses,
+     "Write each training step's loss (the book's metric of its batch) to FILE, one per line",
+     "FILE"},
     {NULL}};
 
 /* More threads than this only adds overhead: --threads 10000 took 53.6 s and
@@ -229,12 +268,9 @@ typedef struct {
   QkvParams *params;
   QkvOptimizer *optimizer;
   /* one training plan, compiled for the full batch; the last, partial batch
-   * of an epoch is bound as is (a plan runs on smaller leading dims). The
-   * GRU builder reshapes to fixed (B, H) shapes and slices time steps, so
-   * its plan cannot: Bahdanau gets a second plan for the partial batch. */
+   * of an epoch is bound as is (a plan runs on smaller leading dims) */
   ModelPlan train;
-  ModelPlan train_partial;
-  ModelPlan decoder;
+  Translator translator;
   gint epochs_done;
   gint64 global_step;
   double last_loss;
@@ -242,19 +278,24 @@ typedef struct {
 } Trainer;
 
 static ModelPlan *
-train_plan(Trainer *tr, gint batch, GError **error)
+train_plan(Trainer *tr, GError **error)
 {
-  const gint full = MIN(opt_batch, tr->data.n);
-  ModelPlan *mp =
-      batch == full || tr->cfg.kind == MODEL_TRANSFORMER ? &tr->train : &tr->train_partial;
-  if (mp->plan == NULL &&
-      !model_plan_build(mp, &tr->cfg, tr->params, mp == &tr->train ? full : batch, TRUE,
-                        opt_threads, error)) {
-    model_plan_clear(mp);
-    return NULL;
+  if (tr->train.plan == NULL) {
+    /* compiled for this process's share of a full batch; smaller shares
+     * (the last batch) run on it too */
+    gint first_row, rows;
+    seq2seq_dist_shard(MIN(opt_batch, tr->data.n), &first_row, &rows);
+    if (!model_plan_build(&tr->train, &tr->cfg, tr->params, rows, TRUE, opt_threads, error)) {
+      model_plan_clear(&tr->train);
+      return NULL;
+    }
+    /* model_plan_build's seed, made this rank's own */
+    seq2seq_dist_reseed(tr->train.plan, tr->cfg.seed * 1000003u + (guint64)rows);
   }
-  return mp;
+  return &tr->train;
 }
+
+static gboolean save(Trainer *tr, const gchar *path, GError **error);
 
 /* Fisher-Yates with a generator seeded by (seed, epoch), so a resumed run
  * shuffles as the uninterrupted one would. */
@@ -304,12 +345,15 @@ train(Trainer *tr, gint epochs, GError **error)
     double loss_sum = 0, tokens = 0;
     shuffle(order, n, tr->cfg.seed, epoch);
     for (gint first = 0; first < n; first += opt_batch) {
-      gint batch = MIN(opt_batch, n - first);
-      ModelPlan *mp = train_plan(tr, batch, error);
-      if (mp == NULL)
+      /* --distributed: this process's rows of the global batch */
+      gint global_batch = MIN(opt_batch, n - first), shard_first, batch;
+      seq2seq_dist_shard(global_batch, &shard_first, &batch);
+      double step_loss = 0, step_tokens = 0;
+      ModelPlan *mp = batch > 0 ? train_plan(tr, error) : NULL;
+      if (batch > 0 && mp == NULL)
         return FALSE;
       /* tensors of this batch's size that borrow the full-size buffers */
-      QkvShape cbt = QKV_SHAPE(batch, T), cbs = QKV_SHAPE(batch);
+      QkvShape cbt = QKV_SHAPE(MAX(batch, 1), T), cbs = QKV_SHAPE(MAX(batch, 1));
       g_autoptr(QkvTensor) v_src = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(src));
       g_autoptr(QkvTensor) v_valid =
           qkv_tensor_new_borrowed(QKV_I32, &cbs, qkv_tensor_data(src_valid));
@@ -321,7 +365,7 @@ train(Trainer *tr, gint epochs, GError **error)
       gint32 *d = qkv_tensor_i32(dec_in), *l = qkv_tensor_i32(labels);
       gint32 *tv = qkv_tensor_i32(tgt_valid);
       for (gint i = 0; i < batch; i++) {
-        gint ex = order[first + i];
+        gint ex = order[first + shard_first + i];
         memcpy(s + i * T, tr->data.src + (gsize)ex * T, T * sizeof(gint32));
         memcpy(l + i * T, tr->data.tgt + (gsize)ex * T, T * sizeof(gint32));
         sv[i] = tr->data.src_valid[ex];
@@ -329,18 +373,27 @@ train(Trainer *tr, gint epochs, GError **error)
         d[i * T] = bos;
         memcpy(d + i * T + 1, tr->data.tgt + (gsize)ex * T, (T - 1) * sizeof(gint32));
         tv[i] = tr->data.tgt_valid[ex];
-        tokens += tr->data.tgt_valid[ex];
+        step_tokens += tr->data.tgt_valid[ex];
       }
-      if (!qkv_plan_bind(mp->plan, "src", v_src, error) ||
-          !qkv_plan_bind(mp->plan, "src_valid", v_valid, error) ||
-          !qkv_plan_bind(mp->plan, "dec_in", v_dec, error) ||
-          !qkv_plan_bind(mp->plan, "labels", v_lab, error) ||
-          !qkv_plan_bind(mp->plan, "tgt_valid", v_tvalid, error))
+      if (batch > 0) {
+        if (!qkv_plan_bind(mp->plan, "src", v_src, error) ||
+            !qkv_plan_bind(mp->plan, "src_valid", v_valid, error) ||
+            !qkv_plan_bind(mp->plan, "dec_in", v_dec, error) ||
+            !qkv_plan_bind(mp->plan, "labels", v_lab, error) ||
+            !qkv_plan_bind(mp->plan, "tgt_valid", v_tvalid, error))
+          return FALSE;
+        qkv_plan_set_step(mp->plan, (guint64)tr->global_step);
+        if (!qkv_plan_run(mp->plan, error))
+          return FALSE;
+        step_loss = qkv_plan_output_scalar(mp->plan, 0);
+      } else {
+        qkv_params_zero_grad(tr->params); /* a short last batch left this rank no rows */
+      }
+      if (!seq2seq_dist_reduce(tr->params, &step_loss, &step_tokens, error))
         return FALSE;
-      qkv_plan_set_step(mp->plan, (guint64)tr->global_step);
-      if (!qkv_plan_run(mp->plan, error))
-        return FALSE;
-      double loss = qkv_plan_output_scalar(mp->plan, 0);
+      double loss = step_loss;
+      tokens += step_tokens;
+      seq2seq_step_log(tr->global_step + 1, step_loss / step_tokens);
       /* Once the loss is NaN or Inf the weights are too (or soon will be):
        * going on would train on garbage and save it. */
       if (!isfinite(loss)) {
@@ -361,6 +414,9 @@ train(Trainer *tr, gint epochs, GError **error)
     tr->last_loss = loss_sum / tokens;
     tr->last_tokens_per_s = tokens / epoch_s;
     tr->epochs_done = epoch + 1;
+    if (opt_save != NULL && opt_save_every > 0 && (epoch + 1) % opt_save_every == 0 &&
+        seq2seq_dist_is_root() && !save(tr, opt_save, error))
+      return FALSE;
     double elapsed = (g_get_monotonic_time() - start) / 1e6;
     double left = elapsed / (epoch + 1 - first_epoch) * (epochs - epoch - 1);
     gchar eta[32];
@@ -379,57 +435,15 @@ train(Trainer *tr, gint epochs, GError **error)
   return TRUE;
 }
 
-/* Greedy decoding of one sentence: the decoder reruns over the whole prefix
- * with the causal mask, so every token sees its true position. */
+/* Decoding of one sentence by the incremental step decoder (one plan run per
+ * token, every token at its true position) under beam search (--beam;
+ * greedy by default). */
 static gchar *
 translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len, gint *out_len,
           GError **error)
 {
-  const gint T = tr->data.num_steps;
-  const Vocab *tv = tr->data.tgt_vocab;
-  if (tr->decoder.plan == NULL &&
-      !model_plan_build(&tr->decoder, &tr->cfg, tr->params, 1, FALSE, opt_threads, error))
-    return NULL;
-  QkvShape bt = QKV_SHAPE(1, T), bs = QKV_SHAPE(1);
-  g_autoptr(QkvTensor) src = qkv_tensor_new(QKV_I32, &bt);
-  g_autoptr(QkvTensor) valid = qkv_tensor_new(QKV_I32, &bs);
-  g_autoptr(QkvTensor) dec = qkv_tensor_new(QKV_I32, &bt);
-  qkv_tensor_i32(valid)[0] =
-      seq2seq_encode_sentence(tr->data.src_vocab, sentence, T, qkv_tensor_i32(src));
-  *src_len = qkv_tensor_i32(valid)[0];
-  gint32 *d = qkv_tensor_i32(dec);
-  for (gint t = 0; t < T; t++)
-    d[t] = tv->pad;
-  d[0] = tv->bos;
-  QkvPlan *plan = tr->decoder.plan;
-  if (!qkv_plan_bind(plan, "src", src, error) || !qkv_plan_bind(plan, "src_valid", valid, error) ||
-      !qkv_plan_bind(plan, "dec_in", dec, error))
-    return NULL;
-  GString *out = g_string_new(NULL);
-  gint produced = 0;
-  for (gint t = 0; t < T; t++) {
-    if (!qkv_plan_run(plan, error)) {
-      g_string_free(out, TRUE);
-      return NULL;
-    }
-    const QkvTensor *logits = qkv_plan_output(plan, 0);
-    gint64 V = qkv_tensor_dim(logits, -1);
-    const float *row = (const float *)qkv_tensor_const_data(logits) + (gsize)t * V;
-    gint best = 0;
-    for (gint64 v = 1; v < V; v++)
-      if (row[v] > row[best])
-        best = (gint)v;
-    if (best == tv->eos)
-      break;
-    g_string_append_printf(out, "%s%s", produced ? " " : "", vocab_token(tv, best));
-    produced++;
-    if (t + 1 < T)
-      d[t + 1] = best;
-  }
-  *out_len = produced;
-  if (weights_out != NULL && qkv_plan_output(plan, 1) != NULL)
-    *weights_out = qkv_tensor_copy(qkv_plan_output(plan, 1));
-  return g_string_free(out, FALSE);
+  return translator_sentence(&tr->translator, &tr->cfg, tr->params, &tr->data, sentence,
+                             weights_out, src_len, out_len, error);
 }
 
 static gchar *
@@ -445,8 +459,9 @@ static gboolean
 save(Trainer *tr, const gchar *path, GError **error)
 {
   g_autoptr(GHashTable) meta = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, g_free);
-  g_hash_table_insert(meta, "seq2seq.model",
-                      g_strdup(tr->cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau"));
+  g_hash_table_insert(meta, "seq2seq.model", g_strdup(model_kind_name(tr->cfg.kind)));
+  if (tr->cfg.kind == MODEL_LUONG) /* the same parameters serve several attentions */
+    g_hash_table_insert(meta, "seq2seq.attention", model_attention_describe(&tr->cfg));
   g_hash_table_insert(meta, "seq2seq.epochs_done", g_strdup_printf("%d", tr->epochs_done));
   g_hash_table_insert(meta, "seq2seq.global_step",
                       g_strdup_printf("%" G_GINT64_FORMAT, tr->global_step));
@@ -503,10 +518,20 @@ resume(Trainer *tr, const gchar *path, GError **error)
   if (meta == NULL)
     return FALSE;
   const gchar *model = g_hash_table_lookup(meta, "seq2seq.model");
-  const gchar *want = tr->cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau";
+  const gchar *want = model_kind_name(tr->cfg.kind);
   if (model == NULL || !g_str_equal(model, want)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
                 "%s holds a '%s' model, not '%s' (use --model)", path, model ? model : "?", want);
+    return FALSE;
+  }
+  g_autofree gchar *attention = model_attention_describe(&tr->cfg);
+  const gchar *stored_attention = g_hash_table_lookup(meta, "seq2seq.attention");
+  if (attention != NULL &&
+      (stored_attention == NULL || !g_str_equal(stored_attention, attention))) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s was trained with Luong attention '%s', not '%s' (use --score, --local-m, "
+                "--local-p, --input-feeding)",
+                path, stored_attention ? stored_attention : "?", attention);
     return FALSE;
   }
   /* The number of heads does not show in the parameters' shapes, so a
@@ -620,8 +645,19 @@ check_options(gboolean *reverse_out, ModelKind *kind_out, GError **error)
   ModelKind kind = MODEL_TRANSFORMER;
   if (opt_model != NULL && g_str_equal(opt_model, "bahdanau"))
     kind = MODEL_BAHDANAU;
+  else if (opt_model != NULL && g_str_equal(opt_model, "luong"))
+    kind = MODEL_LUONG;
   else if (opt_model != NULL && !g_str_equal(opt_model, "transformer")) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --model '%s'", opt_model);
+    return FALSE;
+  }
+  ModelConfig probe = {.kind = kind};
+  if (!luong_options_apply(&probe, SEQ2SEQ_MAX_STEPS, error))
+    return FALSE;
+  if (opt_tie && kind != MODEL_TRANSFORMER) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--tie-embeddings ties the Transformer's embeddings; --model %s has none to tie",
+                opt_model);
     return FALSE;
   }
   *reverse_out = reverse;
@@ -637,6 +673,11 @@ check_options(gboolean *reverse_out, ModelKind *kind_out, GError **error)
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--reverse-size %d times --num-steps %d is over %" G_GINT64_FORMAT " tokens",
                 opt_reverse_size, opt_steps, SEQ2SEQ_MAX_IDS);
+    return FALSE;
+  }
+  if (opt_save_every > 0 && opt_save == NULL) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--save-every saves to the file --save names; give --save too");
     return FALSE;
   }
   if (opt_heatmap != NULL && reverse && opt_translate == NULL) {
@@ -681,10 +722,21 @@ run(gboolean reverse, ModelKind kind, GError **error)
   tr.cfg.num_layers = opt_layers;
   tr.cfg.dropout = opt_dropout;
   tr.cfg.seed = (guint64)opt_seed;
+  luong_options_apply(&tr.cfg, SEQ2SEQ_MAX_STEPS, NULL); /* checked in check_options */
+  tr.cfg.tie_embeddings = opt_tie ? tied_mode(&tr.data) : QKV_TIE_NONE;
   tr.params = qkv_params_new();
+  translator_init(&tr.translator, opt_steps, 1, opt_beam, opt_length_penalty, opt_threads);
+  if (opt_distributed) {
+    if (!seq2seq_dist_start(MIN(opt_batch, tr.data.n), error))
+      goto out;
+    if (opt_threads == 0)
+      qkv_set_num_threads(seq2seq_dist_default_threads());
+  }
+  if (opt_step_losses != NULL && !seq2seq_step_log_open(opt_step_losses, error))
+    goto out;
 
   /* building the training plan creates and initialises every parameter */
-  if (train_plan(&tr, MIN(opt_batch, tr.data.n), error) == NULL)
+  if (train_plan(&tr, error) == NULL)
     goto out;
   QkvOptimConfig oc = qkv_optim_config_adam(opt_lr);
   tr.optimizer = qkv_optimizer_new_adam(tr.params, &oc, error);
@@ -692,12 +744,26 @@ run(gboolean reverse, ModelKind kind, GError **error)
     goto out;
   if (opt_resume != NULL && !resume(&tr, opt_resume, error))
     goto out;
-  if (!opt_quiet)
+  /* --distributed: every rank starts from rank 0's weights and state */
+  if (!seq2seq_dist_broadcast(tr.params, tr.optimizer, error))
+    goto out;
+  if (!opt_quiet) {
+    g_autofree gchar *title = model_title(&tr.cfg);
     printf("%s on %s: %d pairs, vocabularies %d/%d, %" G_GINT64_FORMAT " parameters, %d threads\n",
-           tr.cfg.kind == MODEL_TRANSFORMER ? "transformer" : "bahdanau",
-           reverse ? "reverse task" : "fra-eng", tr.data.n, vocab_size(tr.data.src_vocab),
+           title, reverse ? "reverse task" : "fra-eng", tr.data.n, vocab_size(tr.data.src_vocab),
            vocab_size(tr.data.tgt_vocab), qkv_params_numel(tr.params),
            opt_threads > 0 ? opt_threads : qkv_get_num_threads());
+  }
+  gint64 untied = 0;
+  if (opt_tie && !tied_untied_count(&tr.cfg, &untied, error))
+    goto out;
+  if (opt_tie && !opt_quiet)
+    printf("tied embeddings: %s; %" G_GINT64_FORMAT " parameters, %" G_GINT64_FORMAT
+           " without --tie-embeddings\n",
+           tied_mode_name(tr.cfg.tie_embeddings), qkv_params_numel(tr.params), untied);
+  if (!opt_quiet && seq2seq_dist_active())
+    printf("distributed: %d processes, each trains on its share of every batch of %d\n",
+           seq2seq_dist_world_size(), MIN(opt_batch, tr.data.n));
   gint64 t0 = g_get_monotonic_time();
   gboolean trained = tr.epochs_done < opt_epochs;
   if (trained && !train(&tr, opt_epochs, error))
@@ -706,11 +772,15 @@ run(gboolean reverse, ModelKind kind, GError **error)
   if (trained)
     printf("loss %.3f, %.1f tokens/sec (last epoch; %.1f s for %d epochs)\n", tr.last_loss,
            tr.last_tokens_per_s, train_s, opt_epochs);
-  if (opt_save != NULL) {
+  if (opt_save != NULL && seq2seq_dist_is_root()) {
     if (!save(&tr, opt_save, error))
       goto out;
     if (!opt_quiet)
       printf("saved %s\n", opt_save);
+  }
+  if (!seq2seq_dist_is_root()) {
+    ok = TRUE; /* rank 0 translates and reports */
+    goto out;
   }
 
   const gchar *engs[] = {"go .", "i lost .", "he's calm .", "i'm home ."};
@@ -738,7 +808,7 @@ run(gboolean reverse, ModelKind kind, GError **error)
       goto out;
   }
   if (reverse) {
-    /* greedy decoding of held-out sequences, token accuracy up to <eos> */
+    /* decoding of held-out sequences (greedy or --beam), token accuracy up to <eos> */
     Seq2SeqData test;
     if (!seq2seq_data_reverse(&test, 100, opt_steps, opt_reverse_vocab,
                               (guint64)opt_seed + 1000003u, error))
@@ -766,18 +836,20 @@ run(gboolean reverse, ModelKind kind, GError **error)
         total++;
       }
     }
-    printf("reverse task: greedy token accuracy %.3f on %d held-out sequences\n",
+    g_autofree gchar *how =
+        opt_beam > 1 ? g_strdup_printf("beam %d", opt_beam) : g_strdup("greedy");
+    printf("reverse task: %s token accuracy %.3f on %d held-out sequences\n", how,
            (double)right / total, test.n);
     seq2seq_data_clear(&test);
   }
   ok = TRUE;
 out:
-  model_plan_clear(&tr.decoder);
+  translator_clear(&tr.translator);
   model_plan_clear(&tr.train);
-  model_plan_clear(&tr.train_partial);
   qkv_optimizer_free(tr.optimizer);
   qkv_params_free(tr.params);
   seq2seq_data_clear(&tr.data);
+  seq2seq_step_log_close();
   return ok;
 }
 
@@ -802,9 +874,11 @@ main(int argc, char **argv)
     g_printerr("qkv-seq2seq: %s\n", error->message);
     return 2;
   }
-  if (!run(reverse, kind, &error)) {
-    g_printerr("qkv-seq2seq: %s\n", error->message);
-    return 1;
-  }
-  return 0;
+  gboolean ok = run(reverse, kind, &error);
+  if (!ok)
+    seq2seq_dist_print_error("qkv-seq2seq", error);
+  /* after a failed collective this leaves MPI as it is (finalizing could
+   * wait for a dead rank) */
+  seq2seq_dist_finish();
+  return ok ? 0 : 1;
 }

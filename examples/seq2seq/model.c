@@ -13,10 +13,10 @@ build_transformer(QkvBuilder *b, const ModelConfig *cfg, QkvValue *src, QkvValue
       .num_heads = cfg->num_heads,
       .num_layers = cfg->num_layers,
       .dropout = cfg->dropout,
+      .tie_embeddings = cfg->tie_embeddings,
   };
   QkvValue *enc = qkv_build_transformer_encoder(b, &tc, src, src_valid, error);
-  return enc ? qkv_build_transformer_decoder(b, &tc, dec_in, enc, src_valid, cross_weights, error)
-             : NULL;
+  return qkv_build_transformer_decoder(b, &tc, dec_in, enc, src_valid, cross_weights, error);
 }
 
 static QkvValue *
@@ -34,6 +34,53 @@ build_bahdanau(QkvBuilder *b, const ModelConfig *cfg, QkvValue *src, QkvValue *s
   return qkv_build_bahdanau_seq2seq(b, &gc, src, src_valid, dec_in, weights, error);
 }
 
+static QkvValue *
+build_luong(QkvBuilder *b, const ModelConfig *cfg, QkvValue *src, QkvValue *src_valid,
+            QkvValue *dec_in, QkvValue **weights, GError **error)
+{
+  QkvLuongConfig lc = {
+      .src_vocab = cfg->src_vocab,
+      .tgt_vocab = cfg->tgt_vocab,
+      .embed_size = cfg->embed_size,
+      .num_hiddens = cfg->num_hiddens,
+      .num_layers = cfg->num_layers,
+      .dropout = cfg->dropout,
+      .attention = cfg->luong,
+      .input_feeding = cfg->input_feeding,
+  };
+  return qkv_build_luong_seq2seq(b, &lc, src, src_valid, dec_in, weights, error);
+}
+
+const gchar *
+model_kind_name(ModelKind kind)
+{
+  return kind == MODEL_TRANSFORMER ? "transformer" : kind == MODEL_BAHDANAU ? "bahdanau" : "luong";
+}
+
+gchar *
+model_attention_describe(const ModelConfig *cfg)
+{
+  if (cfg->kind != MODEL_LUONG)
+    return NULL;
+  static const gchar *const scores[] = {"dot", "general", "concat"};
+  static const gchar *const aligns[] = {"global", "local-m", "local-p"};
+  GString *s = g_string_new(scores[cfg->luong.score]);
+  g_string_append_printf(s, ", %s", aligns[cfg->luong.align]);
+  if (cfg->luong.align != QKV_LUONG_GLOBAL)
+    g_string_append_printf(s, " %d", cfg->luong.window);
+  if (cfg->input_feeding)
+    g_string_append(s, ", input feeding");
+  return g_string_free(s, FALSE);
+}
+
+gchar *
+model_title(const ModelConfig *cfg)
+{
+  g_autofree gchar *attention = model_attention_describe(cfg);
+  return attention ? g_strdup_printf("%s (%s)", model_kind_name(cfg->kind), attention)
+                   : g_strdup(model_kind_name(cfg->kind));
+}
+
 gboolean
 model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
                  gboolean training, gint threads, GError **error)
@@ -47,12 +94,11 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
   QkvValue *dec_in = qkv_graph_input(g, "dec_in", QKV_I32, &bt, error);
   QkvBuilder b = {.graph = g, .params = params, .seed = cfg->seed, .xavier_linear = TRUE};
   QkvValue *weights = NULL;
+  QkvValue **w = training ? NULL : &weights;
   QkvValue *logits =
-      cfg->kind == MODEL_TRANSFORMER
-          ? build_transformer(&b, cfg, src, src_valid, dec_in, training ? NULL : &weights, error)
-          : build_bahdanau(&b, cfg, src, src_valid, dec_in, training ? NULL : &weights, error);
-  if (logits == NULL)
-    return FALSE;
+      cfg->kind == MODEL_TRANSFORMER ? build_transformer(&b, cfg, src, src_valid, dec_in, w, error)
+      : cfg->kind == MODEL_BAHDANAU  ? build_bahdanau(&b, cfg, src, src_valid, dec_in, w, error)
+                                     : build_luong(&b, cfg, src, src_valid, dec_in, w, error);
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.n_threads = threads;
   opts.seed = cfg->seed * 1000003u + (guint64)batch;
@@ -60,7 +106,7 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
     QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, error);
     QkvValue *tgt_valid = qkv_graph_input(g, "tgt_valid", QKV_I32, &bs, error);
     QkvValue *loss = qkv_build_seq2seq_loss_lens(logits, labels, tgt_valid, NULL, error);
-    if (loss == NULL || !qkv_graph_backward(g, loss, error))
+    if (!qkv_graph_backward(g, loss, error))
       return FALSE;
     opts.training = TRUE;
     mp->plan = qkv_graph_compile(g, &loss, 1, &opts, error);

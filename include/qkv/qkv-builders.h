@@ -67,7 +67,9 @@ QkvValue *qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64
 QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
                               gint64 dim, GError **error);
 /* The book's MultiHeadAttention (bias = FALSE): "<name>.W_q.weight", W_k, W_v,
- * W_o, all (num_hiddens, ·). *weights (may be NULL) gets (B, heads, n_q, n_k). */
+ * W_o, all (num_hiddens, ·). *weights (may be NULL) gets (B, heads, n_q, n_k);
+ * with NULL, long sequences take the memory-efficient kernel
+ * (qkv_multi_head_attention in qkv-nn.h). */
 QkvValue *qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                         QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
                         gboolean causal, double dropout, QkvValue **weights, GError **error);
@@ -85,6 +87,27 @@ QkvValue *qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ff
 QkvValue *qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y,
                             double dropout, GError **error);
 
+/* Weight tying (Press & Wolf 2017; "Attention is all you need" §3.4) in the
+ * Transformer: one matrix E (vocab, d) is both an embedding table and the
+ * output projection, logits = h Eᵀ + "decoder.dense.bias" (PyTorch's
+ * convention: tying dense.weight to embedding.weight keeps the Linear's
+ * bias, which costs only vocab numbers and lets frequent tokens start
+ * ahead). Inputs are still scaled by √d, as without tying. Autodiff sums the
+ * gradients of every use of E. The shared matrix is one parameter, stored
+ * (and saved in checkpoints) once, under the name given below;
+ * "decoder.dense.weight" does not exist. */
+typedef enum {
+  QKV_TIE_NONE = 0, /* separate matrices, the book's model */
+  /* the decoder's output projection is "decoder.embedding.weight" (tgt_vocab, d) */
+  QKV_TIE_DECODER,
+  /* a joint vocabulary (src_vocab must equal tgt_vocab): the encoder's
+   * embedding, the decoder's and the output projection are all
+   * "encoder.embedding.weight"; "decoder.embedding.weight" does not exist */
+  QKV_TIE_ALL,
+} QkvTieEmbeddings;
+
+/* Zero-initialise it (designated initialisers do): fields added later take
+ * their defaults from zero. */
 typedef struct {
   gint64 src_vocab;
   gint64 tgt_vocab;
@@ -93,6 +116,8 @@ typedef struct {
   gint num_heads;
   gint num_layers;
   double dropout;
+  QkvTieEmbeddings tie_embeddings; /* QKV_TIE_NONE by default */
+  gpointer reserved[3];
 } QkvTransformerConfig;
 
 /* TransformerEncoder "encoder": embedding · √d, positional encoding, blocks
@@ -103,7 +128,9 @@ QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfi
 /* TransformerDecoder "decoder" over a whole target prefix: embedding · √d,
  * positional encoding (positions 0…T-1), blocks "decoder.blks.block{i}" with
  * causal self-attention attention1, encoder-decoder attention attention2,
- * ffn and addnorm1..3, then "decoder.dense" → logits (B, T, tgt_vocab).
+ * ffn and addnorm1..3, then "decoder.dense" → logits (B, T, tgt_vocab)
+ * (with cfg->tie_embeddings, the embedding matrix transposed and
+ * "decoder.dense.bias").
  * cross_weights (may be NULL) receives the last block's encoder-decoder
  * attention weights (B, heads, T, T_src). */
 QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
@@ -174,6 +201,91 @@ QkvValue *qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConf
                                           QkvValue *src, QkvValue *src_valid, QkvValue *dec_in,
                                           QkvSeq2SeqTaps *taps, GError **error);
 
+/* ---- Luong attention (Luong, Pham & Manning 2015, "Effective Approaches
+ * to Attention-based Neural Machine Translation") ---------------------------
+ *
+ * A decoder state h_t (a query) scores every source state h̄_s (the encoder's
+ * outputs), the scores go through a softmax over the source positions (a
+ * masked softmax: positions at or past the sentence's valid length and, for
+ * local attention, outside the window are masked as the book masks padding),
+ * and the context c_t is the weighted sum of the h̄_s. */
+typedef enum {
+  QKV_LUONG_DOT,     /* h_tᵀ h̄_s (no parameters, no 1/√d scaling) */
+  QKV_LUONG_GENERAL, /* h_tᵀ W_a h̄_s; "<name>.W_a.weight" (H, H) */
+  /* v_aᵀ tanh(W_a [h_t; h̄_s]); "<name>.W_a.weight" (H, 2H), whose first H
+   * columns take h_t, and "<name>.v_a.weight" (1, H) */
+  QKV_LUONG_CONCAT,
+} QkvLuongScore;
+
+typedef enum {
+  QKV_LUONG_GLOBAL, /* every source position */
+  /* local-m: the positions s with |s − p_t| ≤ D, p_t = min(t, S − 1) for
+   * the query at target position t (the paper's p_t = t, held at the
+   * sentence's last word so that a target longer than its source still
+   * sees one) */
+  QKV_LUONG_LOCAL_M,
+  /* local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t)) ∈ [0, S], the positions
+   * |s − p_t| ≤ D, and the softmax's weights then multiplied (not
+   * renormalised, as in the paper's eq. 10) by exp(−(s − p_t)² / (2σ²)),
+   * σ = D / 2; "<name>.W_p.weight" (H, H), "<name>.v_p.weight" (1, H). The
+   * window's edge passes no gradient; the Gaussian trains W_p and v_p. */
+  QKV_LUONG_LOCAL_P,
+} QkvLuongAlign;
+
+/* S above is the source sentence's own length, its valid length (the book's
+ * valid lengths count <eos>), so p_t follows each sentence and not the
+ * padded T_src; with no valid lengths it is T_src. Positions count from 0. */
+typedef struct {
+  QkvLuongScore score;
+  QkvLuongAlign align;
+  gint window; /* D, >= 1 for the local alignments; ignored for global */
+  gpointer reserved[2];
+} QkvLuongAttentionConfig;
+
+/* Luong attention of queries (B, n_q, H) over source (B, S, H) (keys and
+ * values both, as in the paper), with the parameters of cfg->score and
+ * cfg->align under name ("decoder.attention"). src_valid: i32 (B) or NULL.
+ * Query i sits at target position first_position + i (local-m reads it).
+ * → context (B, n_q, H); *weights (may be NULL) receives the alignment
+ * weights (B, n_q, S), the Gaussian included for local-p. */
+QkvValue *qkv_build_luong_attention(QkvBuilder *b, const gchar *name,
+                                    const QkvLuongAttentionConfig *cfg, QkvValue *queries,
+                                    QkvValue *source, QkvValue *src_valid, gint64 first_position,
+                                    QkvValue **weights, GError **error);
+/* The attentional vector ã_t = tanh(W_c [c_t; h_t]) with no bias (eq. 5),
+ * W_c "<name>.weight" (H, H_c + H): context (…, H_c), h (…, H) → (…, H). */
+QkvValue *qkv_build_luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context,
+                                      QkvValue *h, GError **error);
+
+typedef struct {
+  gint64 src_vocab;
+  gint64 tgt_vocab;
+  gint64 embed_size;
+  gint64 num_hiddens;
+  gint num_layers;
+  double dropout; /* between GRU layers, as nn.GRU's */
+  QkvLuongAttentionConfig attention;
+  /* feed ã_{t-1} to the next step: the decoder GRU's input is
+   * [embedding; ã_{t-1}] (E + H), with ã_0 = 0 */
+  gboolean input_feeding;
+  gpointer reserved[4];
+} QkvLuongConfig;
+
+/* A Luong seq2seq on the book's GRU encoder ("encoder.embedding",
+ * "encoder.rnn", as qkv_build_bahdanau_seq2seq's): the decoder GRU
+ * "decoder.rnn" starts from the encoder's final state and reads
+ * "decoder.embedding" (plus ã_{t-1} with input feeding); its top layer's
+ * h_t attends ("decoder.attention", qkv_build_luong_attention) over the
+ * encoder's outputs, "decoder.W_c" makes ã_t
+ * (qkv_build_luong_attentional) and "decoder.dense" (with bias) the
+ * logits. Teacher forcing on dec_in (B, T); src (B, T_src), src_valid (B)
+ * → logits (B, T, V); *weights (may be NULL) receives (B, T, T_src). Without
+ * input feeding the decoder GRU runs over all steps before attending; with
+ * it, step by step. */
+QkvValue *qkv_build_luong_seq2seq(QkvBuilder *b, const QkvLuongConfig *cfg, QkvValue *src,
+                                  QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
+                                  GError **error);
+
 /* The book's MaskedSoftmaxCELoss summed over the batch: Σ_b mean_t(ce[b,t] ·
  * mask[b,t]) for logits (B, T, V), labels i32 (B, T), mask f32 (B, T). */
 QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask,
@@ -186,6 +298,58 @@ QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *m
 QkvValue *qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
                                       QkvValue **per_seq, GError **error);
 
+/* Attention pooling with learned queries and scaled dot-product scores:
+ * num_queries query vectors
+ * "<name>.queries" (K, key_size), N(0, 1), attend over the T word vectors of
+ * each sequence in x (B, T, D) f32, whose keys are "<name>.W_k" (no bias:
+ * weight (key_size, D)) applied to them:
+ *   scores = queries · (x W_kᵀ)ᵀ / √key_size                      (B, K, T)
+ *   weights = masked_softmax(scores, valid_lens)                  (B, K, T)
+ *   output = weights · x                                          (B, K, D)
+ * Row k of the output is the weighted average of the word vectors under
+ * query k. valid_lens (i32 (B), or NULL: every position counts) masks the
+ * padding as masked_softmax does: a position ≥ the valid length gets weight
+ * 0 exactly (a sequence of length 0 gets uniform weights, as in the book).
+ * *weights (may be NULL) receives the weights (B, K, T). Follows the shapes
+ * a plan is bound with (a shorter T, a partial batch). */
+QkvValue *qkv_build_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
+                                      QkvValue *valid_lens, gint num_queries, gint64 key_size,
+                                      QkvValue **weights, GError **error);
+/* Mean pooling, the baseline: the average of the valid word vectors of each
+ * sequence, as attention pooling with every score equal. x (B, T, D),
+ * valid_lens i32 (B) or NULL → (B, 1, D); *weights (may be NULL) receives
+ * the uniform weights (B, 1, T). No parameters. */
+QkvValue *qkv_build_mean_pooling(QkvBuilder *b, QkvValue *x, QkvValue *valid_lens,
+                                 QkvValue **weights, GError **error);
+
+typedef enum {
+  QKV_POOLING_ATTENTION,
+  QKV_POOLING_MEAN,
+} QkvPooling;
+
+typedef struct {
+  gint64 vocab_size;
+  gint64 embed_size;  /* D, the word vectors' size */
+  gint64 key_size;    /* attention only */
+  gint num_queries;   /* K, attention only (one per class is the usual choice) */
+  gint num_classes;   /* C */
+  QkvPooling pooling; /* QKV_POOLING_ATTENTION or QKV_POOLING_MEAN */
+  /* TRUE: the Transformer's sinusoidal positional encoding is added to the
+   * word vectors (no parameters), so the pooling can see word order */
+  gboolean positional_encoding;
+  gpointer reserved[4];
+} QkvPoolingClassifierConfig;
+
+/* A sentence classifier: "embedding" (vocab_size, D), then attention pooling
+ * "pool" (pool.queries, pool.W_k.weight) or mean pooling, the K pooled
+ * vectors concatenated into one feature [c_1; …; c_K] (B, K·D) (K = 1 for
+ * mean pooling), and "dense" (weight (C, K·D), bias (C)) to the class logits.
+ * tokens i32 (B, T), valid_lens i32 (B) or NULL → logits (B, C). *weights
+ * (may be NULL) receives the pooling weights (B, K, T). */
+QkvValue *qkv_build_pooling_classifier(QkvBuilder *b, const QkvPoolingClassifierConfig *cfg,
+                                       QkvValue *tokens, QkvValue *valid_lens, QkvValue **weights,
+                                       GError **error);
+
 /* Nadaraya-Watson kernel regression with one learned width w (parameter
  * "<prefix>w", shape (1)): for each query q_i,
  *   f(q_i) = Σ_j softmax_j(-((q_i - k_ij) · w)² / 2) · v_ij.
@@ -195,5 +359,13 @@ QkvValue *qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvVal
 QkvValue *qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
                                   QkvValue *queries, QkvValue *keys, QkvValue *values, guint64 seed,
                                   QkvValue **weights, GError **error);
+/* The same with a boolean mask (f32 0/1, broadcast to (n, m); may be NULL):
+ * a 0 leaves key j out of query i's softmax, as QKV_MASK_BOOLEAN does in
+ * masked_softmax — the book's training, where each point attends to every
+ * other point but itself. */
+QkvValue *qkv_build_nw_regression_masked(QkvGraph *graph, QkvParams *params, const gchar *prefix,
+                                         QkvValue *queries, QkvValue *keys, QkvValue *values,
+                                         QkvValue *mask, guint64 seed, QkvValue **weights,
+                                         GError **error);
 
 G_END_DECLS

@@ -33,7 +33,7 @@ typedef enum {
  *
  *   QkvValue *h = qkv_matmul(x, w, FALSE, TRUE, &error);
  *   QkvValue *y = qkv_relu(h, &error);                 (NULL if the matmul failed)
- *   QkvValue *loss = qkv_mse_loss(y, t, QKV_REDUCTION_MEAN, &error);
+ *   QkvValue *loss = qkv_mse(y, t, QKV_REDUCTION_MEAN, &error);
  *   if (loss == NULL) … error holds the matmul's message …
  *
  * When error is still empty, the NULL value itself is reported (a NULL passed

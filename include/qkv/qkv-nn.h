@@ -56,7 +56,12 @@ QkvValue *qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *m
  * the masks of masked_softmax and dropout on the weights.
  * q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) → (B, n_q, d_v).
  * *weights (may be NULL) receives the attention weights (B, n_q, n_k), before
- * dropout. */
+ * dropout. With weights NULL and weights that would take 4 MiB or more, the
+ * node runs the memory-efficient kernel ("flash" attribute): the weights are
+ * made block by block and never stored, forward and backward, so memory is
+ * O(n_q + n_k) per batch element instead of O(n_q·n_k); same masks, same
+ * dropout draws, the same values up to float rounding.
+ * QKV_FLASH_ATTENTION=1 takes it at every size, =0 never. */
 QkvValue *qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
                                     gboolean causal, double dropout, QkvValue **weights,
                                     GError **error);
@@ -82,7 +87,9 @@ QkvValue *qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
  * biases: NULL (the book's default, bias=False) or an array of four (H)
  * vectors b_q, b_k, b_v, b_o. H must be a multiple of num_heads. valid_lens as
  * for masked_softmax, repeated for every head. → (B, n_q, H).
- * *weights (may be NULL) receives the per-head weights (B, num_heads, n_q, n_k). */
+ * *weights (may be NULL) receives the per-head weights (B, num_heads, n_q, n_k).
+ * With weights NULL the memory-efficient kernel runs as for
+ * qkv_dot_product_attention (weights of 4 MiB or more; QKV_FLASH_ATTENTION). */
 QkvValue *qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values,
                                    QkvValue *w_q, QkvValue *w_k, QkvValue *w_v, QkvValue *w_o,
                                    QkvValue *const *biases, gint num_heads, QkvValue *valid_lens,
@@ -111,6 +118,13 @@ QkvValue *qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValu
  * for any T and d, then dropout. The attribute offset (default 0) shifts the
  * positions, for decoding one step at a time. */
 QkvValue *qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error);
+/* The same with a second input, positions i32 (B) for x (B, T, d) or (1) for
+ * x (T, d): batch element b's rows are positions offset + positions[b] …
+ * offset + positions[b] + T - 1. A decode-step graph binds the step number
+ * there, so one compiled plan gives every token its true position. No
+ * gradient reaches positions. */
+QkvValue *qkv_positional_encoding_at(QkvValue *x, QkvValue *positions, double dropout,
+                                     gint64 offset, GError **error);
 
 /* "dropout" {p: d}: in plans compiled for training, zero each element with
  * probability p and scale the rest by 1/(1-p); the identity in evaluation.

@@ -98,7 +98,9 @@ QkvValue *qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddi
 QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
                                      QkvValue *weight, QkvReduction reduction, GError **error);
 /* "slice_backward" {shape: ax, axis: i, start: x}: place dy into zeros of the
- * input's shape at start along axis. */
+ * input's shape at start along axis. Only the size along axis is fixed: on the
+ * other axes the output takes dy's size, which may be smaller than
+ * input_shape's (a plan run at a smaller batch), never bigger. */
 QkvValue *qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
                              GError **error);
 
@@ -145,6 +147,11 @@ QkvValue *qkv_square(QkvValue *x, GError **error);
 /* "pow" {exponent: d}: x^exponent elementwise (the exponent rounded to f32);
  * gradient exponent · x^(exponent-1), 0 when exponent is 0. */
 QkvValue *qkv_pow(QkvValue *x, double exponent, GError **error);
+/* "pow_tensor": x^exponent elementwise for two f32 tensors that broadcast
+ * together, as torch.pow(x, y). Gradients as PyTorch's: exponent ·
+ * x^(exponent-1) for x (0 where exponent is 0) and x^exponent · log(x) for
+ * the exponent (0 where x is 0 and exponent ≥ 0; NaN for negative x). */
+QkvValue *qkv_pow_tensor(QkvValue *x, QkvValue *exponent, GError **error);
 
 /* "max", "min" {axis: i, keepdims: b}: the largest (smallest) element of x
  * along axis, and in *indices (may be NULL) its i32 index. Ties give the

@@ -54,8 +54,8 @@ void qkv_plan_free(QkvPlan *plan);
  *  - a shape rule rejects the bound shapes (inputs that disagree, or a reshape
  *    whose fixed target no longer fits: use -1 for a dim that varies);
  *  - a value or a node's scratch memory would be bigger than compiled;
- *  - the node's op has QKV_OP_STATIC_SHAPE (broadcast_to, slice_backward: the
- *    output shape is an attribute) and one of its inputs changed shape;
+ *  - the node's op has QKV_OP_STATIC_SHAPE (broadcast_to: the output shape
+ *    is an attribute) and one of its inputs changed shape;
  *  - a parameter gradient would change shape.
  * Reductions (mean, cross_entropy's "mean") divide by the bound sizes.
  * Numbers a builder computed from shapes at build time and stored as

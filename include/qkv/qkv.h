@@ -18,6 +18,7 @@
 #include "qkv-optim.h"
 #include "qkv-checkpoint.h"
 #include "qkv-builders.h"
+#include "qkv-decode.h"
 
 G_BEGIN_DECLS
 

@@ -182,3 +182,13 @@ x = torch.randn(3, 1)
 case('expand', [('x', x)], ['dx'], lambda x: x.expand(2, 3, 4))
 x = torch.randn(2, 1, 4)
 case('expand2', [('x', x)], ['dx'], lambda x: x.expand(-1, 5, -1))
+
+# ---- pow with a tensor exponent, broadcast: x (4, 6) > 0 against e (6) and
+# x (3, 1) against e (3, 4), including x = 0 and e = 0, where PyTorch's
+# gradients are defined as 0 ----
+x = torch.rand(4, 6) * 3 + 0.05
+e = torch.rand(6) * 4 - 2
+case('powt', [('x', x), ('e', e)], ['dx', 'de'], torch.pow)
+x = torch.tensor([[0.0], [0.5], [2.0]])
+e = torch.tensor([[0.0, 1.0, 2.5, 3.0], [0.0, -1.5, 0.5, 2.0], [0.0, 1.0, -2.0, 0.25]])
+case('powt0', [('x', x), ('e', e)], ['dx', 'de'], torch.pow)

@@ -1,0 +1,305 @@
+/* data.c: loading, labelling, deduplicating and splitting the sentences. */
+#include "data.h"
+
+#include <gio/gio.h>
+#include <string.h>
+
+static const gchar *const names[] = {"statement", "question", "exclamation"};
+static const gchar *const marks[] = {".", "?", "!"};
+
+const gchar *
+class_name(gint label)
+{
+  return label >= 0 && label < N_CLASSES ? names[label] : "?";
+}
+
+const gchar *
+class_mark(gint label)
+{
+  return label >= 0 && label < N_CLASSES ? marks[label] : "";
+}
+
+gint
+classify_sentence(const gchar *sentence, gchar ***tokens)
+{
+  if (tokens != NULL)
+    *tokens = NULL;
+  g_autofree gchar *trimmed = g_strstrip(g_strdup(sentence));
+  gsize n = strlen(trimmed);
+  if (n == 0)
+    return -1;
+  gint label = -1;
+  for (gint c = 0; c < N_CLASSES; c++)
+    if (trimmed[n - 1] == marks[c][0])
+      label = c;
+  if (label < 0 || tokens == NULL)
+    return label;
+  g_autofree gchar *lower = g_utf8_strdown(trimmed, -1);
+  GString *s = g_string_new(NULL);
+  for (const gchar *p = lower; *p != '\0'; p = g_utf8_next_char(p)) {
+    gunichar ch = g_utf8_get_char(p);
+    if (ch == '.' || ch == '?' || ch == '!' || ch == 0x00A0 || ch == 0x202F ||
+        g_unichar_isspace(ch))
+      g_string_append_c(s, ' ');
+    else if (ch == ',' || ch == ';' || ch == ':' || ch == '"')
+      g_string_append_printf(s, " %c ", (gchar)ch);
+    else
+      g_string_append_unichar(s, ch);
+  }
+  gchar **parts = g_strsplit(s->str, " ", -1);
+  g_string_free(s, TRUE);
+  GPtrArray *kept = g_ptr_array_new();
+  for (gchar **p = parts; *p != NULL; p++)
+    if (**p != '\0')
+      g_ptr_array_add(kept, g_strdup(*p));
+  g_strfreev(parts);
+  g_ptr_array_add(kept, NULL);
+  *tokens = (gchar **)g_ptr_array_free(kept, FALSE);
+  return label;
+}
+
+gint
+vocab_size(const Vocab *v)
+{
+  return (gint)v->idx_to_token->len;
+}
+
+gint
+vocab_lookup(const Vocab *v, const gchar *token)
+{
+  gpointer found = g_hash_table_lookup(v->token_to_idx, token);
+  return found ? GPOINTER_TO_INT(found) - 1 : VOCAB_UNK;
+}
+
+const gchar *
+vocab_token(const Vocab *v, gint id)
+{
+  return id >= 0 && id < vocab_size(v) ? g_ptr_array_index(v->idx_to_token, id) : "<unk>";
+}
+
+static void
+vocab_add(Vocab *v, const gchar *token)
+{
+  gchar *copy = g_strdup(token);
+  g_ptr_array_add(v->idx_to_token, copy);
+  g_hash_table_insert(v->token_to_idx, copy, GINT_TO_POINTER(v->idx_to_token->len));
+}
+
+static void
+vocab_free(Vocab *v)
+{
+  if (v == NULL)
+    return;
+  g_hash_table_unref(v->token_to_idx);
+  g_ptr_array_unref(v->idx_to_token);
+  g_free(v);
+}
+
+gint
+classify_encode(const Vocab *v, gchar **tokens, gint max_len, gint32 *ids)
+{
+  gint len = 0;
+  for (; tokens[len] != NULL && len < max_len; len++)
+    ids[len] = vocab_lookup(v, tokens[len]);
+  for (gint t = len; t < max_len; t++)
+    ids[t] = VOCAB_PAD;
+  return len;
+}
+
+/* The whole file as text (gunzipped when it ends in .gz). */
+static gchar *
+read_text(const gchar *path, GError **error)
+{
+  g_autoptr(GFile) file = g_file_new_for_path(path);
+  g_autoptr(GFileInputStream) raw = g_file_read(file, NULL, error);
+  if (raw == NULL)
+    return NULL;
+  g_autoptr(GInputStream) in = NULL;
+  if (g_str_has_suffix(path, ".gz")) {
+    g_autoptr(GZlibDecompressor) z = g_zlib_decompressor_new(G_ZLIB_COMPRESSOR_FORMAT_GZIP);
+    in = g_converter_input_stream_new(G_INPUT_STREAM(raw), G_CONVERTER(z));
+  } else {
+    in = g_object_ref(G_INPUT_STREAM(raw));
+  }
+  GString *text = g_string_new(NULL);
+  gchar buf[65536];
+  for (;;) {
+    gssize n = g_input_stream_read(in, buf, sizeof buf, NULL, error);
+    if (n < 0) {
+      g_string_free(text, TRUE);
+      return NULL;
+    }
+    if (n == 0)
+      break;
+    if (memchr(buf, '\0', (gsize)n) != NULL) {
+      g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s holds a NUL byte: not text",
+                  path);
+      g_string_free(text, TRUE);
+      return NULL;
+    }
+    g_string_append_len(text, buf, n);
+  }
+  if (!g_utf8_validate(text->str, (gssize)text->len, NULL)) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s is not valid UTF-8", path);
+    g_string_free(text, TRUE);
+    return NULL;
+  }
+  return g_string_free(text, FALSE);
+}
+
+typedef struct {
+  gchar **tokens;
+  gchar *text;
+  gint label;
+  gboolean conflicted; /* seen with another label too */
+} Example;
+
+static void
+example_free(gpointer p)
+{
+  Example *e = p;
+  g_strfreev(e->tokens);
+  g_free(e->text);
+  g_free(e);
+}
+
+static void
+split_fill(Split *s, GPtrArray *examples, guint from, guint to, const Vocab *v, gint max_len,
+           gint *truncated)
+{
+  s->n = (gint)(to - from);
+  s->max_len = max_len;
+  s->ids = g_new(gint32, (gsize)s->n * max_len);
+  s->lens = g_new(gint32, s->n);
+  s->labels = g_new(gint32, s->n);
+  s->text = g_new0(gchar *, s->n + 1);
+  for (gint i = 0; i < s->n; i++) {
+    Example *e = g_ptr_array_index(examples, from + i);
+    s->lens[i] = classify_encode(v, e->tokens, max_len, s->ids + (gsize)i * max_len);
+    if (g_strv_length(e->tokens) > (guint)max_len)
+      (*truncated)++;
+    s->labels[i] = e->label;
+    s->text[i] = g_strdup(e->text);
+  }
+}
+
+static void
+split_clear(Split *s)
+{
+  g_free(s->ids);
+  g_free(s->lens);
+  g_free(s->labels);
+  g_strfreev(s->text);
+  memset(s, 0, sizeof *s);
+}
+
+gboolean
+classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences, double held_out,
+                   gint max_len, gint min_freq, guint64 seed, GError **error)
+{
+  memset(data, 0, sizeof *data);
+  g_autofree gchar *text = read_text(path, error);
+  if (text == NULL)
+    return FALSE;
+  g_autoptr(GPtrArray) examples = g_ptr_array_new_with_free_func(example_free);
+  /* input text -> its Example, for deduplication */
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+  /* lines cut in place (not g_strsplit: its strstr calls are quadratic
+   * under AddressSanitizer's interceptor on a 10 MB text) */
+  for (gchar *line = text, *next; line != NULL && *line != '\0'; line = next) {
+    next = strchr(line, '\n');
+    if (next != NULL)
+      *next++ = '\0';
+    gchar *tab = strchr(line, '\t');
+    if (tab == NULL)
+      continue;
+    *tab = '\0';
+    data->n_read++;
+    gchar **tokens = NULL;
+    gint label = classify_sentence(line, &tokens);
+    if (label < 0 || tokens[0] == NULL) {
+      data->n_unlabelled++;
+      g_strfreev(tokens);
+      continue;
+    }
+    gchar *joined = g_strjoinv(" ", tokens);
+    Example *old = g_hash_table_lookup(seen, joined);
+    if (old != NULL) {
+      /* "Go." and "Go!" are one input: it stays once, with its first label */
+      if (old->label != label && !old->conflicted) {
+        data->n_conflicts++;
+        old->conflicted = TRUE;
+      }
+      g_free(joined);
+      g_strfreev(tokens);
+      continue;
+    }
+    Example *e = g_new0(Example, 1);
+    e->tokens = tokens;
+    e->text = joined;
+    e->label = label;
+    g_ptr_array_add(examples, e);
+    g_hash_table_insert(seen, e->text, e);
+  }
+  data->n_unique = (gint)examples->len;
+  if (examples->len < 2) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "%s: %u labelled sentences; need at least 2 (lines \"English<TAB>French\" whose "
+                "English ends in . ? or !)",
+                path, examples->len);
+    return FALSE;
+  }
+  /* Fisher-Yates with a seeded generator: the split depends on seed only */
+  g_autoptr(GRand) rng = g_rand_new_with_seed((guint32)(seed ^ (seed >> 32)));
+  for (guint i = examples->len - 1; i > 0; i--) {
+    guint j = (guint)g_rand_int_range(rng, 0, (gint32)i + 1);
+    gpointer t = examples->pdata[i];
+    examples->pdata[i] = examples->pdata[j];
+    examples->pdata[j] = t;
+  }
+  guint n = max_sentences > 0 ? MIN((guint)max_sentences, examples->len) : examples->len;
+  if (n < 2) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "%u sentence kept; a training and a held-out set need at least 2", n);
+    return FALSE;
+  }
+  guint n_held = (guint)(n * held_out + 0.5);
+  n_held = CLAMP(n_held, 1, n - 1);
+  guint n_train = n - n_held;
+
+  /* the vocabulary from the training split alone */
+  g_autoptr(GHashTable) counts = g_hash_table_new(g_str_hash, g_str_equal);
+  g_autoptr(GPtrArray) order = g_ptr_array_new();
+  for (guint i = 0; i < n_train; i++) {
+    Example *e = g_ptr_array_index(examples, i);
+    for (gchar **t = e->tokens; *t != NULL; t++) {
+      gpointer c = g_hash_table_lookup(counts, *t);
+      if (c == NULL)
+        g_ptr_array_add(order, *t);
+      g_hash_table_insert(counts, *t, GINT_TO_POINTER(GPOINTER_TO_INT(c) + 1));
+    }
+  }
+  data->vocab = g_new0(Vocab, 1);
+  data->vocab->idx_to_token = g_ptr_array_new_with_free_func(g_free);
+  data->vocab->token_to_idx = g_hash_table_new(g_str_hash, g_str_equal);
+  vocab_add(data->vocab, "<pad>");
+  vocab_add(data->vocab, "<unk>");
+  for (guint i = 0; i < order->len; i++) {
+    const gchar *t = g_ptr_array_index(order, i);
+    if (GPOINTER_TO_INT(g_hash_table_lookup(counts, t)) >= min_freq &&
+        g_hash_table_lookup(data->vocab->token_to_idx, t) == NULL)
+      vocab_add(data->vocab, t);
+  }
+  split_fill(&data->train, examples, 0, n_train, data->vocab, max_len, &data->n_truncated);
+  split_fill(&data->held_out, examples, n_train, n, data->vocab, max_len, &data->n_truncated);
+  return TRUE;
+}
+
+void
+classify_data_clear(ClassifyData *data)
+{
+  split_clear(&data->train);
+  split_clear(&data->held_out);
+  vocab_free(data->vocab);
+  data->vocab = NULL;
+}

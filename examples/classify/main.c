@@ -1,0 +1,495 @@
+/* qkv-classify: sentence type from word order, with attention pooling.
+ *
+ * The English side of the shipped Tatoeba pairs (examples/data/fra-eng),
+ * labelled by the final punctuation — statement ".", question "?",
+ * exclamation "!" — with every . ? ! removed from the input, so the model
+ * must tell "do you like it" from "you like it" by the words alone. The
+ * sentences are deduplicated by their input and split into training and
+ * held-out sets with no input in both.
+ *
+ * Two models learn it from the same data and seed: the pooling classifier
+ * of qkv-builders.h with attention pooling (one learned query per class by
+ * default) and with mean pooling; both are compared with the majority class
+ * on the held-out set. The attention model is saved with the checkpoint API,
+ * loaded into a fresh store and evaluated again: the accuracy must be the
+ * same, or the program exits 1 (the test suite runs a small configuration).
+ * --heatmap draws each query's attention over one sentence's words. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <glib/gstdio.h>
+#include <qkv/qkv.h>
+
+#include "../common/grid-heatmap.h"
+#include "data.h"
+
+static gchar *opt_data = NULL;
+static gint opt_epochs = 3;
+static gint opt_batch = 128;
+static gint opt_embed = 32;
+static gint opt_key = 32;
+static gint opt_queries = N_CLASSES;
+static gint opt_max_sentences = 0;
+static gint opt_max_len = 24;
+static gint opt_min_freq = 2;
+static gint opt_threads = 0;
+static gint64 opt_seed = 1;
+static double opt_lr = 0.01;
+static double opt_held_out = 0.1;
+static gchar *opt_heatmap = NULL;
+static gchar *opt_sentence = NULL;
+static gchar *opt_save = NULL;
+static gboolean opt_quiet = FALSE;
+static gboolean opt_no_positions = FALSE;
+
+static GOptionEntry entries[] = {
+    {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
+     "Tab-separated sentence pairs, English first (default: the shipped fra-eng fra.txt.gz)",
+     "FILE"},
+    {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs, "Training epochs per model (default 3)", "N"},
+    {"batch-size", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Batch size (default 128)", "N"},
+    {"embed", 0, 0, G_OPTION_ARG_INT, &opt_embed, "Word vector size (default 32)", "N"},
+    {"key-size", 0, 0, G_OPTION_ARG_INT, &opt_key, "Attention key and query size (default 32)",
+     "N"},
+    {"queries", 0, 0, G_OPTION_ARG_INT, &opt_queries,
+     "Learned attention queries (default 3, one per class)", "K"},
+    {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.01)", "LR"},
+    {"max-sentences", 'n', 0, G_OPTION_ARG_INT, &opt_max_sentences,
+     "Use this many distinct sentences, 0 for all (default 0: about 116,000)", "N"},
+    {"held-out", 0, 0, G_OPTION_ARG_DOUBLE, &opt_held_out,
+     "Share of the sentences held out for testing (default 0.1)", "P"},
+    {"max-len", 0, 0, G_OPTION_ARG_INT, &opt_max_len,
+     "Words per sentence; longer ones are cut (default 24)", "N"},
+    {"min-freq", 0, 0, G_OPTION_ARG_INT, &opt_min_freq,
+     "Words seen fewer times in training are <unk> (default 2)", "N"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads (default: all cores)", "N"},
+    {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed,
+     "Seed of the split, the initialisation and the batch order (default 1)", "N"},
+    {"heatmap", 0, 0, G_OPTION_ARG_FILENAME, &opt_heatmap,
+     "Draw each query's attention over the words of --sentence as a PNG", "FILE.png"},
+    {"sentence", 0, 0, G_OPTION_ARG_STRING, &opt_sentence,
+     "The sentence for --heatmap (default \"do you know what time it is\")", "TEXT"},
+    {"save", 0, 0, G_OPTION_ARG_FILENAME, &opt_save,
+     "Keep the attention model's checkpoint here (safetensors; the vocabulary in its metadata)",
+     "FILE"},
+    {"no-positions", 0, 0, G_OPTION_ARG_NONE, &opt_no_positions,
+     "Do not add positional encodings to the word vectors (both models then see a bag of words)",
+     NULL},
+    {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the results", NULL},
+    {NULL}};
+
+static gchar *
+default_data_path(void)
+{
+  const gchar *dirs[] = {g_getenv("QKV_DATA_DIR"), QKV_DATA_DIR, QKV_SOURCE_DATA_DIR};
+  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
+    if (dirs[i] == NULL)
+      continue;
+    gchar *path = g_build_filename(dirs[i], "fra-eng", "fra.txt.gz", NULL);
+    if (g_file_test(path, G_FILE_TEST_EXISTS))
+      return path;
+    g_free(path);
+  }
+  return g_build_filename(QKV_SOURCE_DATA_DIR, "fra-eng", "fra.txt.gz", NULL);
+}
+
+static QkvPoolingClassifierConfig
+model_config(const ClassifyData *data, QkvPooling pooling)
+{
+  return (QkvPoolingClassifierConfig){
+      .vocab_size = vocab_size(data->vocab),
+      .embed_size = opt_embed,
+      .key_size = opt_key,
+      .num_queries = opt_queries,
+      .num_classes = N_CLASSES,
+      .pooling = pooling,
+      .positional_encoding = !opt_no_positions,
+  };
+}
+
+/* One mini-batch, cut to its longest sentence. */
+typedef struct {
+  QkvTensor *tokens, *lens, *labels;
+} Batch;
+
+static void
+batch_clear(gpointer p)
+{
+  Batch *b = p;
+  qkv_tensor_free(b->tokens);
+  qkv_tensor_free(b->lens);
+  qkv_tensor_free(b->labels);
+}
+
+static const Split *sort_split;
+
+static gint
+by_length(gconstpointer a, gconstpointer b)
+{
+  gint i = *(const gint *)a, j = *(const gint *)b;
+  gint d = sort_split->lens[i] - sort_split->lens[j];
+  return d != 0 ? d : i - j;
+}
+
+/* The training set in batches of sentences of about the same length, each
+ * only as long as its longest: the plan runs them at their own T (bound
+ * shapes), which costs far less than padding everything to --max-len. */
+static GArray *
+make_batches(const Split *s, gint batch)
+{
+  g_autofree gint *order = g_new(gint, s->n);
+  for (gint i = 0; i < s->n; i++)
+    order[i] = i;
+  sort_split = s;
+  qsort(order, s->n, sizeof(gint), by_length);
+  GArray *batches = g_array_new(FALSE, FALSE, sizeof(Batch));
+  g_array_set_clear_func(batches, batch_clear);
+  for (gint start = 0; start < s->n; start += batch) {
+    gint n = MIN(batch, s->n - start);
+    gint t = MAX(1, s->lens[order[start + n - 1]]);
+    QkvShape bt = QKV_SHAPE(n, t), bs = QKV_SHAPE(n);
+    Batch b = {qkv_tensor_new(QKV_I32, &bt), qkv_tensor_new(QKV_I32, &bs),
+               qkv_tensor_new(QKV_I32, &bs)};
+    for (gint k = 0; k < n; k++) {
+      gint i = order[start + k];
+      memcpy(qkv_tensor_i32(b.tokens) + (gsize)k * t, s->ids + (gsize)i * s->max_len,
+             (gsize)t * sizeof(gint32));
+      qkv_tensor_i32(b.lens)[k] = s->lens[i];
+      qkv_tensor_i32(b.labels)[k] = s->labels[i];
+    }
+    g_array_append_val(batches, b);
+  }
+  return batches;
+}
+
+static gboolean
+train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches, gint max_len,
+      const gchar *label, GError **error)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed};
+  QkvShape bt = QKV_SHAPE(opt_batch, max_len), bs = QKV_SHAPE(opt_batch);
+  QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &bt, error);
+  QkvValue *lens = qkv_graph_input(g, "lens", QKV_I32, &bs, error);
+  QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bs, error);
+  QkvValue *logits = qkv_build_pooling_classifier(&b, cfg, tokens, lens, NULL, error);
+  QkvValue *loss = qkv_cross_entropy(logits, labels, NULL, QKV_REDUCTION_MEAN, error);
+  qkv_graph_backward(g, loss, error);
+  QkvPlanOptions opts = qkv_plan_options_default();
+  opts.training = TRUE;
+  opts.n_threads = opt_threads;
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &opts, error);
+  if (plan == NULL)
+    return FALSE;
+  QkvOptimConfig adam = qkv_optim_config_adam(opt_lr);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &adam, error);
+  if (opt == NULL)
+    return FALSE;
+  g_autoptr(GRand) rng = g_rand_new_with_seed((guint32)opt_seed + 17);
+  g_autofree guint *order = g_new(guint, batches->len);
+  for (guint i = 0; i < batches->len; i++)
+    order[i] = i;
+  gint64 t0 = g_get_monotonic_time();
+  for (gint epoch = 0; epoch < opt_epochs; epoch++) {
+    for (guint i = batches->len; i-- > 1;) {
+      guint j = (guint)g_rand_int_range(rng, 0, (gint32)i + 1), t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    double sum = 0;
+    for (guint s = 0; s < batches->len; s++) {
+      Batch *bt_ = &g_array_index(batches, Batch, order[s]);
+      if (!qkv_plan_bind(plan, "tokens", bt_->tokens, error) ||
+          !qkv_plan_bind(plan, "lens", bt_->lens, error) ||
+          !qkv_plan_bind(plan, "labels", bt_->labels, error) || !qkv_plan_run(plan, error) ||
+          !qkv_optimizer_step(opt, error))
+        return FALSE;
+      sum += qkv_plan_output_scalar(plan, 0);
+    }
+    if (!opt_quiet)
+      printf("  %s epoch %d: mean loss %.4f (%.1f s)\n", label, epoch + 1, sum / batches->len,
+             (g_get_monotonic_time() - t0) / 1e6);
+  }
+  return TRUE;
+}
+
+/* The share of the split's sentences whose argmax class is right. */
+static gboolean
+accuracy(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Split *s, double *acc,
+         GError **error)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed + 1};
+  QkvShape bt = QKV_SHAPE(s->n, s->max_len), bs = QKV_SHAPE(s->n);
+  g_autoptr(QkvTensor) tokens_t = qkv_tensor_new_i32(&bt, s->ids);
+  g_autoptr(QkvTensor) lens_t = qkv_tensor_new_i32(&bs, s->lens);
+  g_autoptr(QkvTensor) labels_t = qkv_tensor_new_i32(&bs, s->labels);
+  QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &bt, error);
+  QkvValue *lens = qkv_graph_input(g, "lens", QKV_I32, &bs, error);
+  QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bs, error);
+  QkvValue *logits = qkv_build_pooling_classifier(&b, cfg, tokens, lens, NULL, error);
+  QkvValue *right =
+      qkv_mean(qkv_eq(qkv_argmax(logits, 1, FALSE, error), labels, error), NULL, 0, FALSE, error);
+  const gchar *names[] = {"tokens", "lens", "labels"};
+  QkvTensor *inputs[] = {tokens_t, lens_t, labels_t};
+  g_autoptr(QkvTensor) result = NULL;
+  if (!qkv_graph_eval(g, names, inputs, 3, &right, &result, 1, error))
+    return FALSE;
+  *acc = qkv_tensor_get(result, 0);
+  return TRUE;
+}
+
+/* The attention of each query over the words of one sentence, and the
+ * model's class for it, drawn to path. */
+static gboolean
+draw_heatmap(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Vocab *vocab,
+             const gchar *sentence, const gchar *path, GError **error)
+{
+  g_auto(GStrv) words = NULL;
+  /* the label is the sentence's own mark, if it has one; the input never does */
+  g_autofree gchar *marked = g_strconcat(sentence, ".", NULL);
+  gint given = classify_sentence(sentence, NULL);
+  classify_sentence(given >= 0 ? sentence : marked, &words);
+  gint n = (gint)MIN(g_strv_length(words), (guint)opt_max_len);
+  if (n == 0) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--sentence '%s' has no words to attend over", sentence);
+    return FALSE;
+  }
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed + 1};
+  QkvShape bt = QKV_SHAPE(1, n), bs = QKV_SHAPE(1);
+  g_autoptr(QkvTensor) tokens_t = qkv_tensor_new(QKV_I32, &bt);
+  g_autoptr(QkvTensor) lens_t = qkv_tensor_new(QKV_I32, &bs);
+  qkv_tensor_i32(lens_t)[0] = classify_encode(vocab, words, n, qkv_tensor_i32(tokens_t));
+  QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &bt, error);
+  QkvValue *lens = qkv_graph_input(g, "lens", QKV_I32, &bs, error);
+  QkvValue *weights = NULL;
+  QkvValue *logits = qkv_build_pooling_classifier(&b, cfg, tokens, lens, &weights, error);
+  QkvValue *probs = qkv_softmax(logits, error);
+  const gchar *names[] = {"tokens", "lens"};
+  QkvTensor *inputs[] = {tokens_t, lens_t};
+  QkvValue *outs[] = {weights, probs};
+  QkvTensor *res[2] = {NULL, NULL};
+  if (!qkv_graph_eval(g, names, inputs, 2, outs, res, 2, error))
+    return FALSE;
+  gint best = 0;
+  for (gint c = 1; c < N_CLASSES; c++)
+    if (qkv_tensor_get(res[1], c) > qkv_tensor_get(res[1], best))
+      best = c;
+  g_autoptr(GPtrArray) rows = g_ptr_array_new_with_free_func(g_free);
+  for (gint k = 0; k < cfg->num_queries; k++)
+    g_ptr_array_add(rows, g_strdup_printf("query %d", k + 1));
+  g_autoptr(GPtrArray) cols = g_ptr_array_new_with_free_func(g_free);
+  for (gint t = 0; t < n; t++) {
+    gint id = qkv_tensor_i32(tokens_t)[t];
+    g_ptr_array_add(cols,
+                    id == VOCAB_UNK ? g_strdup_printf("%s (unk)", words[t]) : g_strdup(words[t]));
+  }
+  g_autofree gchar *title = g_strdup_printf(
+      "\"%s\": %s (p = %.2f)%s%s", sentence, class_name(best), qkv_tensor_get(res[1], best),
+      given >= 0 ? ", labelled " : "", given >= 0 ? class_name(given) : "");
+  gboolean ok = grid_heatmap_write(path, title, qkv_tensor_const_data(res[0]), cfg->num_queries, n,
+                                   (const gchar *const *)rows->pdata,
+                                   (const gchar *const *)cols->pdata, TRUE, error);
+  if (ok && !opt_quiet) {
+    printf("heat map of \"%s\" (%s, p = %.2f) written to %s\n", sentence, class_name(best),
+           qkv_tensor_get(res[1], best), path);
+    for (gint k = 0; k < cfg->num_queries; k++) {
+      printf("  query %d:", k + 1);
+      for (gint t = 0; t < n; t++)
+        printf(" %s %.2f", words[t], qkv_tensor_get(res[0], (gint64)k * n + t));
+      printf("\n");
+    }
+  }
+  qkv_tensor_free(res[0]);
+  qkv_tensor_free(res[1]);
+  return ok;
+}
+
+/* Save params, load them into a fresh store, and evaluate again: *after
+ * gets the accuracy of the loaded model. */
+static gboolean
+round_trip(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const ClassifyData *data,
+           double *after, GError **error)
+{
+  g_autofree gchar *dir = NULL;
+  g_autofree gchar *path = NULL;
+  if (opt_save != NULL) {
+    path = g_strdup(opt_save);
+  } else {
+    dir = g_dir_make_tmp("qkv-classify-XXXXXX", error);
+    if (dir == NULL)
+      return FALSE;
+    path = g_build_filename(dir, "classify.safetensors", NULL);
+  }
+  g_autoptr(GHashTable) meta = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, g_free);
+  GString *vocab = g_string_new(NULL);
+  for (gint i = 0; i < vocab_size(data->vocab); i++)
+    g_string_append_printf(vocab, "%s%s", i ? "\n" : "", vocab_token(data->vocab, i));
+  g_hash_table_insert(meta, "classify.vocab", g_string_free(vocab, FALSE));
+  g_autoptr(QkvParams) restored = qkv_params_new();
+  double untrained = -1;
+  /* the fresh store's first graph creates its params from another seed */
+  gboolean ok =
+      accuracy(cfg, restored, &data->held_out, &untrained, error) &&
+      qkv_checkpoint_save(path, params, NULL, NULL, meta, error) &&
+      qkv_checkpoint_load(path, restored, NULL, NULL, QKV_CHECKPOINT_STRICT, NULL, NULL, error) &&
+      accuracy(cfg, restored, &data->held_out, after, error);
+  if (dir != NULL) {
+    g_remove(path);
+    g_rmdir(dir);
+  }
+  if (ok && !opt_quiet)
+    printf("a fresh store: held-out accuracy %.4f; after loading the checkpoint: %.4f\n", untrained,
+           *after);
+  return ok;
+}
+
+static gboolean
+check_options(GError **error)
+{
+  struct {
+    const gchar *name;
+    gint value, min;
+  } ints[] = {{"--epochs", opt_epochs, 0},   {"--batch-size", opt_batch, 1},
+              {"--embed", opt_embed, 1},     {"--key-size", opt_key, 1},
+              {"--queries", opt_queries, 1}, {"--max-sentences", opt_max_sentences, 0},
+              {"--max-len", opt_max_len, 1}, {"--min-freq", opt_min_freq, 1},
+              {"--threads", opt_threads, 0}};
+  for (guint i = 0; i < G_N_ELEMENTS(ints); i++)
+    if (ints[i].value < ints[i].min) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s is %d, it must be >= %d",
+                  ints[i].name, ints[i].value, ints[i].min);
+      return FALSE;
+    }
+  if (!(opt_held_out > 0 && opt_held_out < 1)) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--held-out is %g, it must be in (0, 1)", opt_held_out);
+    return FALSE;
+  }
+  if (!(opt_lr > 0 && opt_lr <= 10)) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--lr is %g, it must be in (0, 10]", opt_lr);
+    return FALSE;
+  }
+  if (opt_sentence != NULL && opt_heatmap == NULL) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--sentence only chooses the sentence of --heatmap");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+run(GError **error)
+{
+  if (opt_threads > 0)
+    qkv_set_num_threads(opt_threads);
+  g_autofree gchar *path = opt_data ? g_strdup(opt_data) : default_data_path();
+  ClassifyData data;
+  if (!classify_data_load(&data, path, opt_max_sentences, opt_held_out, opt_max_len, opt_min_freq,
+                          (guint64)opt_seed, error))
+    return FALSE;
+  gboolean ok = FALSE;
+  GArray *batches = NULL;
+  QkvParams *att = NULL, *mean = NULL;
+
+  gint train_counts[N_CLASSES] = {0}, held_counts[N_CLASSES] = {0};
+  for (gint i = 0; i < data.train.n; i++)
+    train_counts[data.train.labels[i]]++;
+  for (gint i = 0; i < data.held_out.n; i++)
+    held_counts[data.held_out.labels[i]]++;
+  gint majority = 0;
+  for (gint c = 1; c < N_CLASSES; c++)
+    if (train_counts[c] > train_counts[majority])
+      majority = c;
+  if (!opt_quiet) {
+    printf("%d English sentences read, %d without a final . ? or !, %d distinct inputs (%d seen "
+           "with two labels: the first kept), %d cut to %d words\n",
+           data.n_read, data.n_unlabelled, data.n_unique, data.n_conflicts, data.n_truncated,
+           opt_max_len);
+    printf("training %d (%d . / %d ? / %d !), held out %d (%d . / %d ? / %d !), vocabulary %d\n",
+           data.train.n, train_counts[0], train_counts[1], train_counts[2], data.held_out.n,
+           held_counts[0], held_counts[1], held_counts[2], vocab_size(data.vocab));
+  }
+
+  batches = make_batches(&data.train, opt_batch);
+  QkvPoolingClassifierConfig att_cfg = model_config(&data, QKV_POOLING_ATTENTION);
+  QkvPoolingClassifierConfig mean_cfg = model_config(&data, QKV_POOLING_MEAN);
+  att = qkv_params_new();
+  mean = qkv_params_new();
+  double acc_att = 0, acc_mean = 0, acc_loaded = -1;
+  gint64 t0 = g_get_monotonic_time();
+  if (!train(&att_cfg, att, batches, opt_max_len, "attention", error) ||
+      !accuracy(&att_cfg, att, &data.held_out, &acc_att, error))
+    goto out;
+  double att_s = (g_get_monotonic_time() - t0) / 1e6;
+  t0 = g_get_monotonic_time();
+  if (!train(&mean_cfg, mean, batches, opt_max_len, "mean pooling", error) ||
+      !accuracy(&mean_cfg, mean, &data.held_out, &acc_mean, error))
+    goto out;
+  double mean_s = (g_get_monotonic_time() - t0) / 1e6;
+  double acc_majority = (double)held_counts[majority] / data.held_out.n;
+
+  printf("held-out accuracy on %d sentences (%d epochs, batch %d):\n", data.held_out.n, opt_epochs,
+         opt_batch);
+  printf("  attention pooling (%d queries) %.4f  %" G_GINT64_FORMAT " parameters, %.1f s\n",
+         opt_queries, acc_att, qkv_params_numel(att), att_s);
+  printf("  mean pooling                  %.4f  %" G_GINT64_FORMAT " parameters, %.1f s\n",
+         acc_mean, qkv_params_numel(mean), mean_s);
+  printf("  majority class (%s)     %.4f\n", class_name(majority), acc_majority);
+
+  if (!round_trip(&att_cfg, att, &data, &acc_loaded, error))
+    goto out;
+  if (acc_loaded != acc_att) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "the loaded checkpoint gives accuracy %.6f, not %.6f", acc_loaded, acc_att);
+    goto out;
+  }
+  printf("loaded from the checkpoint: %.4f, the same\n", acc_loaded);
+  if (opt_heatmap != NULL &&
+      !draw_heatmap(&att_cfg, att, data.vocab,
+                    opt_sentence ? opt_sentence : "do you know what time it is", opt_heatmap,
+                    error))
+    goto out;
+  ok = TRUE;
+out:
+  if (batches != NULL)
+    g_array_unref(batches);
+  qkv_params_free(att);
+  qkv_params_free(mean);
+  classify_data_clear(&data);
+  return ok;
+}
+
+int
+main(int argc, char **argv)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GOptionContext) context = g_option_context_new("- sentence types by attention pooling");
+  g_option_context_set_summary(
+      context,
+      "Learns whether an English sentence of the shipped Tatoeba pairs is a statement (.), a\n"
+      "question (?) or an exclamation (!) from its words alone (the punctuation is removed),\n"
+      "with learned attention queries over the words, and compares mean pooling and the\n"
+      "majority class on held-out sentences. The attention model goes through a checkpoint\n"
+      "and must score the same after loading.\n\n"
+      "Data: the Tatoeba Project (tatoeba.org) via www.manythings.org/anki, CC BY 2.0; see\n"
+      "fra-eng/_about.txt beside fra.txt.gz.");
+  g_option_context_add_main_entries(context, entries, NULL);
+  if (!g_option_context_parse(context, &argc, &argv, &error) || !check_options(&error)) {
+    fprintf(stderr, "qkv-classify: %s\n", error->message);
+    return 2;
+  }
+  if (argc > 1) {
+    fprintf(stderr, "qkv-classify: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  if (!run(&error)) {
+    fprintf(stderr, "qkv-classify: %s\n", error->message);
+    return EXIT_FAILURE;
+  }
+  return EXIT_SUCCESS;
+}

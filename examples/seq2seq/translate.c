@@ -1,0 +1,222 @@
+/* translate.c: decoding with qkv's step decoders and beam search. */
+#include "translate.h"
+
+#include <string.h>
+
+void
+translator_init(Translator *t, gint num_steps, gint max_sentences, gint beam, double alpha,
+                gint threads)
+{
+  *t = (Translator){0};
+  t->options = qkv_beam_options_default();
+  t->options.beam_size = beam;
+  t->options.length_penalty = alpha;
+  t->options.max_len = num_steps;
+  t->num_steps = num_steps;
+  t->max_sentences = max_sentences;
+  t->threads = threads;
+}
+
+void
+translator_clear(Translator *t)
+{
+  g_clear_pointer(&t->decoder, qkv_step_decoder_free);
+  model_plan_clear(&t->full);
+  g_clear_pointer(&t->history, g_free);
+  g_clear_pointer(&t->scratch, g_free);
+}
+
+/* ---- Luong: the whole prefix again at every step ------------------------- */
+
+/* The library has no step decoder for Luong's model (its local-p window and
+ * input feeding would need their own state), so each step runs the
+ * decoding graph of model.c over every row's history and reads the logits
+ * at position step. Correct, and quadratic in the output length. */
+static gboolean
+full_prefix_step(gpointer user_data, gint step, const gint32 *tokens, const gint32 *parents,
+                 gint n_rows, float *logits, GError **error)
+{
+  Translator *t = user_data;
+  const gint T = t->num_steps;
+  /* row r continues row parents[r]'s history */
+  memcpy(t->scratch, t->history, sizeof(gint32) * (gsize)(n_rows * T));
+  for (gint r = 0; r < n_rows; r++) {
+    memcpy(t->history + r * T, t->scratch + parents[r] * T, sizeof(gint32) * (gsize)T);
+    t->history[r * T + step] = tokens[r];
+  }
+  QkvShape hs = QKV_SHAPE(n_rows, T);
+  g_autoptr(QkvTensor) dec_in = qkv_tensor_new_i32(&hs, t->history);
+  if (!qkv_plan_bind(t->full.plan, "dec_in", dec_in, error) || !qkv_plan_run(t->full.plan, error))
+    return FALSE;
+  const QkvTensor *all = qkv_plan_output(t->full.plan, 0); /* (rows, T, V) */
+  const gint64 V = qkv_tensor_shape(all)->dims[2];
+  const float *src = qkv_tensor_const_data(all);
+  for (gint r = 0; r < n_rows; r++)
+    memcpy(logits + r * V, src + ((gint64)r * T + step) * V, sizeof(float) * (gsize)V);
+  return TRUE;
+}
+
+static gboolean
+full_prefix_translate(Translator *t, const ModelConfig *cfg, QkvParams *params,
+                      const QkvBeamOptions *o, const gint32 *src, const gint32 *src_valid, gint n,
+                      gint32 *out, gint *lens, GError **error)
+{
+  const gint T = t->num_steps, k = o->beam_size, rows = n * k;
+  if (t->full.plan == NULL) {
+    if (!model_plan_build(&t->full, cfg, params, t->max_sentences * k, FALSE, t->threads, error)) {
+      model_plan_clear(&t->full);
+      return FALSE;
+    }
+    t->history = g_new0(gint32, (gsize)(t->max_sentences * k * T));
+    t->scratch = g_new0(gint32, (gsize)(t->max_sentences * k * T));
+  }
+  /* every sentence once per beam slot; histories start as <eos> padding */
+  QkvShape rs = QKV_SHAPE(rows, T), r1 = QKV_SHAPE(rows);
+  g_autoptr(QkvTensor) s = qkv_tensor_new(QKV_I32, &rs);
+  g_autoptr(QkvTensor) v = qkv_tensor_new(QKV_I32, &r1);
+  for (gint r = 0; r < rows; r++) {
+    memcpy(qkv_tensor_i32(s) + r * T, src + (r / k) * T, sizeof(gint32) * (gsize)T);
+    qkv_tensor_i32(v)[r] = src_valid[r / k];
+  }
+  for (gint i = 0; i < rows * T; i++)
+    t->history[i] = o->eos;
+  return qkv_plan_bind(t->full.plan, "src", s, error) &&
+         qkv_plan_bind(t->full.plan, "src_valid", v, error) &&
+         qkv_beam_search(o, n, full_prefix_step, t, out, lens, NULL, error);
+}
+
+/* Row 0's attention weights (1, T, T) along bos + tokens, from one run of
+ * the decoding graph. */
+static QkvTensor *
+full_prefix_attention(Translator *t, const Seq2SeqData *data, const gint32 *tokens, gint len,
+                      GError **error)
+{
+  const gint T = t->num_steps;
+  gint rows = (gint)qkv_tensor_shape(qkv_plan_output(t->full.plan, 0))->dims[0];
+  for (gint i = 0; i < rows * T; i++)
+    t->history[i] = data->tgt_vocab->eos;
+  t->history[0] = data->tgt_vocab->bos;
+  for (gint i = 0; i < len && i + 1 < T; i++)
+    t->history[i + 1] = tokens[i];
+  QkvShape hs = QKV_SHAPE(rows, T);
+  g_autoptr(QkvTensor) dec_in = qkv_tensor_new_i32(&hs, t->history);
+  if (!qkv_plan_bind(t->full.plan, "dec_in", dec_in, error) || !qkv_plan_run(t->full.plan, error))
+    return NULL;
+  QkvShape one = QKV_SHAPE(1, T, T);
+  QkvTensor *w = qkv_tensor_new(QKV_F32, &one);
+  memcpy(qkv_tensor_f32(w), qkv_tensor_const_data(qkv_plan_output(t->full.plan, 1)),
+         sizeof(float) * (gsize)(T * T));
+  return w;
+}
+
+static gboolean
+ensure_decoder(Translator *t, const ModelConfig *cfg, QkvParams *params, GError **error)
+{
+  g_return_val_if_fail(cfg->kind != MODEL_LUONG, FALSE);
+  if (t->decoder != NULL)
+    return TRUE;
+  gint rows = t->max_sentences * t->options.beam_size;
+  if (cfg->kind == MODEL_TRANSFORMER) {
+    QkvTransformerConfig tc = {.src_vocab = cfg->src_vocab,
+                               .tgt_vocab = cfg->tgt_vocab,
+                               .num_hiddens = cfg->num_hiddens,
+                               .ffn_hiddens = cfg->ffn_hiddens,
+                               .num_heads = cfg->num_heads,
+                               .num_layers = cfg->num_layers,
+                               .tie_embeddings = cfg->tie_embeddings};
+    t->decoder = qkv_step_decoder_new_transformer(params, &tc, rows, t->num_steps, t->num_steps,
+                                                  t->threads, error);
+  } else if (cfg->kind == MODEL_BAHDANAU) {
+    QkvGruSeq2SeqConfig gc = {cfg->src_vocab,   cfg->tgt_vocab,  cfg->embed_size,
+                              cfg->num_hiddens, cfg->num_layers, 0.0};
+    t->decoder = qkv_step_decoder_new_bahdanau(params, &gc, rows, t->num_steps, t->num_steps,
+                                               t->threads, error);
+  }
+  return t->decoder != NULL;
+}
+
+gboolean
+translator_run(Translator *t, const ModelConfig *cfg, QkvParams *params, const Seq2SeqData *data,
+               const gint32 *src, const gint32 *src_valid, gint n, gint32 *out, gint *lens,
+               GError **error)
+{
+  if (cfg->kind == MODEL_LUONG) {
+    QkvBeamOptions o = t->options;
+    o.vocab = vocab_size(data->tgt_vocab);
+    o.bos = data->tgt_vocab->bos;
+    o.eos = data->tgt_vocab->eos;
+    return full_prefix_translate(t, cfg, params, &o, src, src_valid, n, out, lens, error);
+  }
+  if (!ensure_decoder(t, cfg, params, error))
+    return FALSE;
+  QkvShape ns = QKV_SHAPE(n, t->num_steps), n1 = QKV_SHAPE(n);
+  g_autoptr(QkvTensor) s = qkv_tensor_new_i32(&ns, src);
+  g_autoptr(QkvTensor) v = qkv_tensor_new_i32(&n1, src_valid);
+  QkvBeamOptions o = t->options;
+  o.vocab = vocab_size(data->tgt_vocab);
+  o.bos = data->tgt_vocab->bos;
+  o.eos = data->tgt_vocab->eos;
+  return qkv_step_decoder_translate(t->decoder, s, v, &o, out, lens, NULL, error);
+}
+
+/* Feed <bos> and the translation again, one step at a time, and keep row 0's
+ * encoder-decoder attention weights of every step. */
+static QkvTensor *
+attention_along(Translator *t, const Seq2SeqData *data, const gint32 *src, gint32 src_valid,
+                const gint32 *tokens, gint len, GError **error)
+{
+  const gint T = t->num_steps;
+  QkvShape ns = QKV_SHAPE(1, T), n1 = QKV_SHAPE(1);
+  g_autoptr(QkvTensor) s = qkv_tensor_new_i32(&ns, src);
+  g_autoptr(QkvTensor) v = qkv_tensor_new_i32(&n1, &src_valid);
+  if (!qkv_step_decoder_start(t->decoder, s, v, 1, error))
+    return NULL;
+  gint64 V = qkv_step_decoder_vocab(t->decoder);
+  g_autofree float *logits = g_new(float, V);
+  QkvTensor *weights = NULL;
+  for (gint step = 0; step <= len && step < T; step++) {
+    gint32 token = step == 0 ? data->tgt_vocab->bos : tokens[step - 1];
+    if (!qkv_step_decoder_step(t->decoder, step, &token, NULL, 1, logits, error)) {
+      qkv_tensor_free(weights);
+      return NULL;
+    }
+    /* (rows, heads, 1, S) or (rows, 1, S): row 0 is heads × S floats */
+    const QkvTensor *w = qkv_step_decoder_cross_weights(t->decoder, -1);
+    const QkvShape *ws = qkv_tensor_shape(w);
+    gint64 heads = ws->rank == 4 ? ws->dims[1] : 1, S = ws->dims[ws->rank - 1];
+    if (weights == NULL) {
+      QkvShape full = ws->rank == 4 ? QKV_SHAPE(1, heads, T, S) : QKV_SHAPE(1, T, S);
+      weights = qkv_tensor_new(QKV_F32, &full);
+    }
+    const float *row = qkv_tensor_const_data(w);
+    float *dst = qkv_tensor_f32(weights);
+    for (gint64 h = 0; h < heads; h++)
+      memcpy(dst + (h * T + step) * S, row + h * S, (gsize)S * sizeof(float));
+  }
+  return weights;
+}
+
+gchar *
+translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
+                    const Seq2SeqData *data, const gchar *sentence, QkvTensor **weights_out,
+                    gint *src_len, gint *out_len, GError **error)
+{
+  const gint T = t->num_steps;
+  g_autofree gint32 *src = g_new(gint32, T);
+  g_autofree gint32 *out = g_new(gint32, T);
+  gint32 valid = seq2seq_encode_sentence(data->src_vocab, sentence, T, src);
+  gint len = 0;
+  if (!translator_run(t, cfg, params, data, src, &valid, 1, out, &len, error))
+    return NULL;
+  if (weights_out != NULL &&
+      (*weights_out = cfg->kind == MODEL_LUONG
+                          ? full_prefix_attention(t, data, out, len, error)
+                          : attention_along(t, data, src, valid, out, len, error)) == NULL)
+    return NULL;
+  GString *text = g_string_new(NULL);
+  for (gint i = 0; i < len; i++)
+    g_string_append_printf(text, "%s%s", i ? " " : "", vocab_token(data->tgt_vocab, out[i]));
+  *src_len = valid;
+  *out_len = len;
+  return g_string_free(text, FALSE);
+}

@@ -1,0 +1,132 @@
+/* qkv-decode.h: generating output sequences from a trained seq2seq model.
+ *
+ * Two halves that meet in one callback:
+ *  - qkv_beam_search() is the search: beam search with the length penalty of
+ *    Wu et al. (2016), greedy decoding as beam size 1. It knows nothing of
+ *    models; each step it asks a QkvDecodeStepFunc for the next-token scores
+ *    of every row it keeps.
+ *  - A QkvStepDecoder is a model that answers that callback one token at a
+ *    time: a compiled decode-step graph built from the same parameters as the
+ *    training graph, run once per emitted token, keeping what the model
+ *    carries from step to step (the Transformer's per-layer self-attention
+ *    keys and values and its cross-attention keys and values; the Bahdanau
+ *    decoder's GRU state), so a token costs the same at step 50 as at step 1.
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-builders.h"
+#include "qkv-tensor.h"
+
+G_BEGIN_DECLS
+
+/* One decoding step for n_rows rows (sentences × beam slots, row r belongs
+ * to sentence r / beam_size). Before reading tokens the model moves its
+ * per-row state: row r continues the history of row parents[r] of the
+ * previous step (at step 0, parents[r] == r). tokens[r] is the token row r
+ * feeds at position step (<bos> at step 0). The callback writes n_rows ×
+ * vocab scores to logits, row after row: logits or log-probabilities (the
+ * search takes a log-softmax of each row, which leaves log-probabilities as
+ * they are). Returns FALSE with error set to stop the search. */
+typedef gboolean (*QkvDecodeStepFunc)(gpointer user_data, gint step, const gint32 *tokens,
+                                      const gint32 *parents, gint n_rows, float *logits,
+                                      GError **error);
+
+typedef struct {
+  /* k ≥ 1: hypotheses kept per sentence; 1 is greedy decoding. */
+  gint beam_size;
+  /* α ≥ 0 of the length penalty lp(Y) = ((5 + |Y|) / 6)^α: a finished
+   * hypothesis ranks by log P(Y) / lp(Y), |Y| counting its tokens with <eos>.
+   * 0 ranks by log P(Y) alone. The Transformer paper decodes with k = 4,
+   * α = 0.6. */
+  double length_penalty;
+  /* Tokens generated at most per sentence, <eos> included (≥ 1). */
+  gint max_len;
+  /* Scores per row that the callback writes. */
+  gint64 vocab;
+  gint32 bos, eos;
+  gpointer reserved[4];
+} QkvBeamOptions;
+
+/* k = 4, α = 0.6 (the Transformer paper's), max_len 0 and vocab 0 (set
+ * them), bos 1, eos 2. */
+QkvBeamOptions qkv_beam_options_default(void);
+
+/* Decode batch sentences together. Each step calls step once for batch ×
+ * beam_size rows; from each sentence's live hypotheses it extends the
+ * 2 · beam_size best by total log-probability: an <eos> among the first
+ * beam_size of them ends that hypothesis (its score is divided by the length
+ * penalty), the first beam_size others stay live. A sentence is done when
+ * beam_size hypotheses have ended; the search stops when every sentence is
+ * done or after max_len steps, when the live hypotheses count as ended (|Y| =
+ * max_len, no <eos>). With beam_size 1 this is greedy decoding: the argmax
+ * at every step (the lowest token id on a tie), stopping at <eos>.
+ *
+ * A sentence that is done keeps its rows in later calls (fed <eos>, parents
+ * their own rows); their scores are ignored.
+ *
+ * Out: out_tokens (batch × max_len) gets each sentence's best hypothesis
+ * without <bos> and <eos>, followed by eos up to max_len; out_lengths
+ * (batch) its token count (without <eos>); out_scores (batch, may be NULL)
+ * its score log P(Y) / lp(Y). Everything the search needs is allocated before
+ * the first step. Returns FALSE with QKV_ERROR_INVALID_ARGUMENT for a bad
+ * option (naming it), or the callback's error. */
+gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc step,
+                         gpointer user_data, gint32 *out_tokens, gint *out_lengths,
+                         double *out_scores, GError **error);
+
+/* ((5 + length) / 6)^alpha. */
+double qkv_beam_length_penalty(gint length, double alpha);
+
+typedef struct _QkvStepDecoder QkvStepDecoder;
+
+/* A step decoder for the book's Transformer (qkv_build_transformer_encoder
+ * and _decoder, same parameter names) whose parameters are in params: the
+ * encoder and every layer's cross-attention keys and values run once per
+ * sentence, then one plan run per token. Compiled for max_rows rows (batch ×
+ * beam size), sources of src_len tokens and up to max_len decoded tokens
+ * (the self-attention cache length). Every parameter must be in params
+ * already (QKV_ERROR_NOT_FOUND naming the first one missing). n_threads 0:
+ * the library's default. Evaluation mode: no dropout. */
+QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
+                                                 const QkvTransformerConfig *config, gint max_rows,
+                                                 gint64 src_len, gint max_len, gint n_threads,
+                                                 GError **error);
+/* The same for the book's GRU encoder and Bahdanau-attention decoder
+ * (qkv_build_bahdanau_seq2seq): the encoder runs once per sentence, then
+ * each step runs attention, the decoder GRU and the dense layer on the
+ * recurrent state the previous step left. max_len only bounds the steps. */
+QkvStepDecoder *qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config,
+                                              gint max_rows, gint64 src_len, gint max_len,
+                                              gint n_threads, GError **error);
+void qkv_step_decoder_free(QkvStepDecoder *decoder);
+
+/* Encode a batch of sentences: src i32 (n, src_len) or narrower (the rest is
+ * padded), src_valid i32 (n), and repeat each sentence's encoding on
+ * rows_per_sentence rows (the beam size), n · rows_per_sentence ≤ max_rows.
+ * Resets the step count. */
+gboolean qkv_step_decoder_start(QkvStepDecoder *decoder, const QkvTensor *src,
+                                const QkvTensor *src_valid, gint rows_per_sentence, GError **error);
+/* A QkvDecodeStepFunc with user_data the decoder: n_rows must be what
+ * qkv_step_decoder_start() set up, step the number of steps since (one call
+ * per step, in order), step < max_len. parents may be NULL (each row its
+ * own). logits gets (n_rows, vocab). */
+gboolean qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens,
+                               const gint32 *parents, gint n_rows, float *logits, GError **error);
+/* Encode src and search (qkv_step_decoder_start(), then qkv_beam_search()
+ * with options->beam_size rows per sentence). */
+gboolean qkv_step_decoder_translate(QkvStepDecoder *decoder, const QkvTensor *src,
+                                    const QkvTensor *src_valid, const QkvBeamOptions *options,
+                                    gint32 *out_tokens, gint *out_lengths, double *out_scores,
+                                    GError **error);
+/* The last step's encoder-decoder attention weights of block layer (-1: the
+ * last; the Bahdanau decoder has one attention, layer 0 or -1): (max_rows,
+ * heads, src_len) for the Transformer, (max_rows, 1, src_len) for Bahdanau.
+ * Valid until the next step; NULL before the first step or for a bad layer. */
+const QkvTensor *qkv_step_decoder_cross_weights(QkvStepDecoder *decoder, gint layer);
+/* The vocabulary size (columns of the logits). */
+gint64 qkv_step_decoder_vocab(const QkvStepDecoder *decoder);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvStepDecoder, qkv_step_decoder_free)
+
+G_END_DECLS

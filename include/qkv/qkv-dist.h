@@ -1,0 +1,155 @@
+/* qkv-dist.h: data-parallel training over MPI.
+ *
+ * Every process (rank) holds a full copy of the parameters and the optimizer
+ * state and trains on its shard of each global batch. Per step:
+ *
+ *   qkv_dist_shard(dist, batch, &offset, &count);   this rank's rows
+ *   ... bind those rows, qkv_plan_run() ...          local forward + backward
+ *   qkv_dist_allreduce_grads(dist, params, QKV_DIST_SUM, extra, n, &error);
+ *   qkv_optimizer_step(...)                          the same update everywhere
+ *
+ * after qkv_dist_broadcast_params() once at the start, so that every rank
+ * begins from rank 0's weights and state. Since every rank then applies the
+ * same reduced gradient with the same optimizer, the replicas stay identical
+ * (Open MPI's all-reduce algorithms hand every rank the same sums, so they
+ * do not drift apart).
+ *
+ * Which reduction: a loss summed over the examples (qkv's seq2seq losses,
+ * PyTorch's reduction="sum") wants QKV_DIST_SUM — the sum of the shards'
+ * gradients is the gradient of the whole batch, so training matches one
+ * process up to rounding. A loss that is a mean over the local shard wants
+ * QKV_DIST_MEAN when every shard has the same size (otherwise scale the
+ * loss by shard / global count and use QKV_DIST_SUM).
+ *
+ * The header and every function exist whether or not qkv was built with MPI
+ * (meson option -Dmpi). Without it qkv_dist_init() fails with
+ * QKV_DIST_ERROR_UNAVAILABLE, so a program can offer a --distributed switch
+ * unconditionally and report why it cannot work; qkv_dist_available() tells
+ * beforehand.
+ *
+ * Failures: a rank that dies (killed, crashed) while the others wait in a
+ * collective is noticed within a fraction of a second when it ran on the same
+ * machine (its process is gone) and reported as QKV_DIST_ERROR_PEER_LOST
+ * naming the rank; for ranks on other machines the launcher (mpirun) aborts
+ * the job and names the rank, and qkv_dist_set_timeout() bounds the wait
+ * otherwise. After any failure the QkvDist is broken: further calls fail at
+ * once, and qkv_dist_free() does not finalize MPI (that could hang).
+ *
+ * Threads: call every function from the thread that created the QkvDist.
+ */
+#pragma once
+
+#include <glib.h>
+#include "qkv-optim.h"
+#include "qkv-params.h"
+
+G_BEGIN_DECLS
+
+#define QKV_DIST_ERROR (qkv_dist_error_quark())
+typedef enum {
+  QKV_DIST_ERROR_UNAVAILABLE, /* qkv was built without MPI */
+  QKV_DIST_ERROR_MPI,         /* an MPI call failed */
+  QKV_DIST_ERROR_PEER_LOST,   /* another rank died; the message names it */
+  QKV_DIST_ERROR_TIMEOUT,     /* a collective waited longer than the timeout */
+  QKV_DIST_ERROR_MISMATCH,    /* ranks disagree (parameter names, shapes, state) */
+  QKV_DIST_ERROR_BROKEN,      /* an earlier call failed; the group is unusable */
+} QkvDistError;
+GQuark qkv_dist_error_quark(void);
+
+typedef struct _QkvDist QkvDist;
+
+typedef enum {
+  QKV_DIST_SUM,  /* the sum over ranks */
+  QKV_DIST_MEAN, /* the sum divided by the world size */
+} QkvDistReduce;
+
+/* Counters since creation (or qkv_dist_reset_stats()). */
+typedef struct {
+  guint64 reductions;    /* qkv_dist_allreduce_grads() calls */
+  guint64 mpi_calls;     /* all-reduce calls issued for them (buckets) */
+  guint64 bytes_reduced; /* payload bytes, per rank, of those calls */
+  double seconds_pack;   /* copying gradients into and out of the flat buffer */
+  double seconds_wait;   /* waiting for the other ranks to reach a collective */
+  double seconds_reduce; /* moving and summing the data, once all have arrived */
+  gpointer reserved[4];
+} QkvDistStats;
+
+/* Whether this qkv was built with MPI. */
+gboolean qkv_dist_available(void);
+
+/* Join the job this process was started in (mpirun): initialises MPI if no
+ * one has (argc and argv may be NULL) and works on a duplicate of
+ * MPI_COMM_WORLD. A process started without mpirun is a job of one.
+ * QKV_DIST_ERROR_UNAVAILABLE without MPI. */
+QkvDist *qkv_dist_init(int *argc, char ***argv, GError **error);
+/* The same on a duplicate of an existing communicator; mpi_comm points to an
+ * MPI_Comm (a pointer keeps MPI's types out of this header). MPI must be
+ * initialised by the caller, with at least MPI_THREAD_FUNNELED. */
+QkvDist *qkv_dist_new_for_comm(const void *mpi_comm, GError **error);
+/* Free the group; finalizes MPI if qkv_dist_init() initialised it and the
+ * group is not broken. */
+void qkv_dist_free(QkvDist *dist);
+
+gint qkv_dist_rank(const QkvDist *dist);
+gint qkv_dist_world_size(const QkvDist *dist);
+/* Ranks on this machine (this one included): the cores here are shared
+ * among them. */
+gint qkv_dist_local_size(const QkvDist *dist);
+/* Rank 0: the one that prints and writes checkpoints. */
+gboolean qkv_dist_is_root(const QkvDist *dist);
+
+/* Give up waiting on a collective after this many seconds (0, the default:
+ * wait as long as it takes; a slow rank — one writing a checkpoint — is
+ * not a dead one). The environment's QKV_DIST_TIMEOUT sets the initial value. */
+void qkv_dist_set_timeout(QkvDist *dist, double seconds);
+/* Largest all-reduce call in bytes (default 64 MiB): the gradients go out in
+ * as few calls as this allows. */
+void qkv_dist_set_bucket_bytes(QkvDist *dist, gsize bytes);
+
+/* The sampler: rows [*offset, *offset + *count) of a global batch of n rows
+ * are this rank's. Consecutive ranks get consecutive blocks; the first n %
+ * world ranks get one row more. When n < world size, some ranks get none
+ * (a last, short batch): they must still take part in the all-reduce, with
+ * zero gradients. */
+void qkv_dist_shard(const QkvDist *dist, gint64 n, gint64 *offset, gint64 *count);
+/* QKV_DIST_ERROR_MISMATCH unless every rank can get at least one row of a
+ * global batch of batch_size rows. */
+gboolean qkv_dist_check_batch(const QkvDist *dist, gint64 batch_size, GError **error);
+
+/* Make every rank's parameters (and, with optimizer non-NULL, its state
+ * tensors and step count) rank 0's. The ranks must hold the same parameters
+ * in the same order with the same shapes: otherwise every rank fails with
+ * QKV_DIST_ERROR_MISMATCH naming the first rank and parameter that differ,
+ * and nothing is changed. State tensors rank 0 has and another rank lacks
+ * are created there. */
+gboolean qkv_dist_broadcast_params(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer,
+                                   GError **error);
+
+/* Reduce the gradient buffers of every non-frozen parameter across ranks, in
+ * place, with op; extra (n_extra floats, may be NULL) rides in the same
+ * buffer and is reduced with the same op (a step's loss and token count
+ * cost no further call). Parameters are packed into one flat buffer and
+ * reduced in calls of at most the bucket size. */
+gboolean qkv_dist_allreduce_grads(QkvDist *dist, QkvParams *params, QkvDistReduce op, float *extra,
+                                  guint n_extra, GError **error);
+/* Reduce n doubles across ranks, in place. */
+gboolean qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduce op,
+                            GError **error);
+/* Wait for every rank (with the same failure detection as the reductions). */
+gboolean qkv_dist_barrier(QkvDist *dist, GError **error);
+
+/* When a rank dies, mpirun (Open MPI's default) stops the others with
+ * SIGTERM, often before they reach a collective and notice; this installs a
+ * SIGTERM handler that prints "PREFIX (rank R): stopped by SIGTERM: rank L
+ * (pid P on HOST) is gone" for each rank on this machine whose process is
+ * gone (or, if none is, that the launcher stopped this rank) and exits
+ * with status 143. It replaces any SIGTERM handler the program had; one
+ * QkvDist at a time. */
+void qkv_dist_report_sigterm(QkvDist *dist, const gchar *prefix);
+
+void qkv_dist_get_stats(const QkvDist *dist, QkvDistStats *stats);
+void qkv_dist_reset_stats(QkvDist *dist);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvDist, qkv_dist_free)
+
+G_END_DECLS
