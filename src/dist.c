@@ -14,6 +14,7 @@
  * names it.
  */
 #include "qkv/qkv-dist.h"
+#include "qkv/qkv-optim.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -469,9 +470,7 @@ qkv_dist_set_bucket_bytes(QkvDist *dist, gsize bytes)
 void
 qkv_dist_shard(const QkvDist *dist, gint64 n, gint64 *offset, gint64 *count)
 {
-  gint64 w = dist->size, r = dist->rank, base = n / w, extra = n % w;
-  *offset = r * base + MIN(r, extra);
-  *count = base + (r < extra ? 1 : 0);
+  qkv_split_range(n, dist->size, dist->rank, offset, count);
 }
 
 gboolean

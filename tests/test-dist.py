@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """qkv-seq2seq --distributed under mpirun -np 2 (issue 15).
 
-    test-dist.py equality   per-step losses of -np 2 equal one process's
-                            (1e-5 relative, 10 steps, Transformer and Bahdanau);
-                            checkpoints resume across world sizes
+    test-dist.py equality   per-step losses and the saved model of -np 2 equal
+                            one process's with --accumulate 2 bit for bit
+                            (10 steps, Transformer and Bahdanau); checkpoints
+                            resume across world sizes
     test-dist.py faults     a rank SIGKILLed mid-training: the other exits
                             within 30 s naming it; the last checkpoint loads
     test-dist.py setup      a batch smaller than the world, ranks that build
@@ -43,60 +44,93 @@ def mpirun(np=2):
     return [MPIRUN, "-np", str(np)]
 
 
-def read_losses(path):
-    with open(path) as f:
-        return [float(line.split()[1]) for line in f if line.strip()]
-
-
 def equality(tmp):
+    """-np 2 against one process, one thread each. The reference is one process running each
+    batch as the same two parts (--accumulate 2, qkv_split_range): the same
+    arithmetic, since a sum of two floats does not depend on its order, so
+    the per-step losses and the saved model must be equal bit for bit. Against
+    a plain one-process run the float sums group differently; the difference
+    is printed, not asserted (see the note in equality_plain)."""
     for model in ("transformer", "bahdanau"):
         # the book's data, 601 pairs in batches of 64: one epoch is 10 steps,
         # the last a short one of 25 (13 + 12 rows)
         common = ["--model", model, "--epochs", "1", "--dropout", "0", "--seed", "3", "-q"]
-        one, two = os.path.join(tmp, model + "-1.txt"), os.path.join(tmp, model + "-2.txt")
-        p1, _ = run([SEQ2SEQ, *common, "--threads", "1", "--step-losses", one])
-        check(p1.returncode == 0, f"{model}: one process trains ({p1.stderr.strip()})")
-        p2, _ = run(mpirun() + [SEQ2SEQ, "--distributed", *common, "--step-losses", two])
-        check(p2.returncode == 0, f"{model}: mpirun -np 2 trains ({p2.stderr.strip()[-300:]})")
-        if p1.returncode or p2.returncode:
+        out = {k: (os.path.join(tmp, f"{model}-{k}.txt"), os.path.join(tmp, f"{model}-{k}.st"))
+               for k in ("plain", "acc", "np2")}
+        launches = {"plain": [SEQ2SEQ, *common, "--threads", "1"],
+                    "acc": [SEQ2SEQ, *common, "--threads", "1", "--accumulate", "2"],
+                    "np2": mpirun() + [SEQ2SEQ, "--distributed", *common, "--threads", "1"]}
+        procs = {}
+        for k, args in launches.items():
+            procs[k], _ = run(args + ["--step-losses", out[k][0], "--save", out[k][1]])
+            check(procs[k].returncode == 0, f"{model}: {k} trains ({procs[k].stderr.strip()[-300:]})")
+        if any(p.returncode for p in procs.values()):
             continue
-        a, b = read_losses(one), read_losses(two)
-        check(len(a) == 10 and len(b) == 10, f"{model}: 10 steps each ({len(a)}, {len(b)})")
-        worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-        check(worst <= 1e-5, f"{model}: per-step losses within 1e-5 relative (worst {worst:.2e})")
+        losses = {k: read_lines(out[k][0]) for k in out}
+        check(all(len(v) == 10 for v in losses.values()),
+              f"{model}: 10 steps each ({[len(v) for v in losses.values()]})")
+        check(losses["np2"] == losses["acc"],
+              f"{model}: -np 2 per-step losses equal one process's with --accumulate 2 bit for bit")
+        check(read_bytes(out["np2"][1]) == read_bytes(out["acc"][1]),
+              f"{model}: -np 2 saves the model and optimizer state of --accumulate 2 byte for byte")
+        equality_plain(model, losses["plain"], losses["np2"])
         # only rank 0 reports
-        check(p2.stdout.count("tokens/sec") == 1,
-              f"{model}: one report, from rank 0 ({p2.stdout.count('tokens/sec')} seen)")
+        seen = procs["np2"].stdout.count("tokens/sec")
+        check(seen == 1, f"{model}: one report, from rank 0 ({seen} seen)")
     resume_any_world(tmp)
+
+
+def equality_plain(model, plain, np2):
+    """Printed, not asserted. The plain run sums each weight's gradient over 64
+    rows where two processes sum two 32-row sums, and its GEMMs see other
+    shapes, so the two differ by rounding from the first step. Rounding alone
+    stays near 1e-7 over 10 steps, but the Transformer's FFN has ReLUs: a
+    pre-activation within rounding of 0 switches a unit on in one run and off
+    in the other, and that step's gradient differs by that unit's whole share
+    (seen: one bias entry 3% apart, then the losses 1.5e-5 apart; it depends
+    on the CPU's kernels, so no bound follows from the arithmetic)."""
+    a = [float(x.split()[1]) for x in plain]
+    b = [float(x.split()[1]) for x in np2]
+    worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    print(f"info: {model}: -np 2 against a plain one-process run: worst relative difference of "
+          f"the per-step losses {worst:.2e}", flush=True)
 
 
 def resume_any_world(tmp):
     """A checkpoint of a 2-process run resumes in 1 process and the other way
-    round, continuing as an uninterrupted single process would."""
+    round, continuing bit for bit as an uninterrupted run would (one process
+    with --accumulate 2: the arithmetic of two)."""
     common = ["--epochs", "2", "--dropout", "0", "--seed", "5", "-q"]
     ref = os.path.join(tmp, "ref.txt")
-    p, _ = run([SEQ2SEQ, *common, "--threads", "1", "--step-losses", ref])
+    p, _ = run([SEQ2SEQ, *common, "--threads", "1", "--accumulate", "2", "--step-losses", ref])
     check(p.returncode == 0, f"resume: the uninterrupted run ({p.stderr.strip()})")
-    want = read_losses(ref)
+    want = read_lines(ref)
+    check(len(want) == 20, f"resume: the uninterrupted run has 20 steps ({len(want)})")
+    launch = {1: [SEQ2SEQ, "--threads", "1", "--accumulate", "2"],
+              2: mpirun() + [SEQ2SEQ, "--distributed", "--threads", "1"]}
     for first, then in ((2, 1), (1, 2)):
         ckpt = os.path.join(tmp, f"from{first}.safetensors")
         log = os.path.join(tmp, f"from{first}.txt")
-        launch = {1: [], 2: mpirun()}
-        flag = {1: [], 2: ["--distributed"]}
-        p1, _ = run(launch[first] + [SEQ2SEQ, *flag[first], *common[2:], "--epochs", "1",
-                                     "--save", ckpt])
-        p2, _ = run(launch[then] + [SEQ2SEQ, *flag[then], *common, "--resume", ckpt,
-                                    "--step-losses", log])
+        p1, _ = run(launch[first] + [*common[2:], "--epochs", "1", "--save", ckpt])
+        p2, _ = run(launch[then] + [*common, "--resume", ckpt, "--step-losses", log])
         ok = p1.returncode == 0 and p2.returncode == 0
         check(ok, f"resume: {first} then {then} processes run ({p1.stderr.strip()} "
                   f"{p2.stderr.strip()})")
         if not ok:
             continue
-        got = read_losses(log)
-        worst = max((abs(x - y) / abs(x) for x, y in zip(want[10:], got)), default=1.0)
-        check(len(got) == 10 and worst <= 1e-5,
-              f"resume: {first} then {then} processes: epoch 2 as uninterrupted "
-              f"({len(got)} steps, worst {worst:.2e})")
+        got = read_lines(log)
+        check(got == want[10:], f"resume: {first} then {then} processes: epoch 2 bit for bit as "
+                                f"uninterrupted ({len(got)} steps)")
+
+
+def read_lines(path):
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def find_rank(tag, rank):

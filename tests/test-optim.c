@@ -484,6 +484,95 @@ test_schedule_cosine_step_constant(void)
   g_assert_cmpint(qkv_schedule_get_position(constant), ==, 1);
 }
 
+/* ---- gradient accumulation ---------------------------------------------- */
+
+#define AB 7 /* rows */
+#define AI 3 /* inputs */
+#define AO 2 /* outputs */
+
+/* loss = Σ ((x Wᵀ + b)²) / 2 over a batch of rows. With small integer data
+ * every product and partial sum is an integer far below 2^24, exact in f32,
+ * so the gradient of the whole batch and the sum over its parts are equal
+ * exactly, whatever order either is summed in. */
+static void
+test_grad_accumulator(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape ws = QKV_SHAPE(AO, AI), bs = QKV_SHAPE(AO), fs = QKV_SHAPE(4);
+  float *w = qkv_tensor_f32(qkv_param_value(qkv_params_add(params, "w", &ws, &error)));
+  float *b = qkv_tensor_f32(qkv_param_value(qkv_params_add(params, "b", &bs, &error)));
+  QkvParam *frozen = qkv_params_add(params, "frozen", &fs, &error);
+  g_assert_no_error(error);
+  qkv_param_set_frozen(frozen, TRUE);
+  for (gint i = 0; i < AO * AI; i++)
+    w[i] = (float)((i * 5) % 7 - 3);
+  for (gint i = 0; i < AO; i++)
+    b[i] = (float)(i - 1);
+
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape xs = QKV_SHAPE(AB, AI);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &xs, &error);
+  QkvValue *y = qkv_add(qkv_matmul(x, qkv_graph_param(g, params, "w", &error), FALSE, TRUE, &error),
+                        qkv_graph_param(g, params, "b", &error), &error);
+  QkvValue *loss = qkv_scale(qkv_sum(qkv_square(y, &error), NULL, 0, FALSE, &error), 0.5, &error);
+  g_assert_true(qkv_graph_backward(g, loss, &error));
+  g_assert_no_error(error);
+  QkvPlanOptions o = qkv_plan_options_default();
+  o.training = TRUE;
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &o, &error);
+  g_assert_no_error(error);
+
+  float data[AB * AI];
+  for (gint i = 0; i < AB * AI; i++)
+    data[i] = (float)((i * 3) % 5 - 2);
+  g_autoptr(QkvTensor) all = qkv_tensor_new_from_data(QKV_F32, &xs, data);
+  g_assert_true(qkv_plan_bind(plan, "x", all, &error));
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_autoptr(QkvTensor) want_w = qkv_tensor_copy(qkv_param_grad(qkv_params_lookup(params, "w")));
+  g_autoptr(QkvTensor) want_b = qkv_tensor_copy(qkv_param_grad(qkv_params_lookup(params, "b")));
+  g_assert_cmpfloat(qkv_tensor_f32(want_w)[0], !=, 0.0f); /* the check below has teeth */
+
+  g_autoptr(QkvGradAccumulator) acc = qkv_grad_accumulator_new(params, &error);
+  g_assert_no_error(error);
+  /* nothing added: store gives zeros */
+  g_assert_cmpuint(qkv_grad_accumulator_store(acc), ==, 0);
+  for (gint i = 0; i < AO; i++)
+    g_assert_cmpfloat(qkv_tensor_f32(qkv_param_grad(qkv_params_lookup(params, "b")))[i], ==, 0.0f);
+
+  for (gint parts = 1; parts <= AB + 2; parts++) {
+    gint64 covered = 0;
+    guint added = 0;
+    for (gint part = 0; part < parts; part++) {
+      gint64 offset, rows;
+      qkv_split_range(AB, parts, part, &offset, &rows);
+      g_assert_cmpint(offset, ==, covered); /* consecutive, in order */
+      g_assert_cmpint(rows, >=, AB / parts);
+      g_assert_cmpint(rows, <=, AB / parts + 1);
+      covered += rows;
+      if (rows == 0)
+        continue;
+      QkvShape ps = QKV_SHAPE(rows, AI);
+      g_autoptr(QkvTensor) piece = qkv_tensor_new_borrowed(QKV_F32, &ps, data + offset * AI);
+      g_assert_true(qkv_plan_bind(plan, "x", piece, &error));
+      g_assert_true(qkv_plan_run(plan, &error));
+      g_assert_no_error(error);
+      qkv_grad_accumulator_add(acc);
+      added++;
+    }
+    g_assert_cmpint(covered, ==, AB);
+    g_assert_cmpuint(added, ==, MIN(parts, AB));
+    /* between runs the buffers hold the last part's gradient only */
+    if (parts > 1)
+      g_assert_cmpfloat(fabsf(qkv_tensor_f32(qkv_param_grad(qkv_params_lookup(params, "w")))[0] -
+                              qkv_tensor_f32(want_w)[0]),
+                        >, 0.0f);
+    g_assert_cmpuint(qkv_grad_accumulator_store(acc), ==, added);
+    qkv_assert_tensor_close(qkv_param_grad(qkv_params_lookup(params, "w")), want_w, 0.0);
+    qkv_assert_tensor_close(qkv_param_grad(qkv_params_lookup(params, "b")), want_b, 0.0);
+  }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -501,5 +590,6 @@ main(int argc, char **argv)
   g_test_add_func("/optim/step-clipped", test_step_clipped);
   g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
+  g_test_add_func("/optim/grad-accumulator", test_grad_accumulator);
   return g_test_run();
 }

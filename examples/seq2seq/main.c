@@ -73,6 +73,7 @@ static gboolean opt_tie = FALSE;
 static gboolean opt_distributed = FALSE;
 static gint opt_save_every = 0;
 static gchar *opt_step_losses = NULL;
+static gint opt_accumulate = 1;
 
 /* The numeric options are read as text and parsed by parse_numeric_options
  * rather than by GOption, which takes "nan" for a double and knows no ranges:
@@ -100,6 +101,7 @@ enum {
   O_REVERSE_SIZE,
   O_BEAM,
   O_SAVE_EVERY,
+  O_ACCUMULATE,
   N_INT_OPTIONS
 };
 
@@ -117,6 +119,7 @@ static IntOption int_options[N_INT_OPTIONS] = {
     [O_REVERSE_SIZE] = {"reverse-size", &opt_reverse_size, 1, SEQ2SEQ_MAX_EXAMPLES, NULL},
     [O_BEAM] = {"beam", &opt_beam, 1, 64, NULL},
     [O_SAVE_EVERY] = {"save-every", &opt_save_every, 1, 1000000, NULL},
+    [O_ACCUMULATE] = {"accumulate", &opt_accumulate, 1, 1000000, NULL},
 };
 
 typedef struct {
@@ -212,6 +215,10 @@ static GOptionEntry entries[] = {
     {"step-losses", 0, 0, G_OPTION_ARG_FILENAME, &opt_step_losses,
      "Write each training step's loss (the book's metric of its batch) to FILE, one per line",
      "FILE"},
+    {"accumulate", 0, 0, INT_ARG(O_ACCUMULATE),
+     "Run each batch as N micro-batches and sum their gradients before the step (less memory; "
+     "the arithmetic of --distributed over N processes)",
+     "N"},
     {NULL}};
 
 /* More threads than this only adds overhead: --threads 10000 took 53.6 s and
@@ -270,6 +277,7 @@ typedef struct {
   /* one training plan, compiled for the full batch; the last, partial batch
    * of an epoch is bound as is (a plan runs on smaller leading dims) */
   ModelPlan train;
+  QkvGradAccumulator *accumulator; /* --accumulate over 1 */
   Translator translator;
   gint epochs_done;
   gint64 global_step;
@@ -283,11 +291,18 @@ train_plan(Trainer *tr, GError **error)
   if (tr->train.plan == NULL) {
     /* compiled for this process's share of a full batch; smaller shares
      * (the last batch) run on it too */
-    gint first_row, rows;
-    seq2seq_dist_shard(MIN(opt_batch, tr->data.n), &first_row, &rows);
-    if (!model_plan_build(&tr->train, &tr->cfg, tr->params, rows, TRUE, opt_threads, error)) {
+    gint first_row, shard;
+    seq2seq_dist_shard(MIN(opt_batch, tr->data.n), &first_row, &shard);
+    gint64 part_first, rows; /* the first micro-batch is the largest */
+    qkv_split_range(shard, opt_accumulate, 0, &part_first, &rows);
+    if (!model_plan_build(&tr->train, &tr->cfg, tr->params, (gint)rows, TRUE, opt_threads, error)) {
       model_plan_clear(&tr->train);
       return NULL;
+    }
+    if (opt_accumulate > 1 && tr->accumulator == NULL) {
+      tr->accumulator = qkv_grad_accumulator_new(tr->params, error);
+      if (tr->accumulator == NULL)
+        return NULL;
     }
     /* model_plan_build's seed, made this rank's own */
     seq2seq_dist_reseed(tr->train.plan, tr->cfg.seed * 1000003u + (guint64)rows);
@@ -296,6 +311,55 @@ train_plan(Trainer *tr, GError **error)
 }
 
 static gboolean save(Trainer *tr, const gchar *path, GError **error);
+
+/* Host buffers of a full batch; a micro-batch uses their first rows. */
+typedef struct {
+  QkvTensor *src, *src_valid, *dec_in, *labels, *tgt_valid;
+} BatchBuffers;
+
+/* Forward and backward over the examples ex[0..rows): the summed loss to
+ * *loss, the target tokens added to *tokens, the gradients in the store. */
+static gboolean
+train_micro_batch(Trainer *tr, const BatchBuffers *buf, const gint *ex, gint rows,
+                  guint64 plan_step, double *loss, double *tokens, GError **error)
+{
+  ModelPlan *mp = train_plan(tr, error);
+  if (mp == NULL)
+    return FALSE;
+  const gint T = tr->data.num_steps, bos = tr->data.tgt_vocab->bos;
+  gint32 *s = qkv_tensor_i32(buf->src), *sv = qkv_tensor_i32(buf->src_valid);
+  gint32 *d = qkv_tensor_i32(buf->dec_in), *l = qkv_tensor_i32(buf->labels);
+  gint32 *tv = qkv_tensor_i32(buf->tgt_valid);
+  for (gint i = 0; i < rows; i++) {
+    gsize e = (gsize)ex[i];
+    memcpy(s + i * T, tr->data.src + e * T, T * sizeof(gint32));
+    memcpy(l + i * T, tr->data.tgt + e * T, T * sizeof(gint32));
+    sv[i] = tr->data.src_valid[e];
+    /* teacher forcing: <bos> then the target shifted right by one */
+    d[i * T] = bos;
+    memcpy(d + i * T + 1, tr->data.tgt + e * T, (T - 1) * sizeof(gint32));
+    tv[i] = tr->data.tgt_valid[e];
+    *tokens += tr->data.tgt_valid[e];
+  }
+  /* tensors of this micro-batch's size that borrow the full-size buffers */
+  QkvShape cbt = QKV_SHAPE(rows, T), cbs = QKV_SHAPE(rows);
+  g_autoptr(QkvTensor) v_src = qkv_tensor_new_borrowed(QKV_I32, &cbt, s);
+  g_autoptr(QkvTensor) v_valid = qkv_tensor_new_borrowed(QKV_I32, &cbs, sv);
+  g_autoptr(QkvTensor) v_dec = qkv_tensor_new_borrowed(QKV_I32, &cbt, d);
+  g_autoptr(QkvTensor) v_lab = qkv_tensor_new_borrowed(QKV_I32, &cbt, l);
+  g_autoptr(QkvTensor) v_tvalid = qkv_tensor_new_borrowed(QKV_I32, &cbs, tv);
+  if (!qkv_plan_bind(mp->plan, "src", v_src, error) ||
+      !qkv_plan_bind(mp->plan, "src_valid", v_valid, error) ||
+      !qkv_plan_bind(mp->plan, "dec_in", v_dec, error) ||
+      !qkv_plan_bind(mp->plan, "labels", v_lab, error) ||
+      !qkv_plan_bind(mp->plan, "tgt_valid", v_tvalid, error))
+    return FALSE;
+  qkv_plan_set_step(mp->plan, plan_step);
+  if (!qkv_plan_run(mp->plan, error))
+    return FALSE;
+  *loss = qkv_plan_output_scalar(mp->plan, 0);
+  return TRUE;
+}
 
 /* Fisher-Yates with a generator seeded by (seed, epoch), so a resumed run
  * shuffles as the uninterrupted one would. */
@@ -327,7 +391,6 @@ static gboolean
 train(Trainer *tr, gint epochs, GError **error)
 {
   const gint n = tr->data.n, T = tr->data.num_steps;
-  const gint bos = tr->data.tgt_vocab->bos;
   g_autofree gint *order = g_new(gint, n);
   gint batch_max = MIN(opt_batch, n);
   QkvShape bt = QKV_SHAPE(batch_max, T), bs = QKV_SHAPE(batch_max);
@@ -336,6 +399,7 @@ train(Trainer *tr, gint epochs, GError **error)
   g_autoptr(QkvTensor) dec_in = qkv_tensor_new(QKV_I32, &bt);
   g_autoptr(QkvTensor) labels = qkv_tensor_new(QKV_I32, &bt);
   g_autoptr(QkvTensor) tgt_valid = qkv_tensor_new(QKV_I32, &bs);
+  BatchBuffers buffers = {src, src_valid, dec_in, labels, tgt_valid};
   gboolean tty = isatty(fileno(stdout)) && !opt_quiet;
   gint64 start = g_get_monotonic_time();
   gint first_epoch = tr->epochs_done;
@@ -345,50 +409,35 @@ train(Trainer *tr, gint epochs, GError **error)
     double loss_sum = 0, tokens = 0;
     shuffle(order, n, tr->cfg.seed, epoch);
     for (gint first = 0; first < n; first += opt_batch) {
-      /* --distributed: this process's rows of the global batch */
-      gint global_batch = MIN(opt_batch, n - first), shard_first, batch;
-      seq2seq_dist_shard(global_batch, &shard_first, &batch);
-      double step_loss = 0, step_tokens = 0;
-      ModelPlan *mp = batch > 0 ? train_plan(tr, error) : NULL;
-      if (batch > 0 && mp == NULL)
-        return FALSE;
-      /* tensors of this batch's size that borrow the full-size buffers */
-      QkvShape cbt = QKV_SHAPE(MAX(batch, 1), T), cbs = QKV_SHAPE(MAX(batch, 1));
-      g_autoptr(QkvTensor) v_src = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(src));
-      g_autoptr(QkvTensor) v_valid =
-          qkv_tensor_new_borrowed(QKV_I32, &cbs, qkv_tensor_data(src_valid));
-      g_autoptr(QkvTensor) v_dec = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(dec_in));
-      g_autoptr(QkvTensor) v_lab = qkv_tensor_new_borrowed(QKV_I32, &cbt, qkv_tensor_data(labels));
-      g_autoptr(QkvTensor) v_tvalid =
-          qkv_tensor_new_borrowed(QKV_I32, &cbs, qkv_tensor_data(tgt_valid));
-      gint32 *s = qkv_tensor_i32(src), *sv = qkv_tensor_i32(src_valid);
-      gint32 *d = qkv_tensor_i32(dec_in), *l = qkv_tensor_i32(labels);
-      gint32 *tv = qkv_tensor_i32(tgt_valid);
-      for (gint i = 0; i < batch; i++) {
-        gint ex = order[first + shard_first + i];
-        memcpy(s + i * T, tr->data.src + (gsize)ex * T, T * sizeof(gint32));
-        memcpy(l + i * T, tr->data.tgt + (gsize)ex * T, T * sizeof(gint32));
-        sv[i] = tr->data.src_valid[ex];
-        /* teacher forcing: <bos> then the target shifted right by one */
-        d[i * T] = bos;
-        memcpy(d + i * T + 1, tr->data.tgt + (gsize)ex * T, (T - 1) * sizeof(gint32));
-        tv[i] = tr->data.tgt_valid[ex];
-        step_tokens += tr->data.tgt_valid[ex];
+      /* --distributed: this process's rows of the global batch, run as
+       * --accumulate micro-batches. Their losses are summed as floats, as
+       * the all-reduce sums the ranks' losses, so that N micro-batches
+       * compute what N processes compute. */
+      gint global_batch = MIN(opt_batch, n - first), shard_first, shard;
+      seq2seq_dist_shard(global_batch, &shard_first, &shard);
+      float loss_of_parts = 0;
+      double step_tokens = 0;
+      gint parts_run = 0;
+      for (gint part = 0; part < opt_accumulate; part++) {
+        gint64 offset, rows;
+        qkv_split_range(shard, opt_accumulate, part, &offset, &rows);
+        if (rows == 0)
+          continue;
+        double part_loss;
+        guint64 plan_step = (guint64)tr->global_step * (guint64)opt_accumulate + (guint64)part;
+        if (!train_micro_batch(tr, &buffers, order + first + shard_first + offset, (gint)rows,
+                               plan_step, &part_loss, &step_tokens, error))
+          return FALSE;
+        loss_of_parts += (float)part_loss;
+        if (tr->accumulator != NULL)
+          qkv_grad_accumulator_add(tr->accumulator);
+        parts_run++;
       }
-      if (batch > 0) {
-        if (!qkv_plan_bind(mp->plan, "src", v_src, error) ||
-            !qkv_plan_bind(mp->plan, "src_valid", v_valid, error) ||
-            !qkv_plan_bind(mp->plan, "dec_in", v_dec, error) ||
-            !qkv_plan_bind(mp->plan, "labels", v_lab, error) ||
-            !qkv_plan_bind(mp->plan, "tgt_valid", v_tvalid, error))
-          return FALSE;
-        qkv_plan_set_step(mp->plan, (guint64)tr->global_step);
-        if (!qkv_plan_run(mp->plan, error))
-          return FALSE;
-        step_loss = qkv_plan_output_scalar(mp->plan, 0);
-      } else {
+      if (tr->accumulator != NULL)
+        qkv_grad_accumulator_store(tr->accumulator); /* zeros when no part had rows */
+      else if (parts_run == 0)
         qkv_params_zero_grad(tr->params); /* a short last batch left this rank no rows */
-      }
+      double step_loss = loss_of_parts;
       if (!seq2seq_dist_reduce(tr->params, &step_loss, &step_tokens, error))
         return FALSE;
       double loss = step_loss;
@@ -675,6 +724,13 @@ check_options(gboolean *reverse_out, ModelKind *kind_out, GError **error)
                 opt_reverse_size, opt_steps, SEQ2SEQ_MAX_IDS);
     return FALSE;
   }
+  if (opt_accumulate > opt_batch) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--accumulate %d splits each batch into %d micro-batches; a batch of %d rows "
+                "cannot fill them (give a smaller --accumulate or a larger --batch-size)",
+                opt_accumulate, opt_accumulate, opt_batch);
+    return FALSE;
+  }
   if (opt_save_every > 0 && opt_save == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--save-every saves to the file --save names; give --save too");
@@ -846,6 +902,7 @@ run(gboolean reverse, ModelKind kind, GError **error)
 out:
   translator_clear(&tr.translator);
   model_plan_clear(&tr.train);
+  qkv_grad_accumulator_free(tr.accumulator);
   qkv_optimizer_free(tr.optimizer);
   qkv_params_free(tr.params);
   seq2seq_data_clear(&tr.data);

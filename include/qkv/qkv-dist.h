@@ -110,7 +110,9 @@ void qkv_dist_set_bucket_bytes(QkvDist *dist, gsize bytes);
  * are this rank's. Consecutive ranks get consecutive blocks; the first n %
  * world ranks get one row more. When n < world size, some ranks get none
  * (a last, short batch): they must still take part in the all-reduce, with
- * zero gradients. */
+ * zero gradients. This is qkv_split_range(n, world, rank) (qkv-optim.h): one
+ * process accumulating the same parts (QkvGradAccumulator) computes what the
+ * ranks compute. */
 void qkv_dist_shard(const QkvDist *dist, gint64 n, gint64 *offset, gint64 *count);
 /* QKV_DIST_ERROR_MISMATCH unless every rank can get at least one row of a
  * global batch of batch_size rows. */

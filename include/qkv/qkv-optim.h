@@ -135,6 +135,46 @@ gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind)
 double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
                           double max_norm);
 
+/* Gradient accumulation (micro-batches).
+ *
+ * A plan run overwrites the gradient buffers. To take one optimizer step over
+ * a batch run in parts, add each part's gradients to an accumulator after
+ * its run, then store the sum back into the gradient buffers:
+ *
+ *   for (part = 0; part < parts; part++) {
+ *     qkv_split_range(batch, parts, part, &offset, &rows);
+ *     ... bind rows [offset, offset + rows), qkv_plan_run() ...
+ *     qkv_grad_accumulator_add(acc);
+ *   }
+ *   qkv_grad_accumulator_store(acc);  then clip and qkv_optimizer_step()
+ *
+ * For a loss summed over examples (reduction "sum") the stored gradient is the
+ * whole batch's. With the parts split as qkv_dist_shard() splits a batch over
+ * ranks, the arithmetic is that of data-parallel training: two parts give bit
+ * for bit the gradients that qkv_dist_allreduce_grads() (QKV_DIST_SUM) gives
+ * two ranks, since a sum of two floats does not depend on their order. */
+typedef struct _QkvGradAccumulator QkvGradAccumulator;
+
+/* An accumulator for the non-frozen params of the store as it is now; its
+ * buffers are allocated here (QKV_ERROR_MEMORY naming the bytes if they
+ * cannot be had), so adding and storing allocate nothing. */
+QkvGradAccumulator *qkv_grad_accumulator_new(QkvParams *params, GError **error);
+void qkv_grad_accumulator_free(QkvGradAccumulator *acc);
+/* Add the current gradient buffers to the sum (the first add after creation
+ * or a store copies them). */
+void qkv_grad_accumulator_add(QkvGradAccumulator *acc);
+/* Write the sum into the gradient buffers (zeros if nothing was added) and
+ * start a new sum. Returns the number of adds the sum held. */
+guint qkv_grad_accumulator_store(QkvGradAccumulator *acc);
+
+/* Part index of n items split into parts as evenly as possible, the first
+ * n % parts parts one larger: its first item in *offset and its size in
+ * *count (0 when parts > n leaves it empty). qkv_dist_shard() splits a batch
+ * over ranks this way. */
+void qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint64 *count);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvGradAccumulator, qkv_grad_accumulator_free)
+
 /* Learning-rate schedules.
  *
  * qkv_schedule_lr_at(s, step) is the lr for the step-th update, counted from
