@@ -219,13 +219,15 @@ qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, do
  * (may be NULL) and the sum. mean over T divides by the bound T when a plan
  * runs on shorter sequences than compiled. */
 static QkvValue *
-seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, QkvValue **per_seq, GError **error)
+seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, double label_smoothing,
+             QkvValue **per_seq, GError **error)
 {
   QkvGraph *graph = qkv_value_graph(logits);
   QkvGraphMark mark;
   qkv_graph_mark(graph, &mark);
   const gint time_axis = -1;
-  QkvValue *ce = qkv_cross_entropy(logits, labels, mask, QKV_REDUCTION_NONE, error);
+  QkvValue *ce =
+      qkv_cross_entropy_smoothed(logits, labels, mask, QKV_REDUCTION_NONE, label_smoothing, error);
   QkvValue *seq = qkv_mean(ce, &time_axis, 1, FALSE, error);
   QkvValue *loss = qkv_sum(seq, NULL, 0, FALSE, error);
   if (loss == NULL) {
@@ -238,16 +240,30 @@ seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, QkvValue **per_
 }
 
 QkvValue *
-qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, GError **error)
+qkv_build_seq2seq_loss_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *mask,
+                                double label_smoothing, GError **error)
 {
   if (logits == NULL || labels == NULL || mask == NULL)
     return NULL;
-  return seq2seq_loss(logits, labels, mask, NULL, error);
+  return seq2seq_loss(logits, labels, mask, label_smoothing, NULL, error);
+}
+
+QkvValue *
+qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, GError **error)
+{
+  return qkv_build_seq2seq_loss_smoothed(logits, labels, mask, 0.0, error);
 }
 
 QkvValue *
 qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
                             QkvValue **per_seq, GError **error)
+{
+  return qkv_build_seq2seq_loss_lens_smoothed(logits, labels, valid_lens, 0.0, per_seq, error);
+}
+
+QkvValue *
+qkv_build_seq2seq_loss_lens_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
+                                     double label_smoothing, QkvValue **per_seq, GError **error)
 {
   if (logits == NULL || labels == NULL || valid_lens == NULL)
     return NULL;
@@ -255,7 +271,8 @@ qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_
   QkvGraphMark mark;
   qkv_graph_mark(graph, &mark);
   QkvValue *mask = qkv_sequence_mask_like(valid_lens, labels, error);
-  QkvValue *loss = mask ? seq2seq_loss(logits, labels, mask, per_seq, error) : NULL;
+  QkvValue *loss =
+      mask ? seq2seq_loss(logits, labels, mask, label_smoothing, per_seq, error) : NULL;
   if (loss == NULL)
     qkv_graph_rollback(graph, &mark); /* the mask */
   return loss;

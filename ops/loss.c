@@ -1,5 +1,9 @@
 /* loss.c: "cross_entropy" (with its fused backward) and "mse".
  *
+ * cross_entropy takes label smoothing ε as PyTorch's label_smoothing= does:
+ * the target distribution is (1 − ε) onehot(target) + ε / C, so a token's
+ * loss is (1 − ε)(−log p_target) + ε mean_j(−log p_j).
+ *
  * Both take a reduction attribute: "none" keeps one loss per token (per
  * element for mse), "sum" adds them up, "mean" divides that sum by the number
  * of tokens (elements). For cross_entropy the optional weight multiplies each
@@ -16,6 +20,17 @@ static const QkvAttrSpec reduction_attrs[] = {
      .type = QKV_ATTR_STRING,
      .default_string = "mean",
      .doc = "\"none\", \"sum\" or \"mean\""},
+};
+
+static const QkvAttrSpec ce_attrs[] = {
+    {.name = "reduction",
+     .type = QKV_ATTR_STRING,
+     .default_string = "mean",
+     .doc = "\"none\", \"sum\" or \"mean\""},
+    {.name = "label_smoothing",
+     .type = QKV_ATTR_FLOAT,
+     .default_float = 0.0,
+     .doc = "ε in [0, 1]: the target is (1 − ε) onehot + ε / C"},
 };
 
 static const gchar *
@@ -66,6 +81,27 @@ reduction_attrs_variant(QkvReduction reduction)
   return g_variant_builder_end(&attrs);
 }
 
+static GVariant *
+ce_attrs_variant(QkvReduction reduction, double label_smoothing)
+{
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "reduction",
+                        g_variant_new_string(reduction_name(reduction)));
+  g_variant_builder_add(&attrs, "{sv}", "label_smoothing", g_variant_new_double(label_smoothing));
+  return g_variant_builder_end(&attrs);
+}
+
+static gboolean
+check_label_smoothing(QkvShapeCtx *ctx, GError **error)
+{
+  double eps = qkv_attrs_get_float(ctx->attrs, "label_smoothing");
+  if (eps >= 0.0 && eps <= 1.0)
+    return TRUE;
+  return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
+                         "label_smoothing must be in [0, 1], got %g", eps);
+}
+
 /* ---- cross_entropy ------------------------------------------------------ */
 
 static const gchar *const ce_input_names[] = {"logits", "targets", "weight", NULL};
@@ -108,7 +144,8 @@ static gboolean
 ce_shape(QkvShapeCtx *ctx, GError **error)
 {
   QkvReduction reduction = QKV_REDUCTION_MEAN;
-  if (!check_ce_inputs(ctx, 0, error) || !check_reduction(ctx, &reduction, error))
+  if (!check_ce_inputs(ctx, 0, error) || !check_reduction(ctx, &reduction, error) ||
+      !check_label_smoothing(ctx, error))
     return FALSE;
   ctx->out_shapes[0] = reduction == QKV_REDUCTION_NONE ? ctx->in_shapes[1] : qkv_shape_scalar();
   return TRUE;
@@ -125,9 +162,11 @@ ce_scratch_size(const QkvShapeCtx *ctx, gint n_threads)
   return (gsize)(MAX(n_threads, 1) * c + tokens) * sizeof(float);
 }
 
-/* −log softmax(x)[target] over one row of c logits, using buf (c floats). */
+/* −log softmax(x)[target] over one row of c logits, using buf (c floats),
+ * smoothed by eps: lse − (1 − ε) x_target − ε mean_j x_j, all relative to the
+ * row's max. */
 static float
-ce_row(const float *x, gint64 c, gint64 target, float *buf)
+ce_row(const float *x, gint64 c, gint64 target, float eps, float *buf)
 {
   if (target < 0 || target >= c)
     return 0.0f;
@@ -140,7 +179,12 @@ ce_row(const float *x, gint64 c, gint64 target, float *buf)
   float sum = 0.0f;
   for (gint64 j = 0; j < c; j++)
     sum += buf[j];
-  return logf(sum) - (x[target] - m);
+  if (eps == 0.0f)
+    return logf(sum) - (x[target] - m);
+  float shifted = 0.0f;
+  for (gint64 j = 0; j < c; j++)
+    shifted += x[j] - m;
+  return logf(sum) - (1.0f - eps) * (x[target] - m) - eps * (shifted / (float)c);
 }
 
 typedef struct {
@@ -148,6 +192,7 @@ typedef struct {
   const gint32 *targets;
   float *bufs, *losses;
   gint64 c;
+  float eps;
 } CeJob;
 
 static void
@@ -155,7 +200,7 @@ ce_forward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
 {
   const CeJob *j = user_data;
   for (gint64 i = begin; i < end; i++) {
-    float loss = ce_row(j->logits + i * j->c, j->c, j->targets[i], j->bufs + thread * j->c);
+    float loss = ce_row(j->logits + i * j->c, j->c, j->targets[i], j->eps, j->bufs + thread * j->c);
     j->losses[i] = j->weight != NULL ? loss * j->weight[i] : loss;
   }
 }
@@ -180,7 +225,13 @@ ce_forward(const QkvKernelCtx *ctx)
   float *bufs = ctx->scratch;
   float *losses = reduction == QKV_REDUCTION_NONE ? out : bufs + n_threads * c;
 
-  CeJob job = {logits, weight, targets, bufs, losses, c};
+  CeJob job = {logits,
+               weight,
+               targets,
+               bufs,
+               losses,
+               c,
+               (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing")};
   /* about ten units of work per logit: max, subtract, exp, sum */
   qkv_parallel_for(qkv_work_threads(n_threads, 10 * tokens * c), tokens, ce_forward_rows, &job);
 
@@ -201,9 +252,9 @@ ce_grad(QkvGradCtx *g, GError **error)
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
   reduction_parse(g->attrs, &reduction);
-  g->in_grads[0] =
-      qkv_cross_entropy_backward(g->out_grads[0], g->inputs[0], g->inputs[1],
-                                 g->n_inputs > 2 ? g->inputs[2] : NULL, reduction, error);
+  g->in_grads[0] = qkv_cross_entropy_backward_smoothed(
+      g->out_grads[0], g->inputs[0], g->inputs[1], g->n_inputs > 2 ? g->inputs[2] : NULL, reduction,
+      qkv_attrs_get_float(g->attrs, "label_smoothing"), error);
   return g->in_grads[0] != NULL;
 }
 
@@ -211,7 +262,8 @@ static gboolean
 ce_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   QkvReduction reduction = QKV_REDUCTION_MEAN;
-  if (!check_ce_inputs(ctx, 1, error) || !check_reduction(ctx, &reduction, error))
+  if (!check_ce_inputs(ctx, 1, error) || !check_reduction(ctx, &reduction, error) ||
+      !check_label_smoothing(ctx, error))
     return FALSE;
   const QkvShape *dloss = &ctx->in_shapes[0];
   if (ctx->in_dtypes[0] != QKV_F32)
@@ -226,8 +278,8 @@ ce_backward_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-/* dlogits = (softmax(logits) − onehot(target)) · weight · dloss, and / N for
- * "mean"; a row whose target is out of range gets zeros. */
+/* dlogits = (softmax(logits) − (1 − ε) onehot(target) − ε / C) · weight ·
+ * dloss, and / N for "mean"; a row whose target is out of range gets zeros. */
 typedef struct {
   const float *dloss, *logits;
   const gint32 *targets;
@@ -235,7 +287,7 @@ typedef struct {
   float *dx;
   gint64 c;
   QkvReduction reduction;
-  float mean_scale;
+  float mean_scale, eps;
 } CeBackwardJob;
 
 static void
@@ -264,9 +316,16 @@ ce_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
     for (gint64 k = 0; k < c; k++)
       sum += d[k];
     float f = scale / sum;
-    for (gint64 k = 0; k < c; k++)
-      d[k] *= f;
-    d[target] -= scale;
+    if (j->eps == 0.0f) {
+      for (gint64 k = 0; k < c; k++)
+        d[k] *= f;
+      d[target] -= scale;
+    } else {
+      float uniform = scale * (j->eps / (float)c);
+      for (gint64 k = 0; k < c; k++)
+        d[k] = d[k] * f - uniform;
+      d[target] -= (1.0f - j->eps) * scale;
+    }
   }
 }
 
@@ -284,7 +343,10 @@ ce_backward_forward(const QkvKernelCtx *ctx)
   reduction_parse(ctx->attrs, &reduction);
   float mean_scale = reduction == QKV_REDUCTION_MEAN && tokens > 0 ? 1.0f / (float)tokens : 1.0f;
 
-  CeBackwardJob job = {dloss, logits, targets, weight, dx, c, reduction, mean_scale};
+  CeBackwardJob job = {
+      dloss,     logits,     targets,
+      weight,    dx,         c,
+      reduction, mean_scale, (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing")};
   qkv_parallel_for(qkv_kernel_threads(ctx, 10 * tokens * c), tokens, ce_backward_rows, &job);
 }
 
@@ -377,15 +439,17 @@ mse_grad(QkvGradCtx *g, GError **error)
 static const QkvOpDef cross_entropy_def = {
     QKV_OP_DEF_INIT,
     .name = "cross_entropy",
-    .doc = "−log softmax(logits)[target] per token, times the optional weight, reduced by "
-           "\"none\", \"sum\" or \"mean\" (sum / number of tokens); a target outside [0, C) adds "
-           "0 and gets no gradient",
+    .doc =
+        "−log softmax(logits)[target] per token (label_smoothing ε: (1 − ε) of that plus ε "
+        "times the mean of −log softmax over the classes), times the optional weight, reduced by "
+        "\"none\", \"sum\" or \"mean\" (sum / number of tokens); a target outside [0, C) adds "
+        "0 and gets no gradient",
     .min_inputs = 2,
     .max_inputs = 3,
     .input_names = ce_input_names,
     .output_names = ce_output_names,
-    .attrs = reduction_attrs,
-    .n_attrs = G_N_ELEMENTS(reduction_attrs),
+    .attrs = ce_attrs,
+    .n_attrs = G_N_ELEMENTS(ce_attrs),
     .no_grad_inputs = (1 << 1) | (1 << 2),
     .shape = ce_shape,
     .forward = ce_forward,
@@ -396,14 +460,15 @@ static const QkvOpDef cross_entropy_def = {
 static const QkvOpDef cross_entropy_backward_def = {
     QKV_OP_DEF_INIT,
     .name = "cross_entropy_backward",
-    .doc = "d loss / d logits of cross_entropy: (softmax − onehot) · weight · dloss, / N for "
+    .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight · "
+           "dloss, / N for "
            "\"mean\"",
     .min_inputs = 3,
     .max_inputs = 4,
     .input_names = ce_backward_input_names,
     .output_names = ce_backward_output_names,
-    .attrs = reduction_attrs,
-    .n_attrs = G_N_ELEMENTS(reduction_attrs),
+    .attrs = ce_attrs,
+    .n_attrs = G_N_ELEMENTS(ce_attrs),
     .no_grad_inputs = (1 << 2) | (1 << 3),
     .shape = ce_backward_shape,
     .forward = ce_backward_forward,
@@ -436,25 +501,40 @@ qkv_register_ops_loss(void)
 /* ---- typed functions ---------------------------------------------------- */
 
 QkvValue *
-qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight, QkvReduction reduction,
-                  GError **error)
+qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                           QkvReduction reduction, double label_smoothing, GError **error)
 {
   QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {logits, targets, weight};
   return qkv_op_call("cross_entropy", inputs, weight != NULL ? 3 : 2,
-                     reduction_attrs_variant(reduction), error);
+                     ce_attrs_variant(reduction, label_smoothing), error);
+}
+
+QkvValue *
+qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight, QkvReduction reduction,
+                  GError **error)
+{
+  return qkv_cross_entropy_smoothed(logits, targets, weight, reduction, 0.0, error);
+}
+
+QkvValue *
+qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                    QkvValue *weight, QkvReduction reduction,
+                                    double label_smoothing, GError **error)
+{
+  QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
+  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
+  QkvValue *inputs[] = {dloss, logits, targets, weight};
+  return qkv_op_call("cross_entropy_backward", inputs, weight != NULL ? 4 : 3,
+                     ce_attrs_variant(reduction, label_smoothing), error);
 }
 
 QkvValue *
 qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets, QkvValue *weight,
                            QkvReduction reduction, GError **error)
 {
-  QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
-  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
-  QkvValue *inputs[] = {dloss, logits, targets, weight};
-  return qkv_op_call("cross_entropy_backward", inputs, weight != NULL ? 4 : 3,
-                     reduction_attrs_variant(reduction), error);
+  return qkv_cross_entropy_backward_smoothed(dloss, logits, targets, weight, reduction, 0.0, error);
 }
 
 QkvValue *

@@ -297,6 +297,14 @@ QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *m
  * a plan is bound with, so the loss follows shorter sequences. */
 QkvValue *qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
                                       QkvValue **per_seq, GError **error);
+/* qkv_build_seq2seq_loss and _lens with label smoothing ε in [0, 1] in the
+ * cross-entropy (qkv_cross_entropy_smoothed, "Attention is all you need"
+ * trains with ε = 0.1). ε = 0 gives the unsmoothed loss. */
+QkvValue *qkv_build_seq2seq_loss_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *mask,
+                                          double label_smoothing, GError **error);
+QkvValue *qkv_build_seq2seq_loss_lens_smoothed(QkvValue *logits, QkvValue *labels,
+                                               QkvValue *valid_lens, double label_smoothing,
+                                               QkvValue **per_seq, GError **error);
 
 /* Attention pooling with learned queries and scaled dot-product scores:
  * num_queries query vectors

@@ -76,6 +76,13 @@ typedef enum {
  * (shape of targets); "mean" divides the weighted sum by the number of tokens. */
 QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                             QkvReduction reduction, GError **error);
+/* The same with label smoothing ε in [0, 1] (attribute "label_smoothing"), as
+ * PyTorch's label_smoothing=: each token's target distribution is
+ * (1 − ε) onehot(target) + ε / C, so its loss is (1 − ε)(−log p_target) +
+ * ε mean_j(−log p_j). ε = 0 is qkv_cross_entropy. */
+QkvValue *qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                                     QkvReduction reduction, double label_smoothing,
+                                     GError **error);
 /* "mse" {reduction: s}: (pred - target)², reduced. */
 QkvValue *qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error);
 
@@ -97,6 +104,11 @@ QkvValue *qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddi
 /* "cross_entropy_backward" {reduction: s}: d loss / d logits. */
 QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
                                      QkvValue *weight, QkvReduction reduction, GError **error);
+/* The same {reduction: s, label_smoothing: d}: (softmax − (1 − ε) onehot − ε / C)
+ * · weight · dloss. */
+QkvValue *qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                              QkvValue *weight, QkvReduction reduction,
+                                              double label_smoothing, GError **error);
 /* "slice_backward" {shape: ax, axis: i, start: x}: place dy into zeros of the
  * input's shape at start along axis. Only the size along axis is fixed: on the
  * other axes the output takes dy's size, which may be smaller than
