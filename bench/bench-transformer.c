@@ -387,7 +387,7 @@ run(const BenchConfig *cfg, double start_s, GError **error)
       bytes_per_step = after.bytes_reduced - before.bytes_reduced;
       t_reduced = now_s();
     }
-    ok = qkv_optimizer_step_clipped(opt, 1.0, NULL, error);
+    ok = qkv_optimizer_step_clipped(opt, 1.0, QKV_CLIP_TORCH, NULL, error);
     double dt = now_s() - t0;
     losses[i] = (double)loss_sum / (double)tokens; /* the book's metric */
     last_token_ce = (double)loss_sum * T / (double)tokens;

@@ -495,11 +495,13 @@ qkv_optimizer_step(QkvOptimizer *opt, GError **error)
   return optimizer_update(opt, active, 1.0f, error);
 }
 
-/* The clipping factor of torch.nn.utils.clip_grad_norm_, or 1 when the norm
- * is within max_norm. */
+/* The clipping factor of torch.nn.utils.clip_grad_norm_ or of d2l's
+ * grad_clipping, or 1 when the norm is within max_norm. */
 static float
-clip_coefficient(double norm, double max_norm)
+clip_coefficient(double norm, double max_norm, QkvClipRule rule)
 {
+  if (rule == QKV_CLIP_D2L)
+    return norm > max_norm || isnan(norm) ? (float)(max_norm / norm) : 1.0f;
   double coef = max_norm / (norm + 1e-6);
   return coef < 1 || isnan(coef) ? (float)coef : 1.0f;
 }
@@ -507,14 +509,15 @@ clip_coefficient(double norm, double max_norm)
 static double grads_sum_of_squares(GPtrArray *params);
 
 gboolean
-qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, double *norm, GError **error)
+qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule, double *norm,
+                           GError **error)
 {
   g_return_val_if_fail(opt != NULL, FALSE);
   g_autoptr(GPtrArray) active = active_params(opt);
   double total = sqrt(grads_sum_of_squares(active));
   if (norm != NULL)
     *norm = total;
-  return optimizer_update(opt, active, clip_coefficient(total, max_norm), error);
+  return optimizer_update(opt, active, clip_coefficient(total, max_norm, rule), error);
 }
 
 void
@@ -533,10 +536,10 @@ optimizer_filter(QkvParam *param, gpointer user_data)
 }
 
 double
-qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm)
+qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm, QkvClipRule rule)
 {
   g_return_val_if_fail(opt != NULL, NAN);
-  return qkv_clip_grad_norm(opt->params, optimizer_filter, opt, max_norm);
+  return qkv_clip_grad_norm(opt->params, optimizer_filter, opt, max_norm, rule);
 }
 
 /* Elements per partial sum. The partial sums are added in a fixed order, so
@@ -602,12 +605,13 @@ filtered_params(QkvParams *params, QkvParamFilter filter, gpointer user_data)
 }
 
 double
-qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data, double max_norm)
+qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data, double max_norm,
+                   QkvClipRule rule)
 {
   g_return_val_if_fail(params != NULL, NAN);
   g_autoptr(GPtrArray) selected = filtered_params(params, filter, user_data);
   double norm = sqrt(grads_sum_of_squares(selected));
-  const float c = clip_coefficient(norm, max_norm);
+  const float c = clip_coefficient(norm, max_norm, rule);
   if (c == 1.0f)
     return norm;
   for (guint i = 0; i < selected->len; i++) {

@@ -409,7 +409,7 @@ trainer_step(Trainer *t)
   g_assert_true(qkv_tensor_copy_from(t->x, x, NULL));
   g_assert_true(qkv_tensor_copy_from(t->y, y, NULL));
   g_assert_true(qkv_plan_run(t->plan, &error));
-  double norm = qkv_optimizer_clip_grad_norm(t->opt, 0.5);
+  double norm = qkv_optimizer_clip_grad_norm(t->opt, 0.5, QKV_CLIP_TORCH);
   t->clipped += norm > 0.5;
   g_assert_true(qkv_optimizer_step(t->opt, &error));
   g_assert_no_error(error);

@@ -221,7 +221,7 @@ test_transformer_learns_reverse(void)
     last = qkv_plan_output_scalar(plan, 0);
     if (step == 0)
       first = last;
-    qkv_optimizer_clip_grad_norm(opt, 1.0);
+    qkv_optimizer_clip_grad_norm(opt, 1.0, QKV_CLIP_TORCH);
     g_assert_true(qkv_optimizer_step(opt, &error));
   }
   g_test_message("reverse: training loss %.4f -> %.4f", first, last);

@@ -324,8 +324,9 @@ test_state_of_wrong_shape(void)
  * over tensors large enough to run in parallel chunks, and leaves the
  * gradients unclipped. */
 static void
-test_step_clipped(void)
+test_step_clipped(gconstpointer data)
 {
+  const QkvClipRule rule = GPOINTER_TO_INT(data);
   const QkvOptimizerKind kinds[] = {QKV_OPTIMIZER_ADAM, QKV_OPTIMIZER_ADAMW, QKV_OPTIMIZER_SGD};
   QkvShape big = QKV_SHAPE(300, 401), small = QKV_SHAPE(7);
   for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
@@ -357,10 +358,10 @@ test_step_clipped(void)
         }
       /* max_norm 1 clips (the norm is in the hundreds) except on step 2 */
       double max_norm = step == 2 ? 1e6 : 1.0;
-      double norm1 = qkv_optimizer_clip_grad_norm(separate, max_norm), norm2 = 0;
+      double norm1 = qkv_optimizer_clip_grad_norm(separate, max_norm, rule), norm2 = 0;
       g_assert_true(qkv_optimizer_step(separate, &error));
       g_autoptr(QkvTensor) grad_before = qkv_tensor_copy(qkv_param_grad(qkv_params_nth(two, 0)));
-      g_assert_true(qkv_optimizer_step_clipped(fused, max_norm, &norm2, &error));
+      g_assert_true(qkv_optimizer_step_clipped(fused, max_norm, rule, &norm2, &error));
       g_assert_no_error(error);
       g_assert_cmpfloat(norm1, ==, norm2);
       qkv_assert_values(qkv_param_grad(qkv_params_nth(two, 0)), qkv_tensor_f32(grad_before),
@@ -375,6 +376,54 @@ test_step_clipped(void)
       }
     }
   }
+}
+
+/* d2l's grad_clipping: θ / ‖g‖ exactly, only when ‖g‖ > θ. With ‖g‖ = 13
+ * and θ = 6.5 the factor is exactly 0.5 (PyTorch's rule gives 6.5 / (13 +
+ * 1e-6), a little less); at θ = 13 the book's rule leaves the gradients as
+ * they are while PyTorch's scales them by 13 / (13 + 1e-6). */
+static void
+test_clip_grad_norm_d2l(void)
+{
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s2 = QKV_SHAPE(2), s1 = QKV_SHAPE(1);
+  QkvParam *a = qkv_params_add(params, "a", &s2, NULL);
+  QkvParam *b = qkv_params_add(params, "b", &s1, NULL);
+  float ga[] = {3, 4}, gb[] = {12};
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_grad(b)), gb, sizeof gb);
+
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, 13.0, QKV_CLIP_D2L), ==, 13.0);
+  qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+  qkv_assert_values(qkv_param_grad(b), gb, 1, 0);
+
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, 6.5, QKV_CLIP_D2L), ==, 13.0);
+  float half_a[] = {1.5f, 2.0f}, half_b[] = {6.0f};
+  qkv_assert_values(qkv_param_grad(a), half_a, 2, 0);
+  qkv_assert_values(qkv_param_grad(b), half_b, 1, 0);
+
+  /* PyTorch's rule at θ = 13 scales: the two rules differ there. */
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_grad(b)), gb, sizeof gb);
+  qkv_clip_grad_norm(params, NULL, NULL, 13.0, QKV_CLIP_TORCH);
+  g_assert_cmpfloat(qkv_tensor_f32(qkv_param_grad(b))[0], <, 12.0f);
+
+  /* the optimizer's clipped step takes the rule too: SGD lr 1 without
+   * momentum moves p by exactly the clipped gradient */
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_grad(b)), gb, sizeof gb);
+  qkv_tensor_fill(qkv_param_value(a), 0.0);
+  qkv_tensor_fill(qkv_param_value(b), 0.0);
+  QkvOptimConfig c = qkv_optim_config_sgd(1.0);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, &error);
+  double norm = 0;
+  g_assert_true(qkv_optimizer_step_clipped(opt, 6.5, QKV_CLIP_D2L, &norm, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat(norm, ==, 13.0);
+  float step_a[] = {-1.5f, -2.0f}, step_b[] = {-6.0f};
+  qkv_assert_values(qkv_param_value(a), step_a, 2, 0);
+  qkv_assert_values(qkv_param_value(b), step_b, 1, 0);
 }
 
 static void
@@ -392,12 +441,13 @@ test_clip_grad_norm(void)
   memcpy(qkv_tensor_f32(qkv_param_grad(frozen)), gf, sizeof gf);
 
   /* a large max_norm: the norm (sqrt(9 + 16 + 144) = 13), nothing scaled */
-  g_assert_cmpfloat_with_epsilon(qkv_clip_grad_norm(params, NULL, NULL, 100.0), 13.0, 1e-12);
+  g_assert_cmpfloat_with_epsilon(qkv_clip_grad_norm(params, NULL, NULL, 100.0, QKV_CLIP_TORCH),
+                                 13.0, 1e-12);
   qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
   qkv_assert_values(qkv_param_grad(b), gb, 1, 0);
 
   /* max_norm 6.5: coefficient 6.5 / (13 + 1e-6) */
-  double norm = qkv_clip_grad_norm(params, NULL, NULL, 6.5);
+  double norm = qkv_clip_grad_norm(params, NULL, NULL, 6.5, QKV_CLIP_TORCH);
   g_assert_cmpfloat_with_epsilon(norm, 13.0, 1e-12);
   float coef = (float)(6.5 / (13.0 + 1e-6));
   float want_a[] = {3 * coef, 4 * coef}, want_b[] = {12 * coef};
@@ -405,7 +455,8 @@ test_clip_grad_norm(void)
   qkv_assert_values(qkv_param_grad(b), want_b, 1, 1e-7);
   qkv_assert_values(qkv_param_grad(frozen), gf, 3, 0);
   /* the clipped norm is max_norm (up to the 1e-6) */
-  g_assert_cmpfloat_with_epsilon(qkv_clip_grad_norm(params, NULL, NULL, 1e9), 6.5, 1e-5);
+  g_assert_cmpfloat_with_epsilon(qkv_clip_grad_norm(params, NULL, NULL, 1e9, QKV_CLIP_TORCH), 6.5,
+                                 1e-5);
 
   /* the optimizer's selection */
   memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
@@ -414,7 +465,8 @@ test_clip_grad_norm(void)
   g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, NULL);
   const gchar *names[] = {"a", NULL};
   g_assert_true(qkv_optimizer_select_names(opt, names, NULL));
-  g_assert_cmpfloat_with_epsilon(qkv_optimizer_clip_grad_norm(opt, 1.0), 5.0, 1e-12);
+  g_assert_cmpfloat_with_epsilon(qkv_optimizer_clip_grad_norm(opt, 1.0, QKV_CLIP_TORCH), 5.0,
+                                 1e-12);
   float c5 = (float)(1.0 / (5.0 + 1e-6));
   float want_a5[] = {3 * c5, 4 * c5};
   qkv_assert_values(qkv_param_grad(a), want_a5, 2, 1e-7);
@@ -587,7 +639,10 @@ main(int argc, char **argv)
   g_test_add_func("/optim/lr-changes-between-steps", test_lr_changes_between_steps);
   g_test_add_func("/optim/state-of-wrong-shape", test_state_of_wrong_shape);
   g_test_add_func("/optim/clip-grad-norm", test_clip_grad_norm);
-  g_test_add_func("/optim/step-clipped", test_step_clipped);
+  g_test_add_func("/optim/clip-grad-norm-d2l", test_clip_grad_norm_d2l);
+  g_test_add_data_func("/optim/step-clipped/torch", GINT_TO_POINTER(QKV_CLIP_TORCH),
+                       test_step_clipped);
+  g_test_add_data_func("/optim/step-clipped/d2l", GINT_TO_POINTER(QKV_CLIP_D2L), test_step_clipped);
   g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
   g_test_add_func("/optim/grad-accumulator", test_grad_accumulator);

@@ -221,7 +221,7 @@ test_trains_like_pytorch(void)
     gint tokens = fill_batch(&rng, &b);
     g_assert_true(qkv_plan_run(plan, &error));
     qkv_loss[i] = (double)qkv_plan_output_scalar(plan, 0) / tokens; /* the book's metric */
-    qkv_optimizer_clip_grad_norm(opt, 1.0);
+    qkv_optimizer_clip_grad_norm(opt, 1.0, QKV_CLIP_TORCH);
     g_assert_true(qkv_optimizer_step(opt, &error));
 
     double rel = fabs(qkv_loss[i] - torch_loss[i]) / fabs(torch_loss[i]);

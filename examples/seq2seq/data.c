@@ -380,49 +380,52 @@ seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_step
   return valid;
 }
 
-/* n tokens joined by spaces */
-static gchar *
-ngram(gchar **tokens, gint n)
+gboolean
+seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_out,
+                        GPtrArray **tgt_out, GError **error)
 {
-  GString *s = g_string_new(NULL);
-  for (gint j = 0; j < n; j++)
-    g_string_append_printf(s, "%s%s", j ? " " : "", tokens[j]);
-  return g_string_free(s, FALSE);
-}
-
-double
-bleu(const gchar *pred, const gchar *label, gint k)
-{
-  g_auto(GStrv) p = g_strsplit(pred, " ", -1);
-  g_auto(GStrv) l = g_strsplit(label, " ", -1);
-  gint len_pred = (gint)g_strv_length(p), len_label = (gint)g_strv_length(l);
-  if (len_pred == 0)
-    return 0.0;
-  double score = exp(MIN(0.0, 1.0 - (double)len_label / len_pred));
-  for (gint n = 1; n <= k; n++) {
-    GHashTable *subs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-    for (gint i = 0; i + n <= len_label; i++) {
-      gchar *key = ngram(l + i, n);
-      gint c = GPOINTER_TO_INT(g_hash_table_lookup(subs, key));
-      g_hash_table_insert(subs, key, GINT_TO_POINTER(c + 1));
-    }
-    gint matches = 0;
-    for (gint i = 0; i + n <= len_pred; i++) {
-      gchar *key = ngram(p + i, n);
-      gint c = GPOINTER_TO_INT(g_hash_table_lookup(subs, key));
-      if (c > 0) {
-        matches++;
-        g_hash_table_insert(subs, key, GINT_TO_POINTER(c - 1));
-      } else {
-        g_free(key);
-      }
-    }
-    g_hash_table_unref(subs);
-    gint denom = len_pred - n + 1;
-    /* the book divides by zero here for short predictions; score that as 0 */
-    if (denom <= 0)
-      return 0.0;
-    score *= pow((double)matches / denom, pow(0.5, n));
+  if (first < 0 || n < 1 || (gint64)first + n > SEQ2SEQ_MAX_EXAMPLES + 1) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                "lines %d to %d: need 1 or more lines, ending by line %d", first + 1, first + n,
+                SEQ2SEQ_MAX_EXAMPLES + 1);
+    return FALSE;
   }
-  return score;
+  g_autofree gchar *raw = read_lines(path, first + n, error);
+  if (raw == NULL) {
+    g_prefix_error(error, "reading %s: ", path);
+    return FALSE;
+  }
+  const gchar *start = raw;
+  for (gint i = 0; i < first && *start; i++) {
+    const gchar *nl = strchr(start, '\n');
+    start = nl ? nl + 1 : start + strlen(start);
+  }
+  const gchar *bad = NULL;
+  if (!g_utf8_validate(start, -1, &bad)) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "%s is not valid UTF-8 (byte %" G_GSIZE_FORMAT ")", path, (gsize)(bad - raw));
+    return FALSE;
+  }
+  g_autofree gchar *text = nmt_preprocess(start);
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  GPtrArray *src = g_ptr_array_new_with_free_func(g_free);
+  GPtrArray *tgt = g_ptr_array_new_with_free_func(g_free);
+  for (gint i = 0; lines[i] != NULL; i++) {
+    g_auto(GStrv) parts = g_strsplit(lines[i], "\t", -1);
+    if (g_strv_length(parts) != 2)
+      continue;
+    g_ptr_array_add(src, g_strdup(parts[0]));
+    g_ptr_array_add(tgt, g_strdup(parts[1]));
+  }
+  if (src->len == 0) {
+    g_ptr_array_unref(src);
+    g_ptr_array_unref(tgt);
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "%s holds no sentence pairs in lines %d to %d (is the file that short?)", path,
+                first + 1, first + n);
+    return FALSE;
+  }
+  *src_out = src;
+  *tgt_out = tgt;
+  return TRUE;
 }

@@ -53,11 +53,16 @@ gboolean seq2seq_data_reverse(Seq2SeqData *data, gint n, gint num_steps, gint vo
                               GError **error);
 void seq2seq_data_clear(Seq2SeqData *data);
 
+/* The sentence pairs of lines first .. first + n − 1 (counted from 0) of
+ * fra.txt, preprocessed as seq2seq_data_load_nmt does, as text: src_out and
+ * tgt_out get arrays of gchar* (free with g_ptr_array_unref). The lines after
+ * a training set's (first = num_examples + 1) are pairs it never saw. Fails
+ * when those lines hold no pair. */
+gboolean seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_out,
+                                 GPtrArray **tgt_out, GError **error);
+
 /* Tokens of a sentence as the book's predict_seq2seq does: lower-case, split
  * on spaces, ids, then <eos>; truncated/padded to num_steps. Returns the valid
  * length. */
 gint seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_steps,
                              gint32 *ids);
-
-/* The book's bleu(pred, label, k). */
-double bleu(const gchar *pred, const gchar *label, gint k);

@@ -19,9 +19,11 @@
 #include <qkv/qkv-checkpoint.h>
 #include <qkv/qkv-optim.h>
 
+#include "bleu.h"
 #include "data.h"
 #include "distributed.h"
 #include "heatmap.h"
+#include "heldout.h"
 #include "luong-options.h"
 #include "translate.h"
 #include "tied.h"
@@ -74,6 +76,10 @@ static gboolean opt_distributed = FALSE;
 static gint opt_save_every = 0;
 static gchar *opt_step_losses = NULL;
 static gint opt_accumulate = 1;
+static double opt_label_smoothing = 0.0;
+static gint opt_warmup = 0;
+static gchar *opt_clip_rule = NULL;
+static gint opt_heldout = 1000;
 
 /* The numeric options are read as text and parsed by parse_numeric_options
  * rather than by GOption, which takes "nan" for a double and knows no ranges:
@@ -102,6 +108,8 @@ enum {
   O_BEAM,
   O_SAVE_EVERY,
   O_ACCUMULATE,
+  O_WARMUP,
+  O_HELDOUT,
   N_INT_OPTIONS
 };
 
@@ -120,6 +128,8 @@ static IntOption int_options[N_INT_OPTIONS] = {
     [O_BEAM] = {"beam", &opt_beam, 1, 64, NULL},
     [O_SAVE_EVERY] = {"save-every", &opt_save_every, 1, 1000000, NULL},
     [O_ACCUMULATE] = {"accumulate", &opt_accumulate, 1, 1000000, NULL},
+    [O_WARMUP] = {"warmup", &opt_warmup, 0, 100000000, NULL},
+    [O_HELDOUT] = {"heldout", &opt_heldout, 0, 100000, NULL},
 };
 
 typedef struct {
@@ -130,13 +140,14 @@ typedef struct {
   gchar *text;
 } DoubleOption;
 
-enum { O_LR, O_DROPOUT, O_CLIP, O_LENGTH_PENALTY, N_DOUBLE_OPTIONS };
+enum { O_LR, O_DROPOUT, O_CLIP, O_LENGTH_PENALTY, O_LABEL_SMOOTHING, N_DOUBLE_OPTIONS };
 
 static DoubleOption double_options[N_DOUBLE_OPTIONS] = {
     [O_LR] = {"lr", &opt_lr, 0, 10, TRUE, FALSE, NULL},
     [O_DROPOUT] = {"dropout", &opt_dropout, 0, 1, FALSE, TRUE, NULL},
     [O_CLIP] = {"clip", &opt_clip, 0, 1e30, FALSE, FALSE, NULL},
     [O_LENGTH_PENALTY] = {"length-penalty", &opt_length_penalty, 0, 100, FALSE, FALSE, NULL},
+    [O_LABEL_SMOOTHING] = {"label-smoothing", &opt_label_smoothing, 0, 1, FALSE, FALSE, NULL},
 };
 
 #define INT_ARG(o) G_OPTION_ARG_STRING, &int_options[o].text
@@ -174,6 +185,22 @@ static GOptionEntry entries[] = {
     {"ffn", 0, 0, INT_ARG(O_FFN), "Hidden size of the position-wise FFN (default 64)", "N"},
     {"clip", 0, 0, DOUBLE_ARG(O_CLIP),
      "Clip gradients to this global L2 norm (default 1; 0 turns clipping off)", "NORM"},
+    {"clip-rule", 0, 0, G_OPTION_ARG_STRING, &opt_clip_rule,
+     "torch (default: scale by NORM / (norm + 1e-6) when below 1, as clip_grad_norm_) or d2l "
+     "(the book's grad_clipping: NORM / norm when norm > NORM)",
+     "RULE"},
+    {"label-smoothing", 0, 0, DOUBLE_ARG(O_LABEL_SMOOTHING),
+     "Label smoothing epsilon of the training loss, in [0, 1] (default 0; the Transformer paper "
+     "uses 0.1)",
+     "EPS"},
+    {"warmup", 0, 0, INT_ARG(O_WARMUP),
+     "Warm the learning rate up over N steps to --lr, then decay it as 1/sqrt(step) (the "
+     "Transformer paper's schedule, peaking at --lr; default 0: constant --lr)",
+     "N"},
+    {"heldout", 0, 0, INT_ARG(O_HELDOUT),
+     "After training, score corpus BLEU-4 (greedy and beam 4) on the N sentence pairs after the "
+     "training ones, which training never sees (default 1000; 0: none)",
+     "N"},
     {"threads", 't', 0, INT_ARG(O_THREADS),
      "Worker threads, at most 4 per processor (default: OpenMP's default, usually the number "
      "of cores)",
@@ -278,6 +305,8 @@ typedef struct {
    * of an epoch is bound as is (a plan runs on smaller leading dims) */
   ModelPlan train;
   QkvGradAccumulator *accumulator; /* --accumulate over 1 */
+  QkvSchedule *schedule;           /* --warmup, else NULL */
+  QkvClipRule clip_rule;
   Translator translator;
   gint epochs_done;
   gint64 global_step;
@@ -453,9 +482,11 @@ train(Trainer *tr, gint epochs, GError **error)
         return FALSE;
       }
       loss_sum += loss;
-      if (opt_clip > 0)
-        qkv_optimizer_clip_grad_norm(tr->optimizer, opt_clip);
-      if (!qkv_optimizer_step(tr->optimizer, error))
+      if (tr->schedule != NULL)
+        qkv_schedule_step(tr->schedule, tr->optimizer);
+      if (opt_clip > 0
+              ? !qkv_optimizer_step_clipped(tr->optimizer, opt_clip, tr->clip_rule, NULL, error)
+              : !qkv_optimizer_step(tr->optimizer, error))
         return FALSE;
       tr->global_step++;
     }
@@ -731,6 +762,12 @@ check_options(gboolean *reverse_out, ModelKind *kind_out, GError **error)
                 opt_accumulate, opt_accumulate, opt_batch);
     return FALSE;
   }
+  if (opt_clip_rule != NULL && !g_str_equal(opt_clip_rule, "torch") &&
+      !g_str_equal(opt_clip_rule, "d2l")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --clip-rule '%s' (torch or d2l)", opt_clip_rule);
+    return FALSE;
+  }
   if (opt_save_every > 0 && opt_save == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--save-every saves to the file --save names; give --save too");
@@ -745,11 +782,35 @@ check_options(gboolean *reverse_out, ModelKind *kind_out, GError **error)
   return TRUE;
 }
 
+/* Corpus BLEU-4 on the --heldout pairs after the training ones, greedy and
+ * beam 4, as the Transformer paper decodes. */
+static gboolean
+print_heldout_bleu(Trainer *tr, const gchar *data_path, GError **error)
+{
+  GPtrArray *src = NULL, *tgt = NULL;
+  if (!seq2seq_data_load_pairs(data_path, opt_num_examples + 1, opt_heldout, &src, &tgt, error))
+    return FALSE;
+  double greedy = 0, beam = 0;
+  gint64 t0 = g_get_monotonic_time();
+  gboolean ok = heldout_bleu(&tr->cfg, tr->params, &tr->data, src, tgt, 64, 1, opt_length_penalty,
+                             opt_threads, &greedy, error) &&
+                heldout_bleu(&tr->cfg, tr->params, &tr->data, src, tgt, 64, 4, opt_length_penalty,
+                             opt_threads, &beam, error);
+  if (ok)
+    printf("held-out BLEU-4 on %u unseen pairs (corpus, as sacrebleu, 0-100): greedy %.2f, beam 4 "
+           "%.2f (alpha %g; %.1f s)\n",
+           src->len, greedy, beam, opt_length_penalty, (g_get_monotonic_time() - t0) / 1e6);
+  g_ptr_array_unref(src);
+  g_ptr_array_unref(tgt);
+  return ok;
+}
+
 static gboolean
 run(gboolean reverse, ModelKind kind, GError **error)
 {
   Trainer tr = {0};
   gboolean ok = FALSE;
+  g_autofree gchar *data_path = opt_data ? g_strdup(opt_data) : default_data_path();
   tr.cfg.kind = kind;
   if (int_options[O_EPOCHS].text == NULL)
     opt_epochs = kind == MODEL_TRANSFORMER ? 200 : 250;
@@ -763,10 +824,8 @@ run(gboolean reverse, ModelKind kind, GError **error)
     if (!seq2seq_data_reverse(&tr.data, opt_reverse_size, opt_steps, opt_reverse_vocab,
                               (guint64)opt_seed, error))
       return FALSE;
-  } else {
-    g_autofree gchar *path = opt_data ? g_strdup(opt_data) : default_data_path();
-    if (!seq2seq_data_load_nmt(&tr.data, path, opt_num_examples, opt_steps, error))
-      return FALSE;
+  } else if (!seq2seq_data_load_nmt(&tr.data, data_path, opt_num_examples, opt_steps, error)) {
+    return FALSE;
   }
   tr.cfg.src_vocab = vocab_size(tr.data.src_vocab);
   tr.cfg.tgt_vocab = vocab_size(tr.data.tgt_vocab);
@@ -777,6 +836,9 @@ run(gboolean reverse, ModelKind kind, GError **error)
   tr.cfg.num_heads = opt_heads;
   tr.cfg.num_layers = opt_layers;
   tr.cfg.dropout = opt_dropout;
+  tr.cfg.label_smoothing = opt_label_smoothing;
+  tr.clip_rule =
+      opt_clip_rule != NULL && g_str_equal(opt_clip_rule, "d2l") ? QKV_CLIP_D2L : QKV_CLIP_TORCH;
   tr.cfg.seed = (guint64)opt_seed;
   luong_options_apply(&tr.cfg, SEQ2SEQ_MAX_STEPS, NULL); /* checked in check_options */
   tr.cfg.tie_embeddings = opt_tie ? tied_mode(&tr.data) : QKV_TIE_NONE;
@@ -800,6 +862,13 @@ run(gboolean reverse, ModelKind kind, GError **error)
     goto out;
   if (opt_resume != NULL && !resume(&tr, opt_resume, error))
     goto out;
+  if (opt_warmup > 0) {
+    /* the paper's factor · d^-0.5 · min(step^-0.5, step · warmup^-1.5),
+     * with the factor that makes its peak (at step = warmup) --lr */
+    double factor = opt_lr * sqrt((double)opt_hidden * (double)opt_warmup);
+    tr.schedule = qkv_schedule_new_warmup(factor, opt_hidden, opt_warmup);
+    qkv_schedule_set_position(tr.schedule, tr.global_step);
+  }
   /* --distributed: every rank starts from rank 0's weights and state */
   if (!seq2seq_dist_broadcast(tr.params, tr.optimizer, error))
     goto out;
@@ -809,6 +878,20 @@ run(gboolean reverse, ModelKind kind, GError **error)
            title, reverse ? "reverse task" : "fra-eng", tr.data.n, vocab_size(tr.data.src_vocab),
            vocab_size(tr.data.tgt_vocab), qkv_params_numel(tr.params),
            opt_threads > 0 ? opt_threads : qkv_get_num_threads());
+  }
+  if (!opt_quiet) {
+    g_autofree gchar *schedule =
+        opt_warmup > 0 ? g_strdup_printf(", warm-up over %d steps then 1/sqrt(step)", opt_warmup)
+                       : g_strdup("");
+    g_autofree gchar *clip =
+        opt_clip > 0
+            ? g_strdup_printf("clipping at %g by %s", opt_clip,
+                              tr.clip_rule == QKV_CLIP_D2L
+                                  ? "the book's rule (grad_clipping: norm / |g|)"
+                                  : "PyTorch's rule (clip_grad_norm_: norm / (|g| + 1e-6))")
+            : g_strdup("no clipping");
+    printf("training: Adam lr %g%s, %s, label smoothing %g\n", opt_lr, schedule, clip,
+           opt_label_smoothing);
   }
   gint64 untied = 0;
   if (opt_tie && !tied_untied_count(&tr.cfg, &untied, error))
@@ -863,6 +946,9 @@ run(gboolean reverse, ModelKind kind, GError **error)
                        tr.data.num_steps, src_len, out_len, error))
       goto out;
   }
+  if (!reverse && opt_translate == NULL && opt_heldout > 0 &&
+      !print_heldout_bleu(&tr, data_path, error))
+    goto out;
   if (reverse) {
     /* decoding of held-out sequences (greedy or --beam), token accuracy up to <eos> */
     Seq2SeqData test;
@@ -903,6 +989,7 @@ out:
   translator_clear(&tr.translator);
   model_plan_clear(&tr.train);
   qkv_grad_accumulator_free(tr.accumulator);
+  qkv_schedule_free(tr.schedule);
   qkv_optimizer_free(tr.optimizer);
   qkv_params_free(tr.params);
   seq2seq_data_clear(&tr.data);

@@ -105,7 +105,8 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
   if (training) {
     QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, error);
     QkvValue *tgt_valid = qkv_graph_input(g, "tgt_valid", QKV_I32, &bs, error);
-    QkvValue *loss = qkv_build_seq2seq_loss_lens(logits, labels, tgt_valid, NULL, error);
+    QkvValue *loss = qkv_build_seq2seq_loss_lens_smoothed(logits, labels, tgt_valid,
+                                                          cfg->label_smoothing, NULL, error);
     if (!qkv_graph_backward(g, loss, error))
       return FALSE;
     opts.training = TRUE;

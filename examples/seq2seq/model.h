@@ -23,6 +23,7 @@ typedef struct {
   QkvTieEmbeddings tie_embeddings;
   gint num_layers;
   double dropout;
+  double label_smoothing; /* ε of the training loss's cross-entropy */
   guint64 seed;
   QkvLuongAttentionConfig luong; /* Luong only */
   gboolean input_feeding;        /* Luong only */

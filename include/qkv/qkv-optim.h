@@ -21,7 +21,7 @@
  *
  *   qkv_schedule_step(schedule, opt);              sets the lr for this update
  *   qkv_plan_run(plan, &error);                    forward + backward
- *   qkv_optimizer_clip_grad_norm(opt, 1.0);
+ *   qkv_optimizer_clip_grad_norm(opt, 1.0, QKV_CLIP_TORCH);
  *   qkv_optimizer_step(opt, &error);              (or both at once:
  *                                                  qkv_optimizer_step_clipped)
  */
@@ -102,14 +102,22 @@ gboolean qkv_optimizer_includes(QkvOptimizer *opt, QkvParam *param);
 gboolean qkv_optimizer_step(QkvOptimizer *opt, GError **error);
 /* Zero the gradients of the selected params. */
 void qkv_optimizer_zero_grad(QkvOptimizer *opt);
+/* How clipping scales gradients whose global L2 norm ‖g‖ is above max_norm θ. */
+typedef enum {
+  /* torch.nn.utils.clip_grad_norm_: by θ / (‖g‖ + 1e-6) whenever that is < 1 */
+  QKV_CLIP_TORCH,
+  /* the book's grad_clipping (d2l): by θ / ‖g‖ when ‖g‖ > θ, no 1e-6 */
+  QKV_CLIP_D2L,
+} QkvClipRule;
+
 /* qkv_clip_grad_norm() over the selected params. */
-double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm);
+double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm, QkvClipRule rule);
 /* qkv_optimizer_clip_grad_norm() and qkv_optimizer_step() in one pass over
  * the parameter state: the update uses the clipped gradients, with the same
  * result bit for bit, but the gradient buffers are left as they were (not
  * clipped). The total norm before clipping goes to norm (may be NULL). */
-gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, double *norm,
-                                    GError **error);
+gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule,
+                                    double *norm, GError **error);
 
 void qkv_optimizer_set_lr(QkvOptimizer *opt, double lr);
 double qkv_optimizer_get_lr(const QkvOptimizer *opt);
@@ -126,14 +134,16 @@ QkvParams *qkv_optimizer_get_params(const QkvOptimizer *opt);
 const gchar *qkv_optimizer_kind_name(QkvOptimizerKind kind);
 gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind);
 
-/* Like torch.nn.utils.clip_grad_norm_: the L2 norm of all the gradients of
- * the non-frozen params filter accepts (filter NULL: all) taken together, as
- * if concatenated; if max_norm / (norm + 1e-6) < 1, every one of those
- * gradients is scaled by that coefficient. Returns the norm before clipping
- * (inf or nan if a gradient is not finite, and then the gradients are
- * scaled by 0 or nan as PyTorch would). */
+/* The L2 norm of all the gradients of the non-frozen params filter accepts
+ * (filter NULL: all) taken together, as if concatenated; when it is above
+ * max_norm, every one of those gradients is scaled down as rule says:
+ * QKV_CLIP_TORCH as torch.nn.utils.clip_grad_norm_ (by max_norm / (norm +
+ * 1e-6) if that is < 1), QKV_CLIP_D2L as the book's grad_clipping (by
+ * max_norm / norm if norm > max_norm). Returns the norm before clipping (inf
+ * or nan if a gradient is not finite, and then the gradients are scaled by 0
+ * or nan as PyTorch would). */
 double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
-                          double max_norm);
+                          double max_norm, QkvClipRule rule);
 
 /* Gradient accumulation (micro-batches).
  *
