@@ -28,36 +28,8 @@
 #include <qkv/qkv-decode.h>
 #include <string.h>
 
+#include "decode-internal.h"
 #include "transformer-internal.h"
-
-struct _QkvStepDecoder {
-  gboolean transformer;
-  QkvTransformerConfig tc;
-  QkvGruSeq2SeqConfig gc;
-  gint max_rows, max_len, num_layers;
-  gint64 src_len, vocab;
-  gint rows;      /* rows in use since start(); 0 before */
-  gint next_step; /* the step the next call must be */
-  gboolean stepped;
-
-  QkvGraph *enc_graph;
-  QkvPlan *enc_plan;
-  QkvTensor *src, *src_valid; /* (max_rows, src_len), (max_rows) */
-
-  QkvGraph *step_graph;
-  QkvPlan *step_plan;
-  QkvTensor *tokens;     /* (max_rows, 1) */
-  QkvTensor *row_valid;  /* (max_rows): src_valid repeated per row */
-  QkvTensor *positions;  /* Transformer: (max_rows), the step */
-  QkvTensor *self_valid; /* Transformer: (max_rows), step + 1 */
-  /* Transformer: per block the self-attention cache and the cross-attention
-   * keys and values, k then v: 2 · num_layers tensors each.
-   * Bahdanau: self[0] the GRU state (L, max_rows, H), cross[0] the encoder
-   * outputs (max_rows, src_len, H). */
-  QkvTensor **self, **cross;
-  gint n_self, n_cross;
-  float *scratch; /* one cache (or state), for moving rows to their parents */
-};
 
 static void
 tensors_free(QkvTensor **t, gint n)
@@ -82,6 +54,7 @@ qkv_step_decoder_free(QkvStepDecoder *d)
   qkv_tensor_free(d->row_valid);
   qkv_tensor_free(d->positions);
   qkv_tensor_free(d->self_valid);
+  qkv_tensor_free(d->target_pos);
   tensors_free(d->self, d->n_self);
   tensors_free(d->cross, d->n_cross);
   g_free(d->scratch);
@@ -95,8 +68,8 @@ qkv_step_decoder_vocab(const QkvStepDecoder *d)
   return d->vocab;
 }
 
-static gboolean
-check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len, GError **error)
+gboolean
+decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len, GError **error)
 {
   const gchar *bad = max_rows < 1  ? "max_rows must be at least 1"
                      : src_len < 1 ? "src_len must be at least 1"
@@ -109,9 +82,9 @@ check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len, GError
 
 /* A step decoder must not make up weights: building found every parameter
  * it asked for, or the ones it created are removed again and named. */
-static gboolean
-params_all_found(QkvParams *params, const QkvParamsMark *mark, guint n_before, const gchar *me,
-                 GError **error)
+gboolean
+decode_params_all_found(QkvParams *params, const QkvParamsMark *mark, guint n_before,
+                        const gchar *me, GError **error)
 {
   if (qkv_params_size(params) == n_before)
     return TRUE;
@@ -121,14 +94,14 @@ params_all_found(QkvParams *params, const QkvParamsMark *mark, guint n_before, c
   return FALSE;
 }
 
-static QkvTensor *
-new_tensor(QkvDType dtype, QkvShape shape, GError **error)
+QkvTensor *
+decode_new_tensor(QkvDType dtype, QkvShape shape, GError **error)
 {
   return qkv_tensor_try_new(dtype, &shape, error);
 }
 
-static QkvPlan *
-compile(QkvGraph *g, QkvValue *const *outs, guint n, gint n_threads, GError **error)
+QkvPlan *
+decode_compile(QkvGraph *g, QkvValue *const *outs, guint n, gint n_threads, GError **error)
 {
   for (guint i = 0; i < n; i++)
     if (outs[i] == NULL)
@@ -138,8 +111,8 @@ compile(QkvGraph *g, QkvValue *const *outs, guint n, gint n_threads, GError **er
   return qkv_graph_compile(g, outs, n, &o, error);
 }
 
-static gboolean
-bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n, GError **error)
+gboolean
+decode_bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n, GError **error)
 {
   for (gint i = 0; i < n; i++) {
     g_autofree gchar *name = g_strdup_printf("%s%d", prefix, i);
@@ -198,7 +171,7 @@ transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GErro
   }
   if (enc == NULL)
     return FALSE;
-  d->enc_plan = compile(b->graph, outs, 2 * c->num_layers, n_threads, error);
+  d->enc_plan = decode_compile(b->graph, outs, 2 * c->num_layers, n_threads, error);
   return d->enc_plan != NULL;
 }
 
@@ -297,17 +270,17 @@ transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError *
   outs[0] = logits ? qkv_reshape(logits, &logits_shape, error) : NULL;
   if (outs[0] == NULL)
     return FALSE;
-  d->step_plan = compile(g, outs, 1 + 3 * L, n_threads, error);
+  d->step_plan = decode_compile(g, outs, 1 + 3 * L, n_threads, error);
   return d->step_plan != NULL;
 }
 
-static gboolean
-common_tensors(QkvStepDecoder *d, GError **error)
+gboolean
+decode_common_tensors(QkvStepDecoder *d, GError **error)
 {
-  d->src = new_tensor(QKV_I32, QKV_SHAPE(d->max_rows, d->src_len), error);
-  d->src_valid = d->src ? new_tensor(QKV_I32, QKV_SHAPE(d->max_rows), error) : NULL;
-  d->tokens = d->src_valid ? new_tensor(QKV_I32, QKV_SHAPE(d->max_rows, 1), error) : NULL;
-  d->row_valid = d->tokens ? new_tensor(QKV_I32, QKV_SHAPE(d->max_rows), error) : NULL;
+  d->src = decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows, d->src_len), error);
+  d->src_valid = d->src ? decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows), error) : NULL;
+  d->tokens = d->src_valid ? decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows, 1), error) : NULL;
+  d->row_valid = d->tokens ? decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows), error) : NULL;
   return d->row_valid != NULL;
 }
 
@@ -318,7 +291,7 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
 {
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_transformer";
-  if (!check_sizes(me, max_rows, src_len, max_len, error))
+  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
     return NULL;
   if (config->num_layers < 1 || config->num_heads < 1 || config->num_hiddens < 1 ||
       config->num_hiddens % config->num_heads != 0 || config->tgt_vocab < 1) {
@@ -350,24 +323,24 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
     qkv_params_rollback(params, &mark);
     return NULL;
   }
-  if (!params_all_found(params, &mark, n_before, me, error))
+  if (!decode_params_all_found(params, &mark, n_before, me, error))
     return NULL;
 
   const gint L = d->num_layers, H = config->num_heads;
   const gint64 dh = config->num_hiddens / H;
-  if (!common_tensors(d, error))
+  if (!decode_common_tensors(d, error))
     return NULL;
-  d->positions = new_tensor(QKV_I32, QKV_SHAPE(max_rows), error);
-  d->self_valid = d->positions ? new_tensor(QKV_I32, QKV_SHAPE(max_rows), error) : NULL;
+  d->positions = decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error);
+  d->self_valid = d->positions ? decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error) : NULL;
   if (d->self_valid == NULL)
     return NULL;
   d->n_self = d->n_cross = 2 * L;
   d->self = g_new0(QkvTensor *, 2 * L);
   d->cross = g_new0(QkvTensor *, 2 * L);
   for (gint i = 0; i < 2 * L; i++) {
-    d->self[i] = new_tensor(QKV_F32, QKV_SHAPE(max_rows, H, max_len, dh), error);
+    d->self[i] = decode_new_tensor(QKV_F32, QKV_SHAPE(max_rows, H, max_len, dh), error);
     d->cross[i] =
-        d->self[i] ? new_tensor(QKV_F32, QKV_SHAPE(max_rows, H, src_len, dh), error) : NULL;
+        d->self[i] ? decode_new_tensor(QKV_F32, QKV_SHAPE(max_rows, H, src_len, dh), error) : NULL;
     if (d->cross[i] == NULL)
       return NULL;
   }
@@ -383,8 +356,8 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
       !qkv_plan_bind(sp, "positions", d->positions, error) ||
       !qkv_plan_bind(sp, "self_valid", d->self_valid, error) ||
       !qkv_plan_bind(sp, "src_valid", d->row_valid, error) ||
-      !bind_all(sp, "self_kv", d->self, 2 * L, error) ||
-      !bind_all(sp, "cross_kv", d->cross, 2 * L, error))
+      !decode_bind_all(sp, "self_kv", d->self, 2 * L, error) ||
+      !decode_bind_all(sp, "cross_kv", d->cross, 2 * L, error))
     return NULL;
   return g_steal_pointer(&d);
 }
@@ -393,8 +366,8 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
 
 /* src (R, S), src_valid (R) → outputs 0 the encoder outputs (R, S, H), 1 its
  * state (L, R, H). */
-static gboolean
-bahdanau_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **error)
+gboolean
+decode_gru_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **error)
 {
   const QkvGruSeq2SeqConfig *c = &d->gc;
   const gint perm_tb[] = {1, 0, 2};
@@ -411,7 +384,7 @@ bahdanau_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError *
   QkvValue *outs[] = {enc ? qkv_permute(enc, perm_tb, 3, error) : NULL, state};
   if (outs[0] == NULL)
     return FALSE;
-  d->enc_plan = compile(b->graph, outs, 2, n_threads, error);
+  d->enc_plan = decode_compile(b->graph, outs, 2, n_threads, error);
   return d->enc_plan != NULL;
 }
 
@@ -461,7 +434,7 @@ bahdanau_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **er
                       h_n, weights};
   if (outs[0] == NULL)
     return FALSE;
-  d->step_plan = compile(g, outs, 3, n_threads, error);
+  d->step_plan = decode_compile(g, outs, 3, n_threads, error);
   return d->step_plan != NULL;
 }
 
@@ -471,7 +444,7 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
 {
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_bahdanau";
-  if (!check_sizes(me, max_rows, src_len, max_len, error))
+  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
     return NULL;
   if (config->num_layers < 1 || config->num_hiddens < 1 || config->embed_size < 1 ||
       config->tgt_vocab < 1 || config->src_vocab < 1) {
@@ -496,28 +469,31 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
   d->step_graph = qkv_graph_new();
   QkvBuilder eb = {.graph = d->enc_graph, .params = params};
   QkvBuilder sb = {.graph = d->step_graph, .params = params};
-  if (!bahdanau_encoder_plan(d, &eb, n_threads, error) ||
+  if (!decode_gru_encoder_plan(d, &eb, n_threads, error) ||
       !bahdanau_step_plan(d, &sb, n_threads, error)) {
     qkv_params_rollback(params, &mark);
     return NULL;
   }
-  if (!params_all_found(params, &mark, n_before, me, error) || !common_tensors(d, error))
+  if (!decode_params_all_found(params, &mark, n_before, me, error) ||
+      !decode_common_tensors(d, error))
     return NULL;
   d->n_self = d->n_cross = 1;
   d->self = g_new0(QkvTensor *, 1);
   d->cross = g_new0(QkvTensor *, 1);
-  d->self[0] =
-      new_tensor(QKV_F32, QKV_SHAPE(config->num_layers, max_rows, config->num_hiddens), error);
-  d->cross[0] = d->self[0]
-                    ? new_tensor(QKV_F32, QKV_SHAPE(max_rows, src_len, config->num_hiddens), error)
-                    : NULL;
+  d->self[0] = decode_new_tensor(
+      QKV_F32, QKV_SHAPE(config->num_layers, max_rows, config->num_hiddens), error);
+  d->cross[0] =
+      d->self[0]
+          ? decode_new_tensor(QKV_F32, QKV_SHAPE(max_rows, src_len, config->num_hiddens), error)
+          : NULL;
   if (d->cross[0] == NULL)
     return NULL;
   d->scratch = g_malloc(qkv_tensor_nbytes(d->self[0]));
   QkvPlan *sp = d->step_plan, *ep = d->enc_plan;
   if (!qkv_plan_bind(ep, "src", d->src, error) || !qkv_plan_bind(sp, "tokens", d->tokens, error) ||
       !qkv_plan_bind(sp, "src_valid", d->row_valid, error) ||
-      !bind_all(sp, "self_kv", d->self, 1, error) || !bind_all(sp, "cross_kv", d->cross, 1, error))
+      !decode_bind_all(sp, "self_kv", d->self, 1, error) ||
+      !decode_bind_all(sp, "cross_kv", d->cross, 1, error))
     return NULL;
   return g_steal_pointer(&d);
 }
@@ -574,8 +550,11 @@ qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor 
     /* positions past the step are masked; zeros keep them finite */
     for (gint i = 0; i < d->n_self; i++)
       qkv_tensor_fill(d->self[i], 0.0);
-  } else if (!qkv_tensor_copy_from(d->self[0], qkv_plan_output(d->enc_plan, 1), error)) {
-    return FALSE;
+  } else {
+    if (!qkv_tensor_copy_from(d->self[0], qkv_plan_output(d->enc_plan, 1), error))
+      return FALSE;
+    if (d->n_self > 1)
+      qkv_tensor_fill(d->self[1], 0.0); /* ã_0 = 0 */
   }
   d->rows = rows;
   d->next_step = 0;
@@ -645,6 +624,8 @@ qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const g
       const gint64 H = d->gc.num_hiddens;
       move_rows(qkv_tensor_f32(d->self[0]), d->scratch, d->num_layers, d->max_rows, H, H, parents,
                 n_rows);
+      if (d->n_self > 1)
+        move_rows(qkv_tensor_f32(d->self[1]), d->scratch, 1, d->max_rows, H, H, parents, n_rows);
     }
   }
   gint32 *tk = qkv_tensor_i32(d->tokens);
@@ -657,6 +638,8 @@ qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const g
       sv[r] = step + 1;
     }
   }
+  if (d->target_pos != NULL)
+    qkv_tensor_fill(d->target_pos, step);
   if (!qkv_plan_run(d->step_plan, error))
     return FALSE;
   if (d->transformer) {
@@ -668,7 +651,9 @@ qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const g
       for (gint64 rh = 0; rh < d->max_rows * heads; rh++)
         memcpy(cache + (rh * d->max_len + step) * dh, kv + rh * dh, (gsize)dh * sizeof(float));
     }
-  } else if (!qkv_tensor_copy_from(d->self[0], qkv_plan_output(d->step_plan, 1), error)) {
+  } else if (!qkv_tensor_copy_from(d->self[0], qkv_plan_output(d->step_plan, 1), error) ||
+             (d->n_self > 1 &&
+              !qkv_tensor_copy_from(d->self[1], qkv_plan_output(d->step_plan, 3), error))) {
     return FALSE;
   }
   memcpy(logits, qkv_tensor_const_data(qkv_plan_output(d->step_plan, 0)),

@@ -8,23 +8,7 @@
 
 #include "builder-checks.h"
 #include "gru-internal.h"
-
-/* What the attention keeps between queries: the source, its projection (so
- * a step-by-step decoder projects it once, not once per step) and the
- * constants the windows are made of. */
-typedef struct {
-  QkvLuongAttentionConfig cfg;
-  gint64 hidden, src_len;
-  QkvValue *source;    /* (B, S, H) */
-  QkvValue *keys;      /* dot: source; general: source W_aᵀ; concat: source W_a[:, H:]ᵀ */
-  QkvValue *w_query;   /* concat: W_a[:, :H] */
-  QkvValue *v_a;       /* concat: (1, H) */
-  QkvValue *w_p, *v_p; /* local-p */
-  QkvValue *valid;     /* i32 (B) or NULL */
-  QkvValue *length;    /* local: S as f32, (B, 1, 1) or a scalar */
-  QkvValue *positions; /* local: 0 … S-1 as f32, (S) */
-  QkvValue *window;    /* local: D as an f32 scalar */
-} Luong;
+#include "luong-internal.h"
 
 static gboolean
 check_attention_config(const gchar *me, const gchar *field, const QkvLuongAttentionConfig *cfg,
@@ -44,7 +28,7 @@ check_attention_config(const gchar *me, const gchar *field, const QkvLuongAttent
   return TRUE;
 }
 
-static gboolean
+gboolean
 luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *cfg,
               QkvValue *source, QkvValue *src_valid, Luong *a, GError **error)
 {
@@ -103,13 +87,23 @@ luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *c
          (cfg->align != QKV_LUONG_LOCAL_P || (a->w_p != NULL && a->v_p != NULL));
 }
 
-/* Queries (B, n, H) at target positions first … first + n - 1 → context
- * (B, n, H) and the weights (B, n, S). */
-static QkvValue *
-luong_attend(QkvBuilder *b, const Luong *a, QkvValue *queries, gint64 first, QkvValue **weights,
-             GError **error)
+QkvValue *
+luong_target_positions(QkvBuilder *b, const Luong *a, gint64 first, gint64 n, GError **error)
 {
-  const gint64 n = qkv_value_shape(queries)->dims[1];
+  if (a->cfg.align != QKV_LUONG_LOCAL_M)
+    return NULL;
+  g_autofree float *tpos = g_new(float, n);
+  for (gint64 i = 0; i < n; i++)
+    tpos[i] = (float)(first + i);
+  QkvShape ts = QKV_SHAPE(n, 1);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_f32(&ts, tpos);
+  return qkv_graph_constant(b->graph, tt, error);
+}
+
+QkvValue *
+luong_attend(QkvBuilder *b, const Luong *a, QkvValue *queries, QkvValue *target_positions,
+             QkvValue **weights, GError **error)
+{
   QkvValue *scores;
   if (a->cfg.score == QKV_LUONG_CONCAT) {
     /* tanh(W_a[:, :H] h_t + W_a[:, H:] h̄_s) for every (t, s): (B, n, S, H) */
@@ -128,14 +122,12 @@ luong_attend(QkvBuilder *b, const Luong *a, QkvValue *queries, gint64 first, Qkv
   } else {
     QkvValue *centre;
     if (a->cfg.align == QKV_LUONG_LOCAL_M) {
-      /* p_t = min(t, S - 1): (n, 1) target positions against (B, 1, 1) */
-      g_autofree float *tpos = g_new(float, n);
-      for (gint64 i = 0; i < n; i++)
-        tpos[i] = (float)(first + i);
-      QkvShape ts = QKV_SHAPE(n, 1);
-      g_autoptr(QkvTensor) tt = qkv_tensor_new_f32(&ts, tpos);
+      /* p_t = min(t, S - 1): target positions (n, 1) or (B, n, 1) against
+       * (B, 1, 1) */
+      if (target_positions == NULL)
+        return NULL; /* its builder's error is set */
       QkvValue *last = qkv_sub(a->length, qkv_graph_scalar(b->graph, 1.0f), error);
-      centre = qkv_minimum(qkv_graph_constant(b->graph, tt, error), last, error);
+      centre = qkv_minimum(target_positions, last, error);
     } else {
       /* p_t = S · sigmoid(v_pᵀ tanh(W_p h_t)): (B, n, 1) */
       QkvValue *hidden = qkv_tanh(qkv_matmul(queries, a->w_p, FALSE, TRUE, error), error);
@@ -204,15 +196,18 @@ qkv_build_luong_attention(QkvBuilder *b, const gchar *name, const QkvLuongAttent
   Luong a;
   QkvValue *w = NULL, *context = NULL;
   if (luong_prepare(b, name, cfg, source, src_valid, &a, error))
-    context = luong_attend(b, &a, queries, first_position, weights ? &w : NULL, error);
+    context = luong_attend(
+        b, &a, queries,
+        luong_target_positions(b, &a, first_position, qkv_value_shape(queries)->dims[1], error),
+        weights ? &w : NULL, error);
   context = qkv_builder_end(b, &mark, context);
   if (context != NULL && weights != NULL)
     *weights = w;
   return context;
 }
 
-static QkvValue *
-attentional(QkvBuilder *b, const gchar *name, QkvValue *context, QkvValue *h, GError **error)
+QkvValue *
+luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context, QkvValue *h, GError **error)
 {
   QkvValue *pair[] = {context, h};
   return qkv_tanh(qkv_build_linear(b, name, qkv_concat(pair, 2, -1, error),
@@ -231,7 +226,7 @@ qkv_build_luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context,
     return NULL;
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
-  return qkv_builder_end(b, &mark, attentional(b, name, context, h, error));
+  return qkv_builder_end(b, &mark, luong_attentional(b, name, context, h, error));
 }
 
 static QkvValue *
@@ -262,8 +257,10 @@ luong_seq2seq(QkvBuilder *b, const QkvLuongConfig *cfg, QkvValue *src, QkvValue 
     if (h == NULL ||
         !luong_prepare(b, "decoder.attention", &cfg->attention, enc_outputs, src_valid, &a, error))
       return NULL;
-    QkvValue *context = luong_attend(b, &a, h, 0, weights, error);
-    attn_vec = attentional(b, "decoder.W_c", context, h, error);
+    QkvValue *context =
+        luong_attend(b, &a, h, luong_target_positions(b, &a, 0, qkv_value_shape(h)->dims[1], error),
+                     weights, error);
+    attn_vec = luong_attentional(b, "decoder.W_c", context, h, error);
   } else {
     g_autofree GruLayer *layers = g_new0(GruLayer, L);
     for (gint k = 0; k < L; k++)
@@ -301,8 +298,9 @@ luong_seq2seq(QkvBuilder *b, const QkvLuongConfig *cfg, QkvValue *src, QkvValue 
           xt = qkv_dropout(xt, cfg->dropout, error);
       }
       QkvValue *query = qkv_unsqueeze(hidden[L - 1], step_axis, error); /* (B, 1, H) */
-      QkvValue *context = luong_attend(b, &a, query, t, weights ? &step_weights[t] : NULL, error);
-      outs[t] = attentional(b, "decoder.W_c", context, query, error); /* (B, 1, H) */
+      QkvValue *context = luong_attend(b, &a, query, luong_target_positions(b, &a, t, 1, error),
+                                       weights ? &step_weights[t] : NULL, error);
+      outs[t] = luong_attentional(b, "decoder.W_c", context, query, error); /* (B, 1, H) */
       if ((prev = qkv_squeeze(outs[t], &step_axis, 1, error)) == NULL)
         return NULL;
     }

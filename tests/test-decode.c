@@ -89,6 +89,51 @@ static const QkvGruSeq2SeqConfig gcfg = {.src_vocab = 15,
                                          .num_layers = 2,
                                          .dropout = 0.1};
 
+/* Luong's model on the same GRU sizes, in four of its variants. */
+#define LUONG_SIZES                                                                                \
+  .src_vocab = 15, .tgt_vocab = 17, .embed_size = 12, .num_hiddens = 24, .num_layers = 2,          \
+  .dropout = 0.1
+static const QkvLuongConfig luong_general_global = {
+    LUONG_SIZES, .attention = {QKV_LUONG_GENERAL, QKV_LUONG_GLOBAL, 0}};
+static const QkvLuongConfig luong_dot_local_m = {
+    LUONG_SIZES, .attention = {QKV_LUONG_DOT, QKV_LUONG_LOCAL_M, 2}};
+static const QkvLuongConfig luong_concat_local_m_feed = {
+    LUONG_SIZES, .attention = {QKV_LUONG_CONCAT, QKV_LUONG_LOCAL_M, 2}, .input_feeding = TRUE};
+static const QkvLuongConfig luong_general_local_p_feed = {
+    LUONG_SIZES, .attention = {QKV_LUONG_GENERAL, QKV_LUONG_LOCAL_P, 2}, .input_feeding = TRUE};
+
+/* Which model a test decodes. */
+typedef struct {
+  const gchar *name;
+  gboolean transformer;
+  const QkvLuongConfig *luong; /* NULL: the Transformer or Bahdanau */
+} ModelCase;
+
+static const ModelCase transformer_case = {"transformer", TRUE, NULL};
+static const ModelCase bahdanau_case = {"bahdanau", FALSE, NULL};
+static const ModelCase luong_cases[] = {
+    {"luong general global", FALSE, &luong_general_global},
+    {"luong dot local-m", FALSE, &luong_dot_local_m},
+    {"luong concat local-m input feeding", FALSE, &luong_concat_local_m_feed},
+    {"luong general local-p input feeding", FALSE, &luong_general_local_p_feed},
+};
+
+static gint64
+model_vocab(const ModelCase *mc)
+{
+  return mc->transformer ? tcfg.tgt_vocab : mc->luong ? mc->luong->tgt_vocab : gcfg.tgt_vocab;
+}
+
+static QkvStepDecoder *
+model_decoder(const ModelCase *mc, QkvParams *params, gint rows, gint S, gint L, GError **error)
+{
+  if (mc->transformer)
+    return qkv_step_decoder_new_transformer(params, &tcfg, rows, S, L, 0, error);
+  if (mc->luong)
+    return qkv_step_decoder_new_luong(params, mc->luong, rows, S, L, 0, error);
+  return qkv_step_decoder_new_bahdanau(params, &gcfg, rows, S, L, 0, error);
+}
+
 /* The full model over a whole target prefix (what the example decoded
  * with): logits (B, T, V) for src (B, S), src_valid (B), dec_in (B, T). */
 typedef struct {
@@ -97,7 +142,7 @@ typedef struct {
 } FullModel;
 
 static void
-full_model_init(FullModel *m, QkvParams *params, gboolean transformer, gint B, gint S, gint T)
+full_model_init(FullModel *m, QkvParams *params, const ModelCase *mc, gint B, gint S, gint T)
 {
   g_autoptr(GError) error = NULL;
   m->graph = qkv_graph_new();
@@ -107,9 +152,11 @@ full_model_init(FullModel *m, QkvParams *params, gboolean transformer, gint B, g
   QkvValue *dec = qkv_test_input(m->graph, "dec_in", QKV_I32, bt);
   QkvBuilder b = {.graph = m->graph, .params = params, .seed = 11, .xavier_linear = TRUE};
   QkvValue *logits;
-  if (transformer) {
+  if (mc->transformer) {
     QkvValue *enc = qkv_build_transformer_encoder(&b, &tcfg, src, valid, &error);
     logits = qkv_build_transformer_decoder(&b, &tcfg, dec, enc, valid, NULL, &error);
+  } else if (mc->luong) {
+    logits = qkv_build_luong_seq2seq(&b, mc->luong, src, valid, dec, NULL, &error);
   } else {
     logits = qkv_build_bahdanau_seq2seq(&b, &gcfg, src, valid, dec, NULL, &error);
   }
@@ -177,17 +224,15 @@ row_rel_diff(const float *a, const float *b, gint64 n)
  * included so the decode does not stop) and compare every step's logits
  * with the full model run on the same prefix. */
 static void
-check_against_full(gboolean transformer, gint steps, gint max_rows)
+check_against_full(const ModelCase *mc, gint steps, gint max_rows)
 {
   const gint B = 3, S = 7;
-  const gint64 V = transformer ? tcfg.tgt_vocab : gcfg.tgt_vocab;
+  const gint64 V = model_vocab(mc);
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvParams) params = qkv_params_new();
   FullModel full;
-  full_model_init(&full, params, transformer, B, S, steps);
-  g_autoptr(QkvStepDecoder) dec =
-      transformer ? qkv_step_decoder_new_transformer(params, &tcfg, max_rows, S, steps, 0, &error)
-                  : qkv_step_decoder_new_bahdanau(params, &gcfg, max_rows, S, steps, 0, &error);
+  full_model_init(&full, params, mc, B, S, steps);
+  g_autoptr(QkvStepDecoder) dec = model_decoder(mc, params, max_rows, S, steps, &error);
   g_assert_no_error(error);
   g_autoptr(QkvTensor) src = NULL, valid = NULL;
   make_sources(B, S, &src, &valid);
@@ -231,32 +276,40 @@ check_against_full(gboolean transformer, gint steps, gint max_rows)
       double rel =
           row_rel_diff(step_logits + ((gsize)t * B + b) * V, ref + ((gsize)b * steps + t) * V, V);
       if (rel > EQUAL_REL)
-        g_error("%s step %d row %d: logits differ by %.3g of the largest (bound %.0e)",
-                transformer ? "transformer" : "bahdanau", t, b, rel, EQUAL_REL);
+        g_error("%s step %d row %d: logits differ by %.3g of the largest (bound %.0e)", mc->name, t,
+                b, rel, EQUAL_REL);
       worst = MAX(worst, rel);
     }
-  g_test_message("%s: worst row difference %.3g (%.0f u)", transformer ? "transformer" : "bahdanau",
-                 worst, worst / QKV_TEST_U);
+  g_test_message("%s: worst row difference %.3g (%.0f u)", mc->name, worst, worst / QKV_TEST_U);
   full_model_clear(&full);
 }
 
 static void
 test_transformer_equals_full_prefix(void)
 {
-  check_against_full(TRUE, 50, 3);
+  check_against_full(&transformer_case, 50, 3);
 }
 
 /* padded rows (the plan runs 5 rows for 3 sentences) change nothing */
 static void
 test_transformer_padded_rows(void)
 {
-  check_against_full(TRUE, 12, 5);
+  check_against_full(&transformer_case, 12, 5);
 }
 
 static void
 test_bahdanau_equals_unrolled(void)
 {
-  check_against_full(FALSE, 30, 3);
+  check_against_full(&bahdanau_case, 30, 3);
+}
+
+/* Luong's decoders step with the GRU state (and ã_{t-1} with input
+ * feeding; local-m's window centre is the step) */
+static void
+test_luong_equals_unrolled(void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(luong_cases); i++)
+    check_against_full(&luong_cases[i], 12, 3);
 }
 
 /* ---- beam search on a hand-made model ----------------------------------- */
@@ -515,17 +568,15 @@ paired_step(gpointer user_data, gint step, const gint32 *tokens, const gint32 *p
 }
 
 static void
-check_beam_through_decoder(gboolean transformer)
+check_beam_through_decoder(const ModelCase *mc)
 {
   const gint B = 3, S = 7, K = 3, L = 10, R = B * K;
-  const gint64 V = transformer ? tcfg.tgt_vocab : gcfg.tgt_vocab;
+  const gint64 V = model_vocab(mc);
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvParams) params = qkv_params_new();
   Recompute m = {.rows = R, .max_len = L, .vocab = V};
-  full_model_init(&m.full, params, transformer, R, S, L);
-  g_autoptr(QkvStepDecoder) dec =
-      transformer ? qkv_step_decoder_new_transformer(params, &tcfg, R, S, L, 0, &error)
-                  : qkv_step_decoder_new_bahdanau(params, &gcfg, R, S, L, 0, &error);
+  full_model_init(&m.full, params, mc, R, S, L);
+  g_autoptr(QkvStepDecoder) dec = model_decoder(mc, params, R, S, L, &error);
   g_assert_no_error(error);
   g_autoptr(QkvTensor) src = NULL, valid = NULL;
   make_sources(B, S, &src, &valid);
@@ -612,13 +663,19 @@ check_beam_through_decoder(gboolean transformer)
 static void
 test_beam_transformer_decoder(void)
 {
-  check_beam_through_decoder(TRUE);
+  check_beam_through_decoder(&transformer_case);
 }
 
 static void
 test_beam_bahdanau_decoder(void)
 {
-  check_beam_through_decoder(FALSE);
+  check_beam_through_decoder(&bahdanau_case);
+}
+
+static void
+test_beam_luong_decoder(void)
+{
+  check_beam_through_decoder(&luong_cases[3]);
 }
 
 /* ---- errors ----------------------------------------------------------------- */
@@ -640,7 +697,7 @@ test_decoder_errors(void)
   g_clear_error(&error);
 
   FullModel full;
-  full_model_init(&full, params, TRUE, 2, 5, 8);
+  full_model_init(&full, params, &transformer_case, 2, 5, 8);
   g_autoptr(QkvStepDecoder) d = qkv_step_decoder_new_transformer(params, &tcfg, 2, 5, 8, 0, &error);
   g_assert_no_error(error);
   float lg[2 * 17];
@@ -693,6 +750,7 @@ main(int argc, char **argv)
   g_test_add_func("/decode/transformer-equals-full-prefix", test_transformer_equals_full_prefix);
   g_test_add_func("/decode/transformer-padded-rows", test_transformer_padded_rows);
   g_test_add_func("/decode/bahdanau-equals-unrolled", test_bahdanau_equals_unrolled);
+  g_test_add_func("/decode/luong-equals-unrolled", test_luong_equals_unrolled);
   g_test_add_func("/decode/beam-finds-what-greedy-misses", test_beam_finds_what_greedy_misses);
   g_test_add_func("/decode/beam-one-is-greedy", test_beam_one_is_greedy);
   g_test_add_func("/decode/beam-length-penalty", test_beam_length_penalty);
@@ -700,6 +758,7 @@ main(int argc, char **argv)
   g_test_add_func("/decode/beam-options-checked", test_beam_options_checked);
   g_test_add_func("/decode/beam-transformer-decoder", test_beam_transformer_decoder);
   g_test_add_func("/decode/beam-bahdanau-decoder", test_beam_bahdanau_decoder);
+  g_test_add_func("/decode/beam-luong-decoder", test_beam_luong_decoder);
   g_test_add_func("/decode/errors", test_decoder_errors);
   return g_test_run();
 }

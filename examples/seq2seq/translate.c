@@ -21,98 +21,11 @@ void
 translator_clear(Translator *t)
 {
   g_clear_pointer(&t->decoder, qkv_step_decoder_free);
-  model_plan_clear(&t->full);
-  g_clear_pointer(&t->history, g_free);
-  g_clear_pointer(&t->scratch, g_free);
-}
-
-/* ---- Luong: the whole prefix again at every step ------------------------- */
-
-/* The library has no step decoder for Luong's model (its local-p window and
- * input feeding would need their own state), so each step runs the
- * decoding graph of model.c over every row's history and reads the logits
- * at position step. Correct, and quadratic in the output length. */
-static gboolean
-full_prefix_step(gpointer user_data, gint step, const gint32 *tokens, const gint32 *parents,
-                 gint n_rows, float *logits, GError **error)
-{
-  Translator *t = user_data;
-  const gint T = t->num_steps;
-  /* row r continues row parents[r]'s history */
-  memcpy(t->scratch, t->history, sizeof(gint32) * (gsize)(n_rows * T));
-  for (gint r = 0; r < n_rows; r++) {
-    memcpy(t->history + r * T, t->scratch + parents[r] * T, sizeof(gint32) * (gsize)T);
-    t->history[r * T + step] = tokens[r];
-  }
-  QkvShape hs = QKV_SHAPE(n_rows, T);
-  g_autoptr(QkvTensor) dec_in = qkv_tensor_new_i32(&hs, t->history);
-  if (!qkv_plan_bind(t->full.plan, "dec_in", dec_in, error) || !qkv_plan_run(t->full.plan, error))
-    return FALSE;
-  const QkvTensor *all = qkv_plan_output(t->full.plan, 0); /* (rows, T, V) */
-  const gint64 V = qkv_tensor_shape(all)->dims[2];
-  const float *src = qkv_tensor_const_data(all);
-  for (gint r = 0; r < n_rows; r++)
-    memcpy(logits + r * V, src + ((gint64)r * T + step) * V, sizeof(float) * (gsize)V);
-  return TRUE;
-}
-
-static gboolean
-full_prefix_translate(Translator *t, const ModelConfig *cfg, QkvParams *params,
-                      const QkvBeamOptions *o, const gint32 *src, const gint32 *src_valid, gint n,
-                      gint32 *out, gint *lens, GError **error)
-{
-  const gint T = t->num_steps, k = o->beam_size, rows = n * k;
-  if (t->full.plan == NULL) {
-    if (!model_plan_build(&t->full, cfg, params, t->max_sentences * k, FALSE, t->threads, error)) {
-      model_plan_clear(&t->full);
-      return FALSE;
-    }
-    t->history = g_new0(gint32, (gsize)(t->max_sentences * k * T));
-    t->scratch = g_new0(gint32, (gsize)(t->max_sentences * k * T));
-  }
-  /* every sentence once per beam slot; histories start as <eos> padding */
-  QkvShape rs = QKV_SHAPE(rows, T), r1 = QKV_SHAPE(rows);
-  g_autoptr(QkvTensor) s = qkv_tensor_new(QKV_I32, &rs);
-  g_autoptr(QkvTensor) v = qkv_tensor_new(QKV_I32, &r1);
-  for (gint r = 0; r < rows; r++) {
-    memcpy(qkv_tensor_i32(s) + r * T, src + (r / k) * T, sizeof(gint32) * (gsize)T);
-    qkv_tensor_i32(v)[r] = src_valid[r / k];
-  }
-  for (gint i = 0; i < rows * T; i++)
-    t->history[i] = o->eos;
-  return qkv_plan_bind(t->full.plan, "src", s, error) &&
-         qkv_plan_bind(t->full.plan, "src_valid", v, error) &&
-         qkv_beam_search(o, n, full_prefix_step, t, out, lens, NULL, error);
-}
-
-/* Row 0's attention weights (1, T, T) along bos + tokens, from one run of
- * the decoding graph. */
-static QkvTensor *
-full_prefix_attention(Translator *t, const Seq2SeqData *data, const gint32 *tokens, gint len,
-                      GError **error)
-{
-  const gint T = t->num_steps;
-  gint rows = (gint)qkv_tensor_shape(qkv_plan_output(t->full.plan, 0))->dims[0];
-  for (gint i = 0; i < rows * T; i++)
-    t->history[i] = data->tgt_vocab->eos;
-  t->history[0] = data->tgt_vocab->bos;
-  for (gint i = 0; i < len && i + 1 < T; i++)
-    t->history[i + 1] = tokens[i];
-  QkvShape hs = QKV_SHAPE(rows, T);
-  g_autoptr(QkvTensor) dec_in = qkv_tensor_new_i32(&hs, t->history);
-  if (!qkv_plan_bind(t->full.plan, "dec_in", dec_in, error) || !qkv_plan_run(t->full.plan, error))
-    return NULL;
-  QkvShape one = QKV_SHAPE(1, T, T);
-  QkvTensor *w = qkv_tensor_new(QKV_F32, &one);
-  memcpy(qkv_tensor_f32(w), qkv_tensor_const_data(qkv_plan_output(t->full.plan, 1)),
-         sizeof(float) * (gsize)(T * T));
-  return w;
 }
 
 static gboolean
 ensure_decoder(Translator *t, const ModelConfig *cfg, QkvParams *params, GError **error)
 {
-  g_return_val_if_fail(cfg->kind != MODEL_LUONG, FALSE);
   if (t->decoder != NULL)
     return TRUE;
   gint rows = t->max_sentences * t->options.beam_size;
@@ -131,6 +44,16 @@ ensure_decoder(Translator *t, const ModelConfig *cfg, QkvParams *params, GError 
                               cfg->num_hiddens, cfg->num_layers, 0.0};
     t->decoder = qkv_step_decoder_new_bahdanau(params, &gc, rows, t->num_steps, t->num_steps,
                                                t->threads, error);
+  } else {
+    QkvLuongConfig lc = {.src_vocab = cfg->src_vocab,
+                         .tgt_vocab = cfg->tgt_vocab,
+                         .embed_size = cfg->embed_size,
+                         .num_hiddens = cfg->num_hiddens,
+                         .num_layers = cfg->num_layers,
+                         .attention = cfg->luong,
+                         .input_feeding = cfg->input_feeding};
+    t->decoder = qkv_step_decoder_new_luong(params, &lc, rows, t->num_steps, t->num_steps,
+                                            t->threads, error);
   }
   return t->decoder != NULL;
 }
@@ -140,13 +63,6 @@ translator_run(Translator *t, const ModelConfig *cfg, QkvParams *params, const S
                const gint32 *src, const gint32 *src_valid, gint n, gint32 *out, gint *lens,
                GError **error)
 {
-  if (cfg->kind == MODEL_LUONG) {
-    QkvBeamOptions o = t->options;
-    o.vocab = vocab_size(data->tgt_vocab);
-    o.bos = data->tgt_vocab->bos;
-    o.eos = data->tgt_vocab->eos;
-    return full_prefix_translate(t, cfg, params, &o, src, src_valid, n, out, lens, error);
-  }
   if (!ensure_decoder(t, cfg, params, error))
     return FALSE;
   QkvShape ns = QKV_SHAPE(n, t->num_steps), n1 = QKV_SHAPE(n);
@@ -209,9 +125,7 @@ translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
   if (!translator_run(t, cfg, params, data, src, &valid, 1, out, &len, error))
     return NULL;
   if (weights_out != NULL &&
-      (*weights_out = cfg->kind == MODEL_LUONG
-                          ? full_prefix_attention(t, data, out, len, error)
-                          : attention_along(t, data, src, valid, out, len, error)) == NULL)
+      (*weights_out = attention_along(t, data, src, valid, out, len, error)) == NULL)
     return NULL;
   GString *text = g_string_new(NULL);
   for (gint i = 0; i < len; i++)

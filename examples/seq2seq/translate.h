@@ -1,7 +1,6 @@
-/* translate.h: the seq2seq example's decoding — the library's step decoder
+/* translate.h: the seq2seq example's decoding — the library's step decoders
  * (one plan run per token, keys and values or the GRU state carried from
- * step to step) under beam search; beam 1 is greedy decoding. Luong's model
- * has no step decoder yet: it runs the whole prefix again at every step. */
+ * step to step) under beam search; beam 1 is greedy decoding. */
 #pragma once
 
 #include <qkv/qkv.h>
@@ -10,9 +9,6 @@
 
 typedef struct {
   QkvStepDecoder *decoder; /* compiled on first use, for max_sentences × beam rows */
-  /* Luong: the decoding graph over whole prefixes, and each row's history */
-  ModelPlan full;
-  gint32 *history, *scratch;
   QkvBeamOptions options;
   gint max_sentences;
   gint num_steps;
@@ -36,7 +32,8 @@ gboolean translator_run(Translator *t, const ModelConfig *cfg, QkvParams *params
  * incremental decoder's encoder-decoder attention weights along the
  * translation, as the heat map takes them: (1, heads, num_steps, num_steps)
  * (the last block's) for the Transformer, (1, num_steps, num_steps) for
- * Bahdanau; rows are the decoder's steps (each token, then <eos>). */
+ * Bahdanau and Luong; rows are the decoder's steps (each token, then
+ * <eos>). */
 gchar *translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
                            const Seq2SeqData *data, const gchar *sentence, QkvTensor **weights_out,
                            gint *src_len, gint *out_len, GError **error);

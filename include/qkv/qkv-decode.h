@@ -10,7 +10,8 @@
  *    training graph, run once per emitted token, keeping what the model
  *    carries from step to step (the Transformer's per-layer self-attention
  *    keys and values and its cross-attention keys and values; the Bahdanau
- *    decoder's GRU state), so a token costs the same at step 50 as at step 1.
+ *    and Luong decoders' GRU state), so a token costs the same at step 50 as
+ *    at step 1.
  */
 #pragma once
 
@@ -99,6 +100,14 @@ QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
 QkvStepDecoder *qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config,
                                               gint max_rows, gint64 src_len, gint max_len,
                                               gint n_threads, GError **error);
+/* The same for Luong's model (qkv_build_luong_seq2seq, any score and
+ * alignment, with or without input feeding): each step runs the decoder
+ * GRU's layers on the state the previous step left (and ã_{t-1} with input
+ * feeding), attention and the output layers; local-m's window is centred on
+ * the step. */
+QkvStepDecoder *qkv_step_decoder_new_luong(QkvParams *params, const QkvLuongConfig *config,
+                                           gint max_rows, gint64 src_len, gint max_len,
+                                           gint n_threads, GError **error);
 void qkv_step_decoder_free(QkvStepDecoder *decoder);
 
 /* Encode a batch of sentences: src i32 (n, src_len) or narrower (the rest is
@@ -120,8 +129,9 @@ gboolean qkv_step_decoder_translate(QkvStepDecoder *decoder, const QkvTensor *sr
                                     gint32 *out_tokens, gint *out_lengths, double *out_scores,
                                     GError **error);
 /* The last step's encoder-decoder attention weights of block layer (-1: the
- * last; the Bahdanau decoder has one attention, layer 0 or -1): (max_rows,
- * heads, src_len) for the Transformer, (max_rows, 1, src_len) for Bahdanau.
+ * last; the Bahdanau and Luong decoders have one attention, layer 0 or -1):
+ * (max_rows, heads, src_len) for the Transformer, (max_rows, 1, src_len) for
+ * Bahdanau and Luong.
  * Valid until the next step; NULL before the first step or for a bad layer. */
 const QkvTensor *qkv_step_decoder_cross_weights(QkvStepDecoder *decoder, gint layer);
 /* The vocabulary size (columns of the logits). */

@@ -1,0 +1,62 @@
+/* decode-internal.h: the step decoder's state and the helpers its model
+ * files share (decode.c: the Transformer, Bahdanau and running;
+ * decode-luong.c: Luong). Not installed; G_GNUC_INTERNAL. */
+#pragma once
+
+#include <qkv/qkv.h>
+#include <qkv/qkv-decode.h>
+
+struct _QkvStepDecoder {
+  gboolean transformer;
+  gboolean luong;
+  QkvTransformerConfig tc;
+  /* Bahdanau's, and for Luong the GRU encoder's and decoder's sizes */
+  QkvGruSeq2SeqConfig gc;
+  QkvLuongConfig lc;
+  gint max_rows, max_len, num_layers;
+  gint64 src_len, vocab;
+  gint rows;      /* rows in use since start(); 0 before */
+  gint next_step; /* the step the next call must be */
+  gboolean stepped;
+
+  QkvGraph *enc_graph;
+  QkvPlan *enc_plan;
+  QkvTensor *src, *src_valid; /* (max_rows, src_len), (max_rows) */
+
+  QkvGraph *step_graph;
+  QkvPlan *step_plan;
+  QkvTensor *tokens;     /* (max_rows, 1) */
+  QkvTensor *row_valid;  /* (max_rows): src_valid repeated per row */
+  QkvTensor *positions;  /* Transformer: (max_rows), the step */
+  QkvTensor *self_valid; /* Transformer: (max_rows), step + 1 */
+  QkvTensor *target_pos; /* Luong local-m: f32 (max_rows, 1, 1), the step */
+  /* Transformer: per block the self-attention cache and the cross-attention
+   * keys and values, k then v: 2 · num_layers tensors each.
+   * Bahdanau and Luong: self[0] the GRU state (L, max_rows, H), cross[0]
+   * the encoder outputs (max_rows, src_len, H); Luong with input feeding:
+   * self[1] the last attentional vector (1, max_rows, H). */
+  QkvTensor **self, **cross;
+  gint n_self, n_cross;
+  float *scratch; /* one cache (or state), for moving rows to their parents */
+};
+
+/* max_rows, src_len and max_len at least 1, or QKV_ERROR_INVALID_ARGUMENT. */
+G_GNUC_INTERNAL gboolean decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len,
+                                            gint max_len, GError **error);
+/* Building created no parameter (every one was in the store), or the new ones
+ * are removed and the first is named (QKV_ERROR_NOT_FOUND). */
+G_GNUC_INTERNAL gboolean decode_params_all_found(QkvParams *params, const QkvParamsMark *mark,
+                                                 guint n_before, const gchar *me, GError **error);
+G_GNUC_INTERNAL QkvTensor *decode_new_tensor(QkvDType dtype, QkvShape shape, GError **error);
+/* Compile outs (NULL if any is NULL: its builder set the error). */
+G_GNUC_INTERNAL QkvPlan *decode_compile(QkvGraph *g, QkvValue *const *outs, guint n, gint n_threads,
+                                        GError **error);
+/* Bind t[i] to the input "<prefix><i>". */
+G_GNUC_INTERNAL gboolean decode_bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n,
+                                         GError **error);
+/* src, src_valid, tokens and row_valid of max_rows rows. */
+G_GNUC_INTERNAL gboolean decode_common_tensors(QkvStepDecoder *d, GError **error);
+/* The book's GRU encoder (d->gc's sizes) as the encoder plan: outputs 0 the
+ * encoder outputs (R, S, H), 1 the final state (L, R, H). */
+G_GNUC_INTERNAL gboolean decode_gru_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads,
+                                                 GError **error);
