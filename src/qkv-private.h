@@ -128,8 +128,11 @@ void qkv_set_running_plan_threads(gint n_threads);
 /* Whether the ISA picked at run time (qkv_vec_isa(), QKV_VEC_ISA may force
  * a fallback) is AVX-512 (F, DQ, VL): kernels with an AVX-512 variant use it. */
 gboolean qkv_use_avx512(void);
+/* Whether it is AVX2 with FMA (and not AVX-512): kernels with an AVX2
+ * variant use it. */
+gboolean qkv_use_avx2(void);
 /* qkv_sgemm()'s path for small products (src/smallgemm.c): computes c and
- * returns TRUE when the CPU has AVX-512 and the product is one it takes,
+ * returns TRUE when the CPU has AVX-512 or AVX2 and the product is one it takes,
  * else returns FALSE without touching c. */
 gboolean qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                          float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,

@@ -1,4 +1,4 @@
-/* smallgemm.c: a register-blocked AVX-512 kernel for the small products that
+/* smallgemm.c: register-blocked AVX-512 and AVX2 kernels for the small products that
  * qkv_sgemm() gets by the thousand from attention (one per batch and head:
  * 10×10×8 in the book's model, 64×64×64 in a d_model 512 Transformer).
  * OpenBLAS spends most of such a call on dispatch, argument checks and
@@ -12,6 +12,9 @@
 #include "qkv-private.h"
 
 #include <string.h>
+/* outside any target region, so that each intrinsic keeps its own ISA (an
+ * include inside the AVX-512 region would tie the AVX2 ones to AVX-512) */
+#include <immintrin.h>
 
 /* Which products this kernel takes, from bench/bench-gemm at the shapes
  * attention makes (OpenBLAS 0.3.21, Zen 4): OpenBLAS is as fast or faster
@@ -28,7 +31,6 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-#include <immintrin.h>
 
 /* Rows per block (broadcast values) and column vectors per block. */
 #define MR 4
@@ -114,6 +116,79 @@ small_sgemm_avx512(gint64 m, gint64 n, gint64 k, float alpha, const float *a, gi
 }
 #pragma GCC pop_options
 
+/* The same blocking at AVX2's width: 8 columns a vector, at most 2 vectors
+ * (16 columns) a block, so that MR × 2 accumulators, 2 rows of B and the
+ * broadcast fit in the 16 ymm registers. The tail of the last vector is
+ * loaded and stored through an integer mask. */
+#define QKV_AVX2 __attribute__((target("avx,avx2,fma")))
+
+#define DEFINE_BLOCK8(NV)                                                                          \
+  static inline QKV_AVX2 void block8_nv##NV(gint64 mr, gint64 k, float alpha, const float *a,      \
+                                            gint64 a_rs, gint64 a_cs, const float *b, gint64 ldb,  \
+                                            float beta, float *c, gint64 ldc, __m256i tail)        \
+  {                                                                                                \
+    __m256 acc[MR][NV];                                                                            \
+    const float *ar[MR];                                                                           \
+    const __m256i all = _mm256_set1_epi32(-1);                                                     \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)                                           \
+    {                                                                                              \
+      ar[r] = a + (r < mr ? r : mr - 1) * a_rs;                                                    \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();        \
+    }                                                                                              \
+    for (gint64 kk = 0; kk < k; kk++) {                                                            \
+      const float *brow = b + kk * ldb;                                                            \
+      __m256 bv[NV];                                                                               \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] =                                 \
+          v == NV - 1 ? _mm256_maskload_ps(brow + 8 * v, tail) : _mm256_loadu_ps(brow + 8 * v);    \
+      _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)                                         \
+      {                                                                                            \
+        __m256 av = _mm256_set1_ps(ar[r][kk * a_cs]);                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] =                           \
+            _mm256_fmadd_ps(av, bv[v], acc[r][v]);                                                 \
+      }                                                                                            \
+    }                                                                                              \
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);                            \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++)                                           \
+    {                                                                                              \
+      if (r >= mr)                                                                                 \
+        break;                                                                                     \
+      float *crow = c + r * ldc;                                                                   \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                         \
+      {                                                                                            \
+        __m256i mk = v == NV - 1 ? tail : all;                                                     \
+        __m256 x = _mm256_mul_ps(va, acc[r][v]);                                                   \
+        if (beta != 0.0f)                                                                          \
+          x = _mm256_fmadd_ps(vb, _mm256_maskload_ps(crow + 8 * v, mk), x);                        \
+        _mm256_maskstore_ps(crow + 8 * v, mk, x);                                                  \
+      }                                                                                            \
+    }                                                                                              \
+  }
+DEFINE_BLOCK8(1)
+DEFINE_BLOCK8(2)
+
+static QKV_AVX2 void
+small_sgemm_avx2(gint64 m, gint64 n, gint64 k, float alpha, const float *a, gint64 a_rs,
+                 gint64 a_cs, const float *b, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  for (gint64 j0 = 0; j0 < n; j0 += 16) {
+    gint64 nc = MIN(16, n - j0);
+    gint64 nv = (nc + 7) / 8;
+    gint64 rest = nc - 8 * (nv - 1);
+    __m256i tail =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (gint64 i0 = 0; i0 < m; i0 += MR) {
+      gint64 mr = MIN(MR, m - i0);
+      const float *ai = a + i0 * a_rs;
+      float *ci = c + i0 * ldc + j0;
+      const float *bj = b + j0;
+      if (nv == 1)
+        block8_nv1(mr, k, alpha, ai, a_rs, a_cs, bj, ldb, beta, ci, ldc, tail);
+      else
+        block8_nv2(mr, k, alpha, ai, a_rs, a_cs, bj, ldb, beta, ci, ldc, tail);
+    }
+  }
+}
+
 gboolean
 qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                 float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
@@ -124,11 +199,14 @@ qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, 
   gboolean tiny = m * n * k <= TINY_MNK && (transpose_a || transpose_b);
   gboolean tall_nt =
       transpose_b && !transpose_a && n <= NT_MAX_NK && k <= NT_MAX_NK && m >= NT_MIN_M;
-  if (!(tiny || tall_nt) || !qkv_use_avx512())
+  gboolean avx512 = qkv_use_avx512();
+  if (!(tiny || tall_nt) || !(avx512 || qkv_use_avx2()))
     return FALSE;
+  void (*kernel)(gint64, gint64, gint64, float, const float *, gint64, gint64, const float *,
+                 gint64, float, float *, gint64) = avx512 ? small_sgemm_avx512 : small_sgemm_avx2;
   gint64 a_rs = transpose_a ? 1 : lda, a_cs = transpose_a ? lda : 1;
   if (!transpose_b) {
-    small_sgemm_avx512(m, n, k, alpha, a, a_rs, a_cs, b, ldb, beta, c, ldc);
+    kernel(m, n, k, alpha, a, a_rs, a_cs, b, ldb, beta, c, ldc);
     return TRUE;
   }
   /* C = A·Bᵀ with B n×k: the kernel wants Bᵀ (k×n) row by row */
@@ -137,6 +215,6 @@ qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, 
   for (gint64 j = 0; j < n; j++)
     for (gint64 kk = 0; kk < k; kk++)
       bt[kk * n + j] = b[j * ldb + kk];
-  small_sgemm_avx512(m, n, k, alpha, a, a_rs, a_cs, bt, n, beta, c, ldc);
+  kernel(m, n, k, alpha, a, a_rs, a_cs, bt, n, beta, c, ldc);
   return TRUE;
 }

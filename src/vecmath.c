@@ -4,6 +4,9 @@
 
 #include <math.h>
 #include <string.h>
+/* outside any target region, so that each intrinsic keeps its own ISA and
+ * the AVX2 functions below can use them */
+#include <immintrin.h>
 
 typedef void (*VecFunc)(float *dst, const float *src, gsize n);
 typedef void (*MaskFunc)(guint64 key, guint64 first, gsize n, float p, float scale, float *mask);
@@ -32,7 +35,7 @@ dropout_mask_scalar(guint64 key, guint64 first, gsize n, float p, float scale, f
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
-#include <immintrin.h>
+/* sleef.h declares its vector functions for the ISAs enabled where it is read */
 #include <sleef.h>
 
 /* The tail goes through the same vector function with a masked load, so every
@@ -89,8 +92,7 @@ dropout_mask_avx512(guint64 key, guint64 first, gsize n, float p, float scale, f
 }
 #pragma GCC pop_options
 
-/* AVX2 path: plain memcpy moves instead of intrinsics, which GCC 12 refuses
- * to inline into a function with a target attribute here. */
+/* AVX2 path. */
 #define QKV_AVX2 __attribute__((target("avx,avx2,fma")))
 #define QKV_DEFINE_AVX2(NAME, SLEEF_FN)                                                            \
   QKV_AVX2 static void NAME(float *dst, const float *src, gsize n)                                 \
@@ -112,6 +114,58 @@ dropout_mask_avx512(guint64 key, guint64 first, gsize n, float p, float scale, f
   }
 QKV_DEFINE_AVX2(exp_avx2, Sleef_expf8_u10avx2)
 QKV_DEFINE_AVX2(tanh_avx2, Sleef_tanhf8_u10avx2)
+
+/* The low 64 bits of a · b per lane, from 32 × 32 → 64-bit products (AVX2
+ * has no 64-bit multiply): a_lo b_lo + ((a_hi b_lo + a_lo b_hi) << 32). */
+QKV_AVX2 static inline __m256i
+mullo64_avx2(__m256i a, __m256i b, __m256i b_hi)
+{
+  __m256i cross =
+      _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b), _mm256_mul_epu32(a, b_hi));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+/* Four draws' 24-bit values (z >> 40 of the same integer mix as
+ * dropout_mask_scalar) for counters c … c + 3, one per 64-bit lane. */
+QKV_AVX2 static inline __m256i
+draw4_avx2(__m256i kv, __m256i c)
+{
+  const __m256i golden = _mm256_set1_epi64x((long long)QKV_GOLDEN);
+  const __m256i golden_hi = _mm256_srli_epi64(golden, 32);
+  const __m256i c1 = _mm256_set1_epi64x((long long)G_GUINT64_CONSTANT(0xbf58476d1ce4e5b9));
+  const __m256i c2 = _mm256_set1_epi64x((long long)G_GUINT64_CONSTANT(0x94d049bb133111eb));
+  __m256i z = _mm256_add_epi64(kv, mullo64_avx2(c, golden, golden_hi));
+  z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1, _mm256_srli_epi64(c1, 32));
+  z = mullo64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2, _mm256_srli_epi64(c2, 32));
+  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+  return _mm256_srli_epi64(z, 40);
+}
+
+/* Eight draws at a time, identical to dropout_mask_scalar's: the 24-bit
+ * values convert to float exactly and compare as they do there. */
+QKV_AVX2 static void
+dropout_mask_avx2(guint64 key, guint64 first, gsize n, float p, float scale, float *mask)
+{
+  const __m256i kv = _mm256_set1_epi64x((long long)key);
+  const __m256i lanes = _mm256_set_epi64x(3, 2, 1, 0);
+  const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m256 vp = _mm256_set1_ps(p), vscale = _mm256_set1_ps(scale);
+  const __m256 unit = _mm256_set1_ps(1.0f / 16777216.0f);
+  gsize j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256i c0 = _mm256_add_epi64(_mm256_set1_epi64x((long long)(first + j + 1)), lanes);
+    __m256i c1 = _mm256_add_epi64(c0, _mm256_set1_epi64x(4));
+    /* the low dword of each lane, draws 0–3 then 4–7 */
+    __m128i lo =
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(draw4_avx2(kv, c0), low_dwords));
+    __m128i hi =
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(draw4_avx2(kv, c1), low_dwords));
+    __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_set_m128i(hi, lo)), unit);
+    __m256 drop = _mm256_cmp_ps(u, vp, _CMP_LT_OQ);
+    _mm256_storeu_ps(mask + j, _mm256_blendv_ps(vscale, _mm256_setzero_ps(), drop));
+  }
+  dropout_mask_scalar(key, first + j, n - j, p, scale, mask + j);
+}
 
 static void
 exp_scalar(float *dst, const float *src, gsize n)
@@ -149,7 +203,7 @@ pick_isa(void)
       vec_exp = exp_avx512, vec_tanh = tanh_avx512, vec_isa = "avx512f";
       dropout_mask = dropout_mask_avx512;
     } else if (avx2) {
-      dropout_mask = dropout_mask_scalar;
+      dropout_mask = dropout_mask_avx2;
       vec_exp = exp_avx2, vec_tanh = tanh_avx2, vec_isa = "avx2";
     } else {
       vec_exp = exp_scalar, vec_tanh = tanh_scalar, vec_isa = "scalar";
@@ -187,6 +241,13 @@ qkv_use_avx512(void)
 {
   pick_isa();
   return vec_exp == exp_avx512;
+}
+
+gboolean
+qkv_use_avx2(void)
+{
+  pick_isa();
+  return vec_exp == exp_avx2;
 }
 
 guint64
