@@ -23,7 +23,12 @@
  * TINY_MNK multiply-adds with a transposed operand (10×10×8 attention heads:
  * NT and TN 1.6–1.9× faster here, NN not), and
  * NT products with n, k ≤ NT_MAX_NK and m ≥ NT_MIN_M. Both keep Bᵀ within
- * BT_MAX floats. */
+ * BT_MAX floats. With AVX2 only (Zen 3, OpenBLAS's Zen kernels) the AVX2
+ * kernel takes the tiny NN and TN products and nothing else: in one
+ * bench-gemm run 10×8×10 NN took 100 ns here against OpenBLAS's 200 ns and
+ * TN 108 against 184, but NT (which pays for the copy of Bᵀ and fills 16
+ * lanes for n = 10) was 0.87–0.93 times OpenBLAS's speed at 10×10×8 and
+ * 0.88–1.0 at 640×32×32 over three runs. */
 #define TINY_MNK 1024
 #define NT_MAX_NK 32
 #define NT_MIN_M 256
@@ -196,11 +201,16 @@ qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, 
 {
   if (m <= 0 || n <= 0 || k <= 0 || (transpose_a && transpose_b))
     return FALSE;
-  gboolean tiny = m * n * k <= TINY_MNK && (transpose_a || transpose_b);
-  gboolean tall_nt =
-      transpose_b && !transpose_a && n <= NT_MAX_NK && k <= NT_MAX_NK && m >= NT_MIN_M;
   gboolean avx512 = qkv_use_avx512();
-  if (!(tiny || tall_nt) || !(avx512 || qkv_use_avx2()))
+  gboolean tiny, tall_nt;
+  if (avx512) {
+    tiny = m * n * k <= TINY_MNK && (transpose_a || transpose_b);
+    tall_nt = transpose_b && !transpose_a && n <= NT_MAX_NK && k <= NT_MAX_NK && m >= NT_MIN_M;
+  } else {
+    tiny = m * n * k <= TINY_MNK && !transpose_b && qkv_use_avx2();
+    tall_nt = FALSE;
+  }
+  if (!(tiny || tall_nt))
     return FALSE;
   void (*kernel)(gint64, gint64, gint64, float, const float *, gint64, gint64, const float *,
                  gint64, float, float *, gint64) = avx512 ? small_sgemm_avx512 : small_sgemm_avx2;
