@@ -43,10 +43,6 @@ struct _QkvStepDecoder {
 /* max_rows, src_len and max_len at least 1, or QKV_ERROR_INVALID_ARGUMENT. */
 G_GNUC_INTERNAL gboolean decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len,
                                             gint max_len, GError **error);
-/* Building created no parameter (every one was in the store), or the new ones
- * are removed and the first is named (QKV_ERROR_NOT_FOUND). */
-G_GNUC_INTERNAL gboolean decode_params_all_found(QkvParams *params, const QkvParamsMark *mark,
-                                                 guint n_before, const gchar *me, GError **error);
 G_GNUC_INTERNAL QkvTensor *decode_new_tensor(QkvDType dtype, QkvShape shape, GError **error);
 /* Compile outs (NULL if any is NULL: its builder set the error). */
 G_GNUC_INTERNAL QkvPlan *decode_compile(QkvGraph *g, QkvValue *const *outs, guint n, gint n_threads,
@@ -54,8 +50,16 @@ G_GNUC_INTERNAL QkvPlan *decode_compile(QkvGraph *g, QkvValue *const *outs, guin
 /* Bind t[i] to the input "<prefix><i>". */
 G_GNUC_INTERNAL gboolean decode_bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n,
                                          GError **error);
-/* src, src_valid, tokens and row_valid of max_rows rows. */
-G_GNUC_INTERNAL gboolean decode_common_tensors(QkvStepDecoder *d, GError **error);
+/* Builds one of the two plans of d on b's graph. */
+typedef gboolean (*DecodePlanFunc)(QkvStepDecoder *d, QkvBuilder *b, gint n_threads,
+                                   GError **error);
+/* The encoder and step plans, each on a new graph over params, which must
+ * hold every parameter they use (else the ones created are removed and the
+ * first is named, QKV_ERROR_NOT_FOUND), then src, src_valid, tokens and
+ * row_valid of max_rows rows. */
+G_GNUC_INTERNAL gboolean decode_build_plans(QkvStepDecoder *d, QkvParams *params, const gchar *me,
+                                            DecodePlanFunc encoder, DecodePlanFunc step,
+                                            gint n_threads, GError **error);
 /* The book's GRU encoder (d->gc's sizes) as the encoder plan: outputs 0 the
  * encoder outputs (R, S, H), 1 the final state (L, R, H). */
 G_GNUC_INTERNAL gboolean decode_gru_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads,

@@ -118,20 +118,8 @@ qkv_step_decoder_new_luong(QkvParams *params, const QkvLuongConfig *config, gint
   d->num_layers = config->num_layers;
   d->vocab = config->tgt_vocab;
 
-  QkvParamsMark mark;
-  qkv_params_mark(params, &mark);
-  guint n_before = qkv_params_size(params);
-  d->enc_graph = qkv_graph_new();
-  d->step_graph = qkv_graph_new();
-  QkvBuilder eb = {.graph = d->enc_graph, .params = params};
-  QkvBuilder sb = {.graph = d->step_graph, .params = params};
-  if (!decode_gru_encoder_plan(d, &eb, n_threads, error) ||
-      !luong_step_plan(d, &sb, n_threads, error)) {
-    qkv_params_rollback(params, &mark);
-    return NULL;
-  }
-  if (!decode_params_all_found(params, &mark, n_before, me, error) ||
-      !decode_common_tensors(d, error))
+  if (!decode_build_plans(d, params, me, decode_gru_encoder_plan, luong_step_plan, n_threads,
+                          error))
     return NULL;
   const gint64 H = config->num_hiddens;
   d->n_self = config->input_feeding ? 2 : 1;

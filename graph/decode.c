@@ -82,7 +82,7 @@ decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len,
 
 /* A step decoder must not make up weights: building found every parameter
  * it asked for, or the ones it created are removed again and named. */
-gboolean
+static gboolean
 decode_params_all_found(QkvParams *params, const QkvParamsMark *mark, guint n_before,
                         const gchar *me, GError **error)
 {
@@ -274,7 +274,7 @@ transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError *
   return d->step_plan != NULL;
 }
 
-gboolean
+static gboolean
 decode_common_tensors(QkvStepDecoder *d, GError **error)
 {
   d->src = decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows, d->src_len), error);
@@ -282,6 +282,25 @@ decode_common_tensors(QkvStepDecoder *d, GError **error)
   d->tokens = d->src_valid ? decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows, 1), error) : NULL;
   d->row_valid = d->tokens ? decode_new_tensor(QKV_I32, QKV_SHAPE(d->max_rows), error) : NULL;
   return d->row_valid != NULL;
+}
+
+gboolean
+decode_build_plans(QkvStepDecoder *d, QkvParams *params, const gchar *me, DecodePlanFunc encoder,
+                   DecodePlanFunc step, gint n_threads, GError **error)
+{
+  QkvParamsMark mark;
+  qkv_params_mark(params, &mark);
+  guint n_before = qkv_params_size(params);
+  d->enc_graph = qkv_graph_new();
+  d->step_graph = qkv_graph_new();
+  QkvBuilder eb = {.graph = d->enc_graph, .params = params};
+  QkvBuilder sb = {.graph = d->step_graph, .params = params};
+  if (!encoder(d, &eb, n_threads, error) || !step(d, &sb, n_threads, error)) {
+    qkv_params_rollback(params, &mark);
+    return FALSE;
+  }
+  return decode_params_all_found(params, &mark, n_before, me, error) &&
+         decode_common_tensors(d, error);
 }
 
 QkvStepDecoder *
@@ -311,25 +330,11 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
   d->num_layers = config->num_layers;
   d->vocab = config->tgt_vocab;
 
-  QkvParamsMark mark;
-  qkv_params_mark(params, &mark);
-  guint n_before = qkv_params_size(params);
-  d->enc_graph = qkv_graph_new();
-  d->step_graph = qkv_graph_new();
-  QkvBuilder eb = {.graph = d->enc_graph, .params = params};
-  QkvBuilder sb = {.graph = d->step_graph, .params = params};
-  if (!transformer_encoder_plan(d, &eb, n_threads, error) ||
-      !transformer_step_plan(d, &sb, n_threads, error)) {
-    qkv_params_rollback(params, &mark);
+  if (!decode_build_plans(d, params, me, transformer_encoder_plan, transformer_step_plan, n_threads,
+                          error))
     return NULL;
-  }
-  if (!decode_params_all_found(params, &mark, n_before, me, error))
-    return NULL;
-
   const gint L = d->num_layers, H = config->num_heads;
   const gint64 dh = config->num_hiddens / H;
-  if (!decode_common_tensors(d, error))
-    return NULL;
   d->positions = decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error);
   d->self_valid = d->positions ? decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error) : NULL;
   if (d->self_valid == NULL)
@@ -462,20 +467,8 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
   d->num_layers = config->num_layers;
   d->vocab = config->tgt_vocab;
 
-  QkvParamsMark mark;
-  qkv_params_mark(params, &mark);
-  guint n_before = qkv_params_size(params);
-  d->enc_graph = qkv_graph_new();
-  d->step_graph = qkv_graph_new();
-  QkvBuilder eb = {.graph = d->enc_graph, .params = params};
-  QkvBuilder sb = {.graph = d->step_graph, .params = params};
-  if (!decode_gru_encoder_plan(d, &eb, n_threads, error) ||
-      !bahdanau_step_plan(d, &sb, n_threads, error)) {
-    qkv_params_rollback(params, &mark);
-    return NULL;
-  }
-  if (!decode_params_all_found(params, &mark, n_before, me, error) ||
-      !decode_common_tensors(d, error))
+  if (!decode_build_plans(d, params, me, decode_gru_encoder_plan, bahdanau_step_plan, n_threads,
+                          error))
     return NULL;
   d->n_self = d->n_cross = 1;
   d->self = g_new0(QkvTensor *, 1);

@@ -469,6 +469,17 @@ test_recipe_options(void)
     g_error("recipe options: exit status %d, stdout '%s', stderr '%s'", r.exit_status, r.out,
             r.err);
   run_clear(&r);
+  /* a data file with nothing after the training lines: the run says so and
+   * succeeds */
+  g_autofree gchar *small = g_build_filename(tmpdir, "small.txt", NULL);
+  g_assert_true(g_file_set_contents(small, "Go.\tVa !\nHi.\tSalut !\nRun!\tCours !\n", -1, NULL));
+  Run s = run_cli((const gchar *[]){"--data", small, "--num-examples", "5", "--num-steps", "6",
+                                    "--hidden", "8", "--ffn", "8", "--heads", "2", "--layers", "1",
+                                    "--epochs", "1", "-q", NULL});
+  if (s.exit_status != 0 || strstr(s.out, "held-out BLEU: no sentence pairs after") == NULL)
+    g_error("short data file: exit status %d, stdout '%s', stderr '%s'", s.exit_status, s.out,
+            s.err);
+  run_clear(&s);
   g_autofree gchar *plain = first_step_loss("0");
   g_autofree gchar *smoothed = first_step_loss("0.1");
   g_assert_cmpstr(plain, !=, smoothed);

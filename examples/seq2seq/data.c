@@ -417,14 +417,6 @@ seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_o
     g_ptr_array_add(src, g_strdup(parts[0]));
     g_ptr_array_add(tgt, g_strdup(parts[1]));
   }
-  if (src->len == 0) {
-    g_ptr_array_unref(src);
-    g_ptr_array_unref(tgt);
-    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
-                "%s holds no sentence pairs in lines %d to %d (is the file that short?)", path,
-                first + 1, first + n);
-    return FALSE;
-  }
   *src_out = src;
   *tgt_out = tgt;
   return TRUE;

@@ -56,8 +56,9 @@ void seq2seq_data_clear(Seq2SeqData *data);
 /* The sentence pairs of lines first .. first + n − 1 (counted from 0) of
  * fra.txt, preprocessed as seq2seq_data_load_nmt does, as text: src_out and
  * tgt_out get arrays of gchar* (free with g_ptr_array_unref). The lines after
- * a training set's (first = num_examples + 1) are pairs it never saw. Fails
- * when those lines hold no pair. */
+ * a training set's (first = num_examples + 1) are pairs it never saw. The
+ * arrays are empty when those lines hold no pair (or the file ends before
+ * them); fails on a file that cannot be read or is not UTF-8. */
 gboolean seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_out,
                                  GPtrArray **tgt_out, GError **error);
 

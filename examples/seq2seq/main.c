@@ -790,6 +790,14 @@ print_heldout_bleu(Trainer *tr, const gchar *data_path, GError **error)
   GPtrArray *src = NULL, *tgt = NULL;
   if (!seq2seq_data_load_pairs(data_path, opt_num_examples + 1, opt_heldout, &src, &tgt, error))
     return FALSE;
+  if (src->len == 0) {
+    /* a file that ends with the training pairs has nothing to hold out */
+    printf("held-out BLEU: no sentence pairs after the %d training lines of %s\n",
+           opt_num_examples + 1, data_path);
+    g_ptr_array_unref(src);
+    g_ptr_array_unref(tgt);
+    return TRUE;
+  }
   double greedy = 0, beam = 0;
   gint64 t0 = g_get_monotonic_time();
   gboolean ok = heldout_bleu(&tr->cfg, tr->params, &tr->data, src, tgt, 64, 1, opt_length_penalty,
