@@ -16,6 +16,7 @@
 #include "qkv-private.h"
 
 #include <cblas.h>
+#include <string.h>
 #include <omp.h>
 
 #ifdef QKV_HAVE_ONEDNN
@@ -171,11 +172,48 @@ blas_single_thread(void)
   }
 }
 
+/* A product with one row or one column is a matrix-vector product: OpenBLAS's
+ * sgemm packs the whole matrix for it on every call where its small-matrix
+ * kernels do not apply (all of Zen's, AVX2), which made a decoding step at
+ * batch 1 (1×256 times 256×256) spend 46 % of its time in sgemm_incopy;
+ * sgemv reads the matrix once. With β = 0, c is cleared first, so that what
+ * the arena held there (even NaN) does not leak into it whatever sgemv does
+ * with a zero β. */
+static gboolean
+openblas_sgemv(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+               float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+               float *c, gint64 ldc)
+{
+  if (k <= 0 || (m != 1 && n != 1))
+    return FALSE;
+  if (m == 1) {
+    /* c (1×n) = α a op(B) + β c: op(B)ᵀ a, with a's elements lda apart when
+     * A is stored transposed (k×1) */
+    if (beta == 0.0f)
+      memset(c, 0, (gsize)n * sizeof(float));
+    cblas_sgemv(CblasRowMajor, transpose_b ? CblasNoTrans : CblasTrans,
+                (blasint)(transpose_b ? n : k), (blasint)(transpose_b ? k : n), alpha, b,
+                (blasint)MAX(ldb, 1), a, transpose_a ? (blasint)MAX(lda, 1) : 1, beta, c, 1);
+    return TRUE;
+  }
+  /* n == 1: c (m×1, ldc apart) = α op(A) b + β c */
+  if (beta == 0.0f)
+    for (gint64 i = 0; i < m; i++)
+      c[i * ldc] = 0.0f;
+  cblas_sgemv(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              (blasint)(transpose_a ? k : m), (blasint)(transpose_a ? m : k), alpha, a,
+              (blasint)MAX(lda, 1), b, transpose_b ? 1 : (blasint)MAX(ldb, 1), beta, c,
+              (blasint)MAX(ldc, 1));
+  return TRUE;
+}
+
 static void
 openblas_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
                float *c, gint64 ldc)
 {
+  if (openblas_sgemv(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
               transpose_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha, a,
               (blasint)MAX(lda, 1), b, (blasint)MAX(ldb, 1), beta, c, (blasint)MAX(ldc, 1));
