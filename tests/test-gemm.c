@@ -98,13 +98,15 @@ check_product(gboolean ta, gboolean tb, const Dims *d, float alpha, float beta, 
 static void
 test_accuracy(void)
 {
-  /* odd shapes: one row or one column (the matrix-vector path), the small
-   * kernel's sizes (10×8×10, 10×10×8), larger ones; the last two are above
+  /* odd shapes: one row or one column (the matrix-vector path: the small
+   * ones may go to the small kernel first, the larger ones cannot), the
+   * small kernel's sizes (10×8×10, 10×10×8), larger ones; the last two are above
    * the size qkv_sgemm() splits over threads, one split by rows and one by
    * columns */
-  static const Dims dims[] = {{1, 1, 1},     {1, 37, 19},     {23, 1, 11},   {1, 1, 13},
-                              {10, 8, 10},   {10, 10, 8},     {3, 5, 7},     {17, 33, 9},
-                              {67, 129, 65}, {261, 131, 129}, {67, 515, 131}};
+  static const Dims dims[] = {{1, 1, 1},     {1, 37, 19},   {23, 1, 11},   {1, 1, 13},
+                              {1, 300, 200}, {200, 1, 300}, {10, 8, 10},   {10, 10, 8},
+                              {3, 5, 7},     {17, 33, 9},   {67, 129, 65}, {261, 131, 129},
+                              {67, 515, 131}};
   static const float alphas[] = {1.0f, -0.75f}, betas[] = {0.0f, 0.5f};
   for (const gchar *const *be = backends(); *be != NULL; be++) {
     set_backend(*be);

@@ -85,7 +85,7 @@ test_corpus_bleu(void)
    * 2/5, 1/3 over lengths 9 against 10 */
   BleuStats corpus = {0};
   bleu_stats_add(&corpus, "a b c d e", "a b c d f g");
-  bleu_stats_add(&corpus, "a  b x d ", "a b c d"); /* extra spaces split to nothing */
+  bleu_stats_add(&corpus, "a  b x d ", "a b c d\r\n"); /* extra white space splits to nothing */
   want = 100.0 * exp(1.0 - 10.0 / 9.0) * pow(7.0 / 9 * 4.0 / 7 * 2.0 / 5 * 1.0 / 3, 0.25);
   g_assert_cmpfloat(fabs(bleu_stats_score(&corpus) - want), <, 1e-9);
 

@@ -56,7 +56,7 @@ bleu(const gchar *pred, const gchar *label, gint k)
 static gchar **
 tokens_of(const gchar *text, gint *n)
 {
-  gchar **parts = g_strsplit_set(text, " \t\n", -1);
+  gchar **parts = g_strsplit_set(text, " \t\n\r\v\f", -1);
   gint kept = 0;
   for (gint i = 0; parts[i] != NULL; i++) {
     if (parts[i][0] != '\0')

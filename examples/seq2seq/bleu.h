@@ -20,7 +20,8 @@ typedef struct {
 } BleuStats;
 
 /* Add one hypothesis and its one reference, both tokenised text (tokens
- * separated by white space, as sacrebleu's tokenize="none" splits them). */
+ * separated by ASCII white space, as sacrebleu's tokenize="none" splits
+ * them; Unicode spaces are not separators here). */
 void bleu_stats_add(BleuStats *stats, const gchar *hypothesis, const gchar *reference);
 /* Corpus BLEU-4 from the sums, 0 to 100, as sacrebleu's corpus_bleu with its
  * defaults (smooth_method "exp", no effective order): brevity penalty

@@ -384,10 +384,9 @@ gboolean
 seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_out,
                         GPtrArray **tgt_out, GError **error)
 {
-  if (first < 0 || n < 1 || (gint64)first + n > SEQ2SEQ_MAX_EXAMPLES + 1) {
+  if (first < 0 || n < 1 || first > G_MAXINT - n) {
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
-                "lines %d to %d: need 1 or more lines, ending by line %d", first + 1, first + n,
-                SEQ2SEQ_MAX_EXAMPLES + 1);
+                "asked for %d lines from line %d: need 1 or more lines from a line ≥ 0", n, first);
     return FALSE;
   }
   g_autofree gchar *raw = read_lines(path, first + n, error);

@@ -70,7 +70,8 @@ typedef enum {
   QKV_REDUCTION_MEAN,
 } QkvReduction;
 
-/* "cross_entropy" {reduction: s ("none", "sum", "mean")}: logits (…, C),
+/* "cross_entropy" {reduction: s ("none", "sum", "mean"), label_smoothing: d
+ * (0 here; see qkv_cross_entropy_smoothed)}: logits (…, C),
  * targets i32 (…), optional weight f32 (…) that multiplies each token's loss
  * (a mask, for instance); NULL for none. "none" gives the per-token loss
  * (shape of targets); "mean" divides the weighted sum by the number of tokens. */
