@@ -374,8 +374,8 @@ test_beam_options(void)
     expect_refused(
         (const gchar *[]){"--task", "reverse", "--epochs", "1", bad[i][0], bad[i][1], NULL}, 2,
         bad[i][0]);
-  for (gint m = 0; m < 2; m++) {
-    const gchar *model = m == 0 ? "transformer" : "bahdanau";
+  for (gint m = 0; m < 3; m++) {
+    const gchar *model = m == 0 ? "transformer" : m == 1 ? "bahdanau" : "luong";
     g_autofree gchar *what = g_strdup_printf("--model %s --beam 3", model);
     Run r = run_cli((const gchar *[]){TINY, "--epochs", "1", "--model", model, "--beam", "3",
                                       "--length-penalty", "1", NULL});
