@@ -40,9 +40,6 @@ struct _QkvStepDecoder {
   float *scratch; /* one cache (or state), for moving rows to their parents */
 };
 
-/* max_rows, src_len and max_len at least 1, or QKV_ERROR_INVALID_ARGUMENT. */
-G_GNUC_INTERNAL gboolean decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len,
-                                            gint max_len, GError **error);
 G_GNUC_INTERNAL QkvTensor *decode_new_tensor(QkvDType dtype, QkvShape shape, GError **error);
 /* Compile outs (NULL if any is NULL: its builder set the error). */
 G_GNUC_INTERNAL QkvPlan *decode_compile(QkvGraph *g, QkvValue *const *outs, guint n, gint n_threads,
@@ -50,6 +47,11 @@ G_GNUC_INTERNAL QkvPlan *decode_compile(QkvGraph *g, QkvValue *const *outs, guin
 /* Bind t[i] to the input "<prefix><i>". */
 G_GNUC_INTERNAL gboolean decode_bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n,
                                          GError **error);
+/* A decoder of the book's GRU sizes (config's dropout ignored) with every
+ * size checked (QKV_ERROR_INVALID_ARGUMENT naming me), nothing built yet. */
+G_GNUC_INTERNAL QkvStepDecoder *decode_new_gru(const gchar *me, const QkvGruSeq2SeqConfig *config,
+                                               gint max_rows, gint64 src_len, gint max_len,
+                                               GError **error);
 /* Builds one of the two plans of d on b's graph. */
 typedef gboolean (*DecodePlanFunc)(QkvStepDecoder *d, QkvBuilder *b, gint n_threads,
                                    GError **error);

@@ -93,30 +93,24 @@ qkv_step_decoder_new_luong(QkvParams *params, const QkvLuongConfig *config, gint
 {
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_luong";
-  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
-    return NULL;
-  if (config->num_layers < 1 || config->num_hiddens < 1 || config->embed_size < 1 ||
-      config->tgt_vocab < 1 || config->src_vocab < 1 ||
-      (guint)config->attention.score > QKV_LUONG_CONCAT ||
+  if ((guint)config->attention.score > QKV_LUONG_CONCAT ||
       (guint)config->attention.align > QKV_LUONG_LOCAL_P ||
       (config->attention.align != QKV_LUONG_GLOBAL && config->attention.window < 1)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "%s: config needs num_layers, num_hiddens, embed_size and the vocabularies ≥ 1, "
-                "a known score and alignment, and a window ≥ 1 for local attention",
+                "%s: config needs a known score and alignment, and a window ≥ 1 for local "
+                "attention",
                 me);
     return NULL;
   }
-  g_autoptr(QkvStepDecoder) d = g_new0(QkvStepDecoder, 1);
+  /* the GRU encoder and decoder have the sizes of the book's Bahdanau model */
+  const QkvGruSeq2SeqConfig gc = {config->src_vocab,   config->tgt_vocab,  config->embed_size,
+                                  config->num_hiddens, config->num_layers, 0.0};
+  g_autoptr(QkvStepDecoder) d = decode_new_gru(me, &gc, max_rows, src_len, max_len, error);
+  if (d == NULL)
+    return NULL;
   d->luong = TRUE;
   d->lc = *config;
   d->lc.dropout = 0.0;
-  d->gc = (QkvGruSeq2SeqConfig){config->src_vocab,   config->tgt_vocab,  config->embed_size,
-                                config->num_hiddens, config->num_layers, 0.0};
-  d->max_rows = max_rows;
-  d->src_len = src_len;
-  d->max_len = max_len;
-  d->num_layers = config->num_layers;
-  d->vocab = config->tgt_vocab;
 
   if (!decode_build_plans(d, params, me, decode_gru_encoder_plan, luong_step_plan, n_threads,
                           error))

@@ -68,7 +68,7 @@ qkv_step_decoder_vocab(const QkvStepDecoder *d)
   return d->vocab;
 }
 
-gboolean
+static gboolean
 decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len, GError **error)
 {
   const gchar *bad = max_rows < 1  ? "max_rows must be at least 1"
@@ -444,11 +444,9 @@ bahdanau_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **er
 }
 
 QkvStepDecoder *
-qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config, gint max_rows,
-                              gint64 src_len, gint max_len, gint n_threads, GError **error)
+decode_new_gru(const gchar *me, const QkvGruSeq2SeqConfig *config, gint max_rows, gint64 src_len,
+               gint max_len, GError **error)
 {
-  g_return_val_if_fail(params != NULL && config != NULL, NULL);
-  const gchar *me = "qkv_step_decoder_new_bahdanau";
   if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
     return NULL;
   if (config->num_layers < 1 || config->num_hiddens < 1 || config->embed_size < 1 ||
@@ -458,7 +456,7 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
                 me);
     return NULL;
   }
-  g_autoptr(QkvStepDecoder) d = g_new0(QkvStepDecoder, 1);
+  QkvStepDecoder *d = g_new0(QkvStepDecoder, 1);
   d->gc = *config;
   d->gc.dropout = 0.0;
   d->max_rows = max_rows;
@@ -466,6 +464,18 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
   d->max_len = max_len;
   d->num_layers = config->num_layers;
   d->vocab = config->tgt_vocab;
+  return d;
+}
+
+QkvStepDecoder *
+qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config, gint max_rows,
+                              gint64 src_len, gint max_len, gint n_threads, GError **error)
+{
+  g_return_val_if_fail(params != NULL && config != NULL, NULL);
+  const gchar *me = "qkv_step_decoder_new_bahdanau";
+  g_autoptr(QkvStepDecoder) d = decode_new_gru(me, config, max_rows, src_len, max_len, error);
+  if (d == NULL)
+    return NULL;
 
   if (!decode_build_plans(d, params, me, decode_gru_encoder_plan, bahdanau_step_plan, n_threads,
                           error))

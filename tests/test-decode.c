@@ -695,6 +695,27 @@ test_decoder_errors(void)
   g_assert_null(qkv_step_decoder_new_transformer(params, &tcfg, 0, 5, 8, 0, &error));
   g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
   g_clear_error(&error);
+  /* the GRU decoders: missing parameters, bad sizes, a bad Luong window */
+  QkvLuongConfig bad_window = luong_dot_local_m;
+  bad_window.attention.window = 0;
+  g_assert_null(qkv_step_decoder_new_luong(params, &luong_dot_local_m, 2, 5, 8, 0, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
+  g_assert_cmpuint(qkv_params_size(params), ==, 0);
+  g_clear_error(&error);
+  g_assert_null(qkv_step_decoder_new_luong(params, &bad_window, 2, 5, 8, 0, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "window"));
+  g_clear_error(&error);
+  g_assert_null(qkv_step_decoder_new_luong(params, &luong_dot_local_m, 2, 5, 0, 0, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "qkv_step_decoder_new_luong"));
+  g_clear_error(&error);
+  QkvGruSeq2SeqConfig no_layers = gcfg;
+  no_layers.num_layers = 0;
+  g_assert_null(qkv_step_decoder_new_bahdanau(params, &no_layers, 2, 5, 8, 0, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "qkv_step_decoder_new_bahdanau"));
+  g_clear_error(&error);
 
   FullModel full;
   full_model_init(&full, params, &transformer_case, 2, 5, 8);

@@ -15,6 +15,11 @@
   "--task", "reverse", "--reverse-size", "20", "--reverse-vocab", "10", "--num-steps", "6",        \
       "--hidden", "8", "--ffn", "8", "--heads", "2", "--layers", "1", "--batch-size", "4", "-q"
 
+/* the same on a few fra-eng pairs */
+#define TINY_FRA                                                                                   \
+  "--num-examples", "40", "--num-steps", "6", "--hidden", "8", "--ffn", "8", "--heads", "2",       \
+      "--layers", "1", "--batch-size", "8"
+
 static gchar *tmpdir;
 
 typedef struct {
@@ -394,34 +399,14 @@ static gchar *
 first_step_loss(const gchar *label_smoothing)
 {
   g_autofree gchar *log = g_build_filename(tmpdir, "steps.txt", NULL);
-  Run r = run_cli((const gchar *[]){"--num-examples",
-                                    "40",
-                                    "--num-steps",
-                                    "6",
-                                    "--hidden",
-                                    "8",
-                                    "--ffn",
-                                    "8",
-                                    "--heads",
-                                    "2",
-                                    "--layers",
-                                    "1",
-                                    "--epochs",
-                                    "1",
-                                    "--batch-size",
-                                    "8",
-                                    "--heldout",
-                                    "0",
-                                    "--label-smoothing",
-                                    label_smoothing,
-                                    "--step-losses",
-                                    log,
-                                    "-q",
-                                    NULL});
+  Run r =
+      run_cli((const gchar *[]){TINY_FRA, "--epochs", "1", "--heldout", "0", "--label-smoothing",
+                                label_smoothing, "--step-losses", log, "-q", NULL});
   g_assert_cmpint(r.exit_status, ==, 0);
   run_clear(&r);
   gchar *text = NULL;
   g_assert_true(g_file_get_contents(log, &text, NULL, NULL));
+  g_assert_nonnull(strchr(text, '\n'));
   *strchr(text, '\n') = '\0';
   return text;
 }
@@ -438,31 +423,9 @@ test_recipe_options(void)
     expect_refused(
         (const gchar *[]){"--task", "reverse", "--epochs", "1", bad[i][0], bad[i][1], NULL}, 2,
         bad[i][0]);
-  Run r = run_cli((const gchar *[]){"--num-examples",
-                                    "40",
-                                    "--num-steps",
-                                    "6",
-                                    "--hidden",
-                                    "8",
-                                    "--ffn",
-                                    "8",
-                                    "--heads",
-                                    "2",
-                                    "--layers",
-                                    "1",
-                                    "--epochs",
-                                    "2",
-                                    "--batch-size",
-                                    "8",
-                                    "--heldout",
-                                    "20",
-                                    "--label-smoothing",
-                                    "0.1",
-                                    "--warmup",
-                                    "3",
-                                    "--clip-rule",
-                                    "d2l",
-                                    NULL});
+  Run r =
+      run_cli((const gchar *[]){TINY_FRA, "--epochs", "2", "--heldout", "20", "--label-smoothing",
+                                "0.1", "--warmup", "3", "--clip-rule", "d2l", NULL});
   if (r.exit_status != 0 || strstr(r.out, "held-out BLEU-4 on 20 unseen pairs") == NULL ||
       strstr(r.out, "the book's rule") == NULL || strstr(r.out, "label smoothing 0.1") == NULL ||
       strstr(r.out, "warm-up over 3 steps") == NULL)

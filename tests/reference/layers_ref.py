@@ -17,6 +17,8 @@ import sys
 import torch
 from torch import nn
 
+from reftext import emit
+
 torch.manual_seed(0)
 
 
@@ -86,18 +88,6 @@ class PositionalEncoding(nn.Module):
 # ---- output ------------------------------------------------------------------
 
 out = sys.stdout
-
-
-def emit(name, t):
-    t = t.detach()
-    dtype = 'i32' if t.dtype in (torch.int32, torch.int64) else 'f32'
-    dims = ' '.join(str(d) for d in t.shape)
-    out.write(f'tensor {name} {dtype} {t.dim()} {dims}\n'.replace('  ', ' '))
-    flat = t.reshape(-1).tolist()
-    if dtype == 'i32':
-        out.write(' '.join(str(int(v)) for v in flat) + '\n')
-    else:
-        out.write(' '.join('%.9g' % v for v in flat) + '\n')
 
 
 def case(prefix, inputs, grad_names, forward):

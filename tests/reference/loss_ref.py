@@ -21,20 +21,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from reftext import emit
+
 torch.manual_seed(14)
 out = sys.stdout
-
-
-def emit(name, t):
-    t = t.detach()
-    dtype = 'i32' if t.dtype in (torch.int32, torch.int64) else 'f32'
-    dims = ''.join(' %d' % d for d in t.shape)
-    out.write(f'tensor {name} {dtype} {t.dim()}{dims}\n')
-    flat = t.reshape(-1).tolist()
-    if dtype == 'i32':
-        out.write(' '.join(str(int(v)) for v in flat) + '\n')
-    else:
-        out.write(' '.join('%.9g' % v for v in flat) + '\n')
 
 
 B, T, C = 3, 5, 11

@@ -22,21 +22,10 @@ import sys
 
 import torch
 
+from reftext import emit
+
 torch.manual_seed(12)
 out = sys.stdout
-
-
-def emit(name, t):
-    t = t.detach()
-    dtype = 'i32' if t.dtype in (torch.int32, torch.int64) else 'f32'
-    dims = ''.join(' %d' % d for d in t.shape)
-    out.write(f'tensor {name} {dtype} {t.dim()}{dims}\n')
-    flat = t.reshape(-1).tolist()
-    if dtype == 'i32':
-        out.write(' '.join(str(int(v)) for v in flat) + '\n')
-    else:
-        # %.9g round-trips every float32 exactly.
-        out.write(' '.join('%.9g' % v for v in flat) + '\n')
 
 
 def case(prefix, inputs, grad_names, forward):
