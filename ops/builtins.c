@@ -1,8 +1,6 @@
 /* builtins.c: the list of built-in op families, registered at init. */
 #include "ops-common.h"
 
-void qkv_register_builtin_ops(void);
-
 void
 qkv_register_builtin_ops(void)
 {

@@ -7,9 +7,7 @@
 
 #include <string.h>
 #include "qkv/qkv.h"
-
-/* Register a built-in op; a failure is a bug in qkv and aborts. */
-void qkv_register_builtin(const QkvOpDef *def);
+#include "builtins.h"
 
 /* One registration function per op family (ops/<family>.c). */
 void qkv_register_ops_matmul(void);

@@ -6,7 +6,8 @@
  * the bytes are. Seeds: the built plugins (the .so files in build/examples/plugins
  * and build/tests/plugins). Built by tests/fuzz/run.sh with
  * clang -fsanitize=fuzzer,address,undefined against the library sources. */
-#include "qkv-private.h"
+#include "core/core-private.h"
+#include "plugin/plugin-private.h"
 
 #include <stdint.h>
 

@@ -42,7 +42,7 @@ rsp=$build/cflags.rsp
   echo "-std=c11 -g -O1 -fno-omit-frame-pointer -fno-math-errno -D_GNU_SOURCE"
   echo "'-DG_LOG_DOMAIN=\"qkv\"' '-DQKV_VERSION=\"$version\"' '-DQKV_PLUGIN_DIR=\"/nonexistent\"'"
   echo "-Wno-unknown-pragmas -Wno-unused-function"
-  echo "-I$fuzzdir/shim -I$root/include -I$root/src -I$root/ops $(pkg-config --cflags $pkgs)"
+  echo "-I$fuzzdir/shim -I$root/include -I$root/src -I$root/ops -I$root/graph $(pkg-config --cflags $pkgs)"
 } >"$rsp.common"
 {
   cat "$rsp.common"
@@ -56,14 +56,14 @@ cp "$rsp.common" "$gcc_rsp"
 libs="$(pkg-config --libs $pkgs) -lm"
 
 # 1. the library, compiled once per source change (any header change rebuilds all)
-newest_header=$(ls -t "$root"/include/qkv/*.h "$root"/src/*.h "$root"/ops/*.h \
+newest_header=$(ls -t "$root"/include/qkv/*.h "$root"/src/*/*.h "$root"/ops/*.h "$root"/graph/*/*.h \
   "$fuzzdir"/shim/*.h 2>/dev/null | head -n 1)
 objs=""
 stale=""
-for src in "$root"/src/*.c "$root"/ops/*.c "$root"/graph/*.c; do
+for src in "$root"/src/*.c "$root"/src/*/*.c "$root"/ops/*.c "$root"/graph/*/*.c; do
   rel=${src#"$root"/}
   # the fuzz targets do not use MPI: they link dist-none.c's qkv-dist.h
-  [ "$rel" = src/dist.c ] && continue
+  [ "$rel" = src/dist/dist.c ] && continue
   obj=$build/obj/$(echo "$rel" | tr / _).o
   objs="$objs $obj"
   if [ ! -e "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest_header" -nt "$obj" ]; then

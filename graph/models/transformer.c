@@ -1,0 +1,232 @@
+/* transformer.c: the book's Transformer encoder and decoder (d2l 0.17,
+ * section 10.7) as graph builders, with its state_dict names. */
+#include <math.h>
+#include <qkv/qkv.h>
+
+#include "nn/builder-checks.h"
+#include "models/transformer-internal.h"
+
+/* The fields both halves use; vocab is src_vocab or tgt_vocab. */
+static gboolean
+check_config(const gchar *builder, const QkvTransformerConfig *cfg, const gchar *vocab_field,
+             gint64 vocab, GError **error)
+{
+  if (!builder_check_positive(builder, vocab_field, vocab, error) ||
+      !builder_check_heads(builder, "cfg->num_heads", cfg->num_heads, "cfg->num_hiddens",
+                           cfg->num_hiddens, error) ||
+      !builder_check_positive(builder, "cfg->ffn_hiddens", cfg->ffn_hiddens, error) ||
+      !builder_check_positive(builder, "cfg->num_layers", cfg->num_layers, error) ||
+      !builder_check_dropout(builder, "cfg->dropout", cfg->dropout, error))
+    return FALSE;
+  if (cfg->tie_embeddings != QKV_TIE_NONE && cfg->tie_embeddings != QKV_TIE_DECODER &&
+      cfg->tie_embeddings != QKV_TIE_ALL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: cfg->tie_embeddings is %d, it must be QKV_TIE_NONE, QKV_TIE_DECODER or "
+                "QKV_TIE_ALL",
+                builder, (gint)cfg->tie_embeddings);
+    return FALSE;
+  }
+  /* both halves check it: either may be built alone (a decoding graph) */
+  if (cfg->tie_embeddings == QKV_TIE_ALL && cfg->src_vocab != cfg->tgt_vocab) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: cfg->tie_embeddings is QKV_TIE_ALL, which needs one joint vocabulary, but "
+                "cfg->src_vocab (%" G_GINT64_FORMAT ") and cfg->tgt_vocab (%" G_GINT64_FORMAT
+                ") differ",
+                builder, cfg->src_vocab, cfg->tgt_vocab);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The embedding a half uses ("encoder" or "decoder"): its own, or with a
+ * joint vocabulary the encoder's for both. */
+const gchar *
+transformer_embedding_name(const QkvTransformerConfig *cfg, const gchar *half)
+{
+  if (cfg->tie_embeddings == QKV_TIE_ALL)
+    return "encoder.embedding";
+  return g_str_equal(half, "encoder") ? "encoder.embedding" : "decoder.embedding";
+}
+
+static QkvValue *
+embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 vocab,
+                           const QkvTransformerConfig *cfg, GError **error)
+{
+  const gchar *emb_name = transformer_embedding_name(cfg, name);
+  QkvValue *x = qkv_build_embedding(b, emb_name, ids, vocab, cfg->num_hiddens, error);
+  return qkv_positional_encoding(qkv_scale(x, sqrt((double)cfg->num_hiddens), error), cfg->dropout,
+                                 0, error);
+}
+
+/* self_weights: NULL, or cfg->num_layers slots for each block's attention weights */
+static QkvValue *
+encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src, QkvValue *valid_lens,
+        QkvValue **self_weights, GError **error)
+{
+  QkvValue *x = embed_and_encode_positions(b, "encoder", src, cfg->src_vocab, cfg, error);
+  for (gint i = 0; i < cfg->num_layers; i++) {
+    g_autofree gchar *blk = g_strdup_printf("encoder.blks.block%d", i);
+    g_autofree gchar *att = g_strconcat(blk, ".attention", NULL);
+    g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
+    g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
+    g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
+    qkv_graph_set_scope(b->graph, blk);
+    QkvValue *a = qkv_build_mha(b, att, x, x, x, cfg->num_hiddens, cfg->num_heads, valid_lens,
+                                FALSE, cfg->dropout, self_weights ? &self_weights[i] : NULL, error);
+    QkvValue *y = qkv_build_addnorm(b, an1, x, a, cfg->dropout, error);
+    QkvValue *f = qkv_build_ffn(b, ffn, y, cfg->ffn_hiddens, cfg->num_hiddens, error);
+    x = qkv_build_addnorm(b, an2, y, f, cfg->dropout, error);
+  }
+  return x;
+}
+
+QkvValue *
+qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
+                              QkvValue *valid_lens, GError **error)
+{
+  g_return_val_if_fail(cfg != NULL, NULL);
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (src == NULL)
+    return NULL;
+  if (!check_config("qkv_build_transformer_encoder", cfg, "cfg->src_vocab", cfg->src_vocab, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  return qkv_builder_end(b, &mark, encoder(b, cfg, src, valid_lens, NULL, error));
+}
+
+/* Clear the slots a caller asked for: the builder failed, or has not run. */
+static void
+taps_clear(QkvTransformerTaps *taps, gint num_layers)
+{
+  for (gint i = 0; taps != NULL && i < num_layers; i++) {
+    if (taps->self_weights != NULL)
+      taps->self_weights[i] = NULL;
+    if (taps->cross_weights != NULL)
+      taps->cross_weights[i] = NULL;
+  }
+}
+
+QkvValue *
+qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
+                                   QkvValue *valid_lens, QkvTransformerTaps *taps, GError **error)
+{
+  g_return_val_if_fail(cfg != NULL, NULL);
+  taps_clear(taps, cfg->num_layers);
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (src == NULL)
+    return NULL;
+  if (!check_config("qkv_build_transformer_encoder", cfg, "cfg->src_vocab", cfg->src_vocab, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *out = encoder(b, cfg, src, valid_lens, taps ? taps->self_weights : NULL, error);
+  out = qkv_builder_end(b, &mark, out);
+  if (out == NULL)
+    taps_clear(taps, cfg->num_layers); /* the values named there were rolled back */
+  return out;
+}
+
+/* logits = x Eᵀ + "decoder.dense.bias", E the decoder's embedding matrix:
+ * the same parameter the embedding reads, so its gradient sums both uses. */
+static QkvValue *
+tied_output(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, GError **error)
+{
+  g_autofree gchar *en = g_strconcat(transformer_embedding_name(cfg, "decoder"), ".weight", NULL);
+  QkvShape es = QKV_SHAPE(cfg->tgt_vocab, cfg->num_hiddens), bs = QKV_SHAPE(cfg->tgt_vocab);
+  QkvValue *e = qkv_build_param(b, en, &es, "embedding", 0, error);
+  QkvValue *bias =
+      e ? qkv_build_param(b, "decoder.dense.bias", &bs, "linear_bias", cfg->num_hiddens, error)
+        : NULL;
+  QkvValue *y = bias ? qkv_matmul(x, e, FALSE, TRUE, error) : NULL;
+  return qkv_add(y, bias, error);
+}
+
+QkvValue *
+transformer_output(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, GError **error)
+{
+  if (cfg->tie_embeddings == QKV_TIE_NONE)
+    return qkv_build_linear(b, "decoder.dense", x, cfg->tgt_vocab, TRUE, error);
+  return x ? tied_output(b, cfg, x, error) : NULL;
+}
+
+/* outer_scope: the caller's scope, for the nodes after the blocks. */
+static QkvValue *
+decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue *enc_outputs,
+        QkvValue *enc_valid_lens, QkvValue **cross_weights, const gchar *outer_scope,
+        QkvTransformerTaps *taps, GError **error)
+{
+  QkvValue *x = embed_and_encode_positions(b, "decoder", tgt, cfg->tgt_vocab, cfg, error);
+  for (gint i = 0; i < cfg->num_layers; i++) {
+    g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
+    g_autofree gchar *att1 = g_strconcat(blk, ".attention1", NULL);
+    g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
+    g_autofree gchar *att2 = g_strconcat(blk, ".attention2", NULL);
+    g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
+    g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
+    g_autofree gchar *an3 = g_strconcat(blk, ".addnorm3", NULL);
+    qkv_graph_set_scope(b->graph, blk);
+    /* the book's training-time dec_valid_lens = 1..T per query is the causal mask */
+    QkvValue **self_w = (taps && taps->self_weights) ? &taps->self_weights[i] : NULL;
+    QkvValue *a1 = qkv_build_mha(b, att1, x, x, x, cfg->num_hiddens, cfg->num_heads, NULL, TRUE,
+                                 cfg->dropout, self_w, error);
+    QkvValue *y = qkv_build_addnorm(b, an1, x, a1, cfg->dropout, error);
+    QkvValue **weights = (cross_weights != NULL && i == cfg->num_layers - 1) ? cross_weights : NULL;
+    if (taps != NULL && taps->cross_weights != NULL)
+      weights = &taps->cross_weights[i];
+    QkvValue *a2 =
+        qkv_build_mha(b, att2, y, enc_outputs, enc_outputs, cfg->num_hiddens, cfg->num_heads,
+                      enc_valid_lens, FALSE, cfg->dropout, weights, error);
+    QkvValue *z = qkv_build_addnorm(b, an2, y, a2, cfg->dropout, error);
+    QkvValue *f = qkv_build_ffn(b, ffn, z, cfg->ffn_hiddens, cfg->num_hiddens, error);
+    x = qkv_build_addnorm(b, an3, z, f, cfg->dropout, error);
+  }
+  qkv_graph_set_scope(b->graph, outer_scope);
+  return transformer_output(b, cfg, x, error);
+}
+
+QkvValue *
+qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt,
+                              QkvValue *enc_outputs, QkvValue *enc_valid_lens,
+                              QkvValue **cross_weights, GError **error)
+{
+  g_return_val_if_fail(cfg != NULL, NULL);
+  if (cross_weights != NULL)
+    *cross_weights = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (tgt == NULL || enc_outputs == NULL)
+    return NULL;
+  if (!check_config("qkv_build_transformer_decoder", cfg, "cfg->tgt_vocab", cfg->tgt_vocab, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *weights = NULL;
+  QkvValue *logits = decoder(b, cfg, tgt, enc_outputs, enc_valid_lens,
+                             cross_weights ? &weights : NULL, mark.scope, NULL, error);
+  logits = qkv_builder_end(b, &mark, logits);
+  if (logits != NULL && cross_weights != NULL)
+    *cross_weights = weights;
+  return logits;
+}
+
+QkvValue *
+qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt,
+                                   QkvValue *enc_outputs, QkvValue *enc_valid_lens,
+                                   QkvTransformerTaps *taps, GError **error)
+{
+  g_return_val_if_fail(cfg != NULL, NULL);
+  taps_clear(taps, cfg->num_layers);
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (tgt == NULL || enc_outputs == NULL)
+    return NULL;
+  if (!check_config("qkv_build_transformer_decoder", cfg, "cfg->tgt_vocab", cfg->tgt_vocab, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *logits =
+      decoder(b, cfg, tgt, enc_outputs, enc_valid_lens, NULL, mark.scope, taps, error);
+  logits = qkv_builder_end(b, &mark, logits);
+  if (logits == NULL)
+    taps_clear(taps, cfg->num_layers);
+  return logits;
+}

@@ -1,0 +1,117 @@
+/* core-private.h: the core's internal structures (tensor, attributes,
+ * parameter store, graph) and the registry's internals, shared by the layers
+ * of src/ (not installed; ops/ and graph/ never include it). */
+#pragma once
+
+#include "qkv/qkv.h"
+#include "kernels/kernels-private.h"
+#include "qkv/qkv.h"
+
+struct _QkvTensor {
+  QkvDType dtype;
+  QkvShape shape;
+  gpointer data;
+  gboolean owns_data;
+};
+
+typedef struct {
+  const gchar *name; /* points into the op's schema */
+  QkvAttrType type;
+  gboolean given;
+  gint64 int_value;
+  double float_value;
+  gint64 *ints;
+  guint n_ints;
+  gchar *string_value;
+} QkvAttrEntry;
+
+struct _QkvAttrs {
+  guint n;
+  QkvAttrEntry *entries;
+};
+
+/* Parse and validate a{sv} attributes against def's schema. */
+QkvAttrs *qkv_attrs_parse(const QkvOpDef *def, const gchar *node_name, GVariant *attrs,
+                          GError **error);
+void qkv_attrs_free(QkvAttrs *attrs);
+/* "transpose_a=true, axis=1"; free with g_free(). */
+gchar *qkv_attrs_to_string(const QkvAttrs *attrs);
+
+struct _QkvParam {
+  gchar *name;
+  QkvTensor *value;
+  QkvTensor *grad;
+  gboolean frozen;
+  GPtrArray *state_names; /* gchar* */
+  GPtrArray *states;      /* QkvTensor* */
+};
+
+struct _QkvParams {
+  GPtrArray *list;     /* QkvParam*, insertion order, owned */
+  GHashTable *by_name; /* name -> QkvParam* */
+};
+
+struct _QkvValue {
+  QkvGraph *graph;
+  guint id;
+  QkvValueKind kind;
+  QkvShape shape;
+  QkvDType dtype;
+  QkvNode *node;      /* QKV_VALUE_OP */
+  guint output_index; /* QKV_VALUE_OP */
+  gchar *name;
+  QkvParam *param;     /* QKV_VALUE_PARAM */
+  QkvParams *params;   /* QKV_VALUE_PARAM */
+  QkvTensor *constant; /* QKV_VALUE_CONSTANT, owned */
+  gboolean requires_grad;
+};
+
+struct _QkvNode {
+  QkvGraph *graph;
+  guint id;
+  const QkvOpDef *op; /* stable pointer into the registry */
+  gchar *name;
+  guint n_inputs;
+  QkvValue **inputs;
+  guint n_outputs;
+  QkvValue *outputs[QKV_MAX_OUTPUTS];
+  QkvAttrs *attrs;
+};
+
+struct _QkvGraph {
+  GPtrArray *values; /* QkvValue*, owned, index = id */
+  GPtrArray *nodes;  /* QkvNode*, owned, index = id; creation order is topological */
+  GPtrArray *inputs; /* QkvValue* of kind INPUT */
+  GHashTable *input_by_name;
+  GHashTable *param_values; /* QkvParam* -> QkvValue* */
+  gchar *scope;
+  gboolean has_backward;
+  QkvValue *backward_loss; /* the loss of that backward pass, for error messages */
+  GHashTable *grads;       /* QkvValue* (param or input) -> gradient QkvValue* */
+  GPtrArray *param_grads;  /* QkvValue* param values that have a gradient, in order */
+};
+
+/* Build the shape context of a node from its input values. */
+void qkv_node_fill_shape_ctx(const QkvNode *node, QkvShapeCtx *ctx, QkvShape *in_shapes,
+                             QkvDType *in_dtypes);
+
+/* Drop every value and node added after the given counts (rollbacks, and
+ * autodiff undoing a failed backward pass). */
+void qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes);
+
+/* Registry internals (the built-in registration entry lives in ops/builtins.h). */
+void qkv_registry_init(void);
+/* Set the origin recorded for ops this thread registers from now on (the
+ * plugin loader); NULL restores "built-in". Returns the previous origin. */
+const gchar *qkv_registry_set_origin(const gchar *origin);
+/* Remove an op (rolls back a plugin that failed half-way). */
+void qkv_registry_unregister(const gchar *name);
+/* The param's state of that name, created (zero) if absent; a GError
+ * (QKV_ERROR_MEMORY) instead of an abort when it cannot be allocated. */
+QkvTensor *qkv_param_try_state(QkvParam *param, const gchar *name, QkvDType dtype,
+                               const QkvShape *shape, GError **error);
+
+/* A tensor over data with no checks: data may be NULL until a plan binds an
+ * input (plan outputs that are graph inputs). */
+QkvTensor *qkv_tensor_new_view(QkvDType dtype, const QkvShape *shape, gpointer data);
+
