@@ -98,7 +98,7 @@ entry_free(gpointer data)
 }
 
 void
-st_file_free(StFile *f)
+qkv_st_file_free(StFile *f)
 {
   if (f == NULL)
     return;
@@ -114,7 +114,7 @@ st_file_free(StFile *f)
 }
 
 const gchar *
-st_dtype_name(StDType d)
+qkv_st_dtype_name(StDType d)
 {
   switch (d) {
   case ST_F32:
@@ -454,7 +454,7 @@ parse_header(StFile *f, GError **error)
 }
 
 StFile *
-st_file_open(const gchar *path, GError **error)
+qkv_st_file_open(const gchar *path, GError **error)
 {
   g_autoptr(StFile) f = g_new0(StFile, 1);
   f->path = g_strdup(path);
@@ -469,14 +469,14 @@ st_file_open(const gchar *path, GError **error)
 }
 
 const guchar *
-entry_data(const StFile *f, const Entry *e)
+qkv_st_entry_data(const StFile *f, const Entry *e)
 {
   return (const guchar *)f->contents + f->data_start + e->begin;
 }
 
 /* Copy n little-endian 32-bit words into dst. */
 void
-copy_le32(gpointer dst, const guchar *src, gsize n)
+qkv_st_copy_le32(gpointer dst, const guchar *src, gsize n)
 {
 #if G_BYTE_ORDER == G_LITTLE_ENDIAN
   memcpy(dst, src, n * 4);
@@ -491,9 +491,9 @@ copy_le32(gpointer dst, const guchar *src, gsize n)
 /* Convert an I64 tensor to i32; FALSE (naming the element's byte offset) if
  * a value does not fit. */
 gboolean
-copy_i64_to_i32(const StFile *f, const Entry *e, gint32 *dst, GError **error)
+qkv_st_copy_i64_to_i32(const StFile *f, const Entry *e, gint32 *dst, GError **error)
 {
-  const guchar *src = entry_data(f, e);
+  const guchar *src = qkv_st_entry_data(f, e);
   gint64 n = qkv_shape_numel(&e->shape);
   for (gint64 i = 0; i < n; i++) {
     guint64 u = 0;
@@ -517,7 +517,7 @@ GHashTable *
 qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error)
 {
   g_return_val_if_fail(path != NULL, NULL);
-  g_autoptr(StFile) f = st_file_open(path, error);
+  g_autoptr(StFile) f = qkv_st_file_open(path, error);
   if (f == NULL)
     return NULL;
   g_autoptr(GHashTable) out =
@@ -531,10 +531,10 @@ qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error)
     }
     g_hash_table_insert(out, g_strdup(e->name), t);
     if (e->dtype == ST_I64) {
-      if (!copy_i64_to_i32(f, e, qkv_tensor_i32(t), error))
+      if (!qkv_st_copy_i64_to_i32(f, e, qkv_tensor_i32(t), error))
         return NULL;
     } else {
-      copy_le32(qkv_tensor_data(t), entry_data(f, e), (gsize)qkv_tensor_numel(t));
+      qkv_st_copy_le32(qkv_tensor_data(t), qkv_st_entry_data(f, e), (gsize)qkv_tensor_numel(t));
     }
   }
   if (metadata != NULL)
@@ -546,6 +546,6 @@ GHashTable *
 qkv_checkpoint_read_metadata(const gchar *path, GError **error)
 {
   g_return_val_if_fail(path != NULL, NULL);
-  g_autoptr(StFile) f = st_file_open(path, error);
+  g_autoptr(StFile) f = qkv_st_file_open(path, error);
   return f != NULL ? g_hash_table_ref(f->metadata) : NULL;
 }

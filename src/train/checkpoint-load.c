@@ -145,7 +145,7 @@ check_fits(const StFile *f, const Entry *e, const QkvTensor *t, const gchar *wha
     g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE,
                 "checkpoint '%s': tensor '%s' is %s but %s is %s (byte offset %" G_GUINT64_FORMAT
                 ")",
-                f->path, e->name, st_dtype_name(e->dtype), what, qkv_dtype_name(want),
+                f->path, e->name, qkv_st_dtype_name(e->dtype), what, qkv_dtype_name(want),
                 f->data_start + e->begin);
     return FALSE;
   }
@@ -164,9 +164,9 @@ static void
 copy_entry(const StFile *f, const Entry *e, QkvTensor *t)
 {
   if (e->dtype == ST_I64)
-    copy_i64_to_i32(f, e, qkv_tensor_i32(t), NULL); /* range checked already */
+    qkv_st_copy_i64_to_i32(f, e, qkv_tensor_i32(t), NULL); /* range checked already */
   else
-    copy_le32(qkv_tensor_data(t), entry_data(f, e), (gsize)qkv_tensor_numel(t));
+    qkv_st_copy_le32(qkv_tensor_data(t), qkv_st_entry_data(f, e), (gsize)qkv_tensor_numel(t));
 }
 
 static gchar *
@@ -270,11 +270,11 @@ match_optimizer_state(const StFile *f, QkvParams *params, const Entry *e, LoadPl
     g_autofree gchar *want = qkv_shape_to_string(qkv_param_shape(p));
     g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
                 "checkpoint '%s': %s is %s%s at byte offset %" G_GUINT64_FORMAT ", expected %s",
-                f->path, what, st_dtype_name(e->dtype), got, f->data_start + e->begin,
+                f->path, what, qkv_st_dtype_name(e->dtype), got, f->data_start + e->begin,
                 is_step ? "an integer scalar" : want);
     return FALSE;
   }
-  if (e->dtype == ST_I64 && !copy_i64_to_i32(f, e, NULL, error))
+  if (e->dtype == ST_I64 && !qkv_st_copy_i64_to_i32(f, e, NULL, error))
     return FALSE;
   if (is_step) {
     /* a negative count makes the next Adam update NaN. G_MAXINT32 loads
@@ -282,9 +282,9 @@ match_optimizer_state(const StFile *f, QkvParams *params, const Entry *e, LoadPl
      * refuses to step past it. */
     gint32 count = 0;
     if (e->dtype == ST_I64)
-      copy_i64_to_i32(f, e, &count, NULL);
+      qkv_st_copy_i64_to_i32(f, e, &count, NULL);
     else
-      copy_le32(&count, entry_data(f, e), 1);
+      qkv_st_copy_le32(&count, qkv_st_entry_data(f, e), 1);
     if (count < 0) {
       CORRUPT("checkpoint '%s': %s is %d at byte offset %" G_GUINT64_FORMAT
               ", a step count cannot be negative",
@@ -402,7 +402,7 @@ qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimize
     *missing = NULL;
   if (unexpected != NULL)
     *unexpected = NULL;
-  g_autoptr(StFile) f = st_file_open(path, error);
+  g_autoptr(StFile) f = qkv_st_file_open(path, error);
   if (f == NULL)
     return FALSE;
   g_auto(LoadPlan) lp = {0};

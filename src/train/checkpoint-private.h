@@ -36,14 +36,14 @@ typedef struct {
   GHashTable *metadata; /* gchar* -> gchar* */
 } StFile;
 
-void st_file_free(StFile *f);
-G_DEFINE_AUTOPTR_CLEANUP_FUNC(StFile, st_file_free)
+void qkv_st_file_free(StFile *f);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(StFile, qkv_st_file_free)
 
 /* Reads path and checks everything the format demands; NULL with a
  * QKV_ERROR_IO or QKV_ERROR_CORRUPT (naming the byte offset) otherwise. */
-StFile *st_file_open(const gchar *path, GError **error);
+StFile *qkv_st_file_open(const gchar *path, GError **error);
 
-const gchar *st_dtype_name(StDType d);
-const guchar *entry_data(const StFile *f, const Entry *e);
-void copy_le32(gpointer dst, const guchar *src, gsize n);
-gboolean copy_i64_to_i32(const StFile *f, const Entry *e, gint32 *dst, GError **error);
+const gchar *qkv_st_dtype_name(StDType d);
+const guchar *qkv_st_entry_data(const StFile *f, const Entry *e);
+void qkv_st_copy_le32(gpointer dst, const guchar *src, gsize n);
+gboolean qkv_st_copy_i64_to_i32(const StFile *f, const Entry *e, gint32 *dst, GError **error);
