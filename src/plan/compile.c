@@ -7,42 +7,6 @@
 
 #define ARENA_ALIGN 64
 
-static gint global_threads = 0; /* atomic; 0: not set */
-
-void
-qkv_set_num_threads(gint n_threads)
-{
-  g_atomic_int_set(&global_threads, MAX(n_threads, 0));
-}
-
-/* OMP_NUM_THREADS's first entry if it is a positive number, else the cores
- * this process may run on. Read from the environment rather than from
- * omp_get_max_threads(): OpenBLAS's openblas_set_num_threads(1) lowers that. */
-static gint
-default_threads(void)
-{
-  static gsize value = 0;
-  if (g_once_init_enter(&value)) {
-    gint n = (gint)g_get_num_processors();
-    const gchar *env = g_getenv("OMP_NUM_THREADS");
-    if (env != NULL) {
-      gchar *end = NULL;
-      gint64 parsed = g_ascii_strtoll(env, &end, 10);
-      if (end != env && (*end == '\0' || *end == ',') && parsed > 0 && parsed <= 4096)
-        n = (gint)parsed;
-    }
-    g_once_init_leave(&value, (gsize)MAX(n, 1));
-  }
-  return (gint)value;
-}
-
-gint
-qkv_get_num_threads(void)
-{
-  gint n = g_atomic_int_get(&global_threads);
-  return n > 0 ? n : default_threads();
-}
-
 QkvPlanOptions
 qkv_plan_options_default(void)
 {
