@@ -12,7 +12,10 @@
  *
  * One job at a time: a second thread that wants the pool while it is busy
  * runs its loop itself, so concurrent plans stay correct. A kernel already
- * running on a pool worker runs nested loops serially. */
+ * running on a pool worker runs nested loops serially.
+ *
+ * Also here: the process-wide default thread count (qkv_set_num_threads())
+ * that plans and the GEMM routing fall back on. */
 #include "kernels/kernels-private.h"
 
 #include <immintrin.h>
@@ -223,4 +226,46 @@ gint
 qkv_kernel_threads(const QkvKernelCtx *ctx, gint64 work)
 {
   return qkv_work_threads(ctx->n_threads, work);
+}
+
+void
+qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body, gpointer user_data)
+{
+  qkv_parallel_for(ctx->n_threads, n, body, user_data);
+}
+
+static gint global_threads = 0; /* atomic; 0: not set */
+
+void
+qkv_set_num_threads(gint n_threads)
+{
+  g_atomic_int_set(&global_threads, MAX(n_threads, 0));
+}
+
+/* OMP_NUM_THREADS's first entry if it is a positive number, else the cores
+ * this process may run on. Read from the environment rather than from
+ * omp_get_max_threads(): OpenBLAS's openblas_set_num_threads(1) lowers that. */
+static gint
+default_threads(void)
+{
+  static gsize value = 0;
+  if (g_once_init_enter(&value)) {
+    gint n = (gint)g_get_num_processors();
+    const gchar *env = g_getenv("OMP_NUM_THREADS");
+    if (env != NULL) {
+      gchar *end = NULL;
+      gint64 parsed = g_ascii_strtoll(env, &end, 10);
+      if (end != env && (*end == '\0' || *end == ',') && parsed > 0 && parsed <= 4096)
+        n = (gint)parsed;
+    }
+    g_once_init_leave(&value, (gsize)MAX(n, 1));
+  }
+  return (gint)value;
+}
+
+gint
+qkv_get_num_threads(void)
+{
+  gint n = g_atomic_int_get(&global_threads);
+  return n > 0 ? n : default_threads();
 }

@@ -80,6 +80,72 @@ qkv_check_evaluate(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc b
   return result;
 }
 
+/* loss = Σ out · w with fixed random w, so every output element matters.
+ * The ops are called by name ("mul", "sum") through the registry. */
+static QkvValue *
+add_weighted_loss(Built *b, const QkvCheckOptions *opt, QkvTensor **weights, GError **error)
+{
+  *weights = qkv_tensor_new(QKV_F32, qkv_value_shape(b->output));
+  GRand *rand = g_rand_new_with_seed((guint32)opt->seed);
+  float *w = qkv_tensor_f32(*weights);
+  for (gint64 i = 0; i < qkv_tensor_numel(*weights); i++)
+    w[i] = (float)g_rand_double_range(rand, -1.0, 1.0);
+  g_rand_free(rand);
+  QkvValue *wv = qkv_graph_constant(b->graph, *weights, error);
+  if (wv == NULL)
+    return NULL;
+  QkvValue *terms[] = {b->output, wv};
+  QkvValue *prod = qkv_graph_op(qkv_value_graph(b->output), "mul", terms, 2, NULL, error);
+  if (prod == NULL)
+    return NULL;
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axes", g_variant_new_array(G_VARIANT_TYPE_INT64, NULL, 0));
+  g_variant_builder_add(&attrs, "{sv}", "keepdims", g_variant_new_boolean(FALSE));
+  return qkv_graph_op(qkv_value_graph(prod), "sum", &prod, 1, g_variant_builder_end(&attrs), error);
+}
+
+/* Nudge each element of input i (bound as work) by ±eps and compare the
+ * central difference of the loss (plan output 0) with analytic; the worst
+ * relative error so far is kept in *worst. */
+static gboolean
+check_input_numerically(QkvPlan *plan, guint i, const QkvTensor *input, QkvTensor *work,
+                        const QkvTensor *analytic, const QkvCheckOptions *opt, double *worst,
+                        GError **error)
+{
+  float *x = qkv_tensor_f32(work);
+  for (gint64 e = 0; e < qkv_tensor_numel(work); e++) {
+    float orig = x[e];
+    x[e] = (float)(orig + opt->eps);
+    double xp = x[e];
+    qkv_plan_set_step(plan, 0);
+    gboolean ok = qkv_plan_run(plan, error);
+    double lp = qkv_plan_output_scalar(plan, 0);
+    x[e] = (float)(orig - opt->eps);
+    double xm = x[e];
+    qkv_plan_set_step(plan, 0);
+    ok = ok && qkv_plan_run(plan, error);
+    double lm = qkv_plan_output_scalar(plan, 0);
+    x[e] = orig;
+    if (!ok)
+      return FALSE;
+    double numeric = (lp - lm) / (xp - xm);
+    double a = qkv_tensor_get(analytic, e);
+    double err = fabs(a - numeric) / fmax(fabs(numeric), opt->abs_floor);
+    if (!(err <= *worst))
+      *worst = isnan(err) ? INFINITY : err;
+    if (!(err <= opt->rel_tol)) {
+      g_autofree gchar *sh = qkv_shape_to_string(qkv_tensor_shape(input));
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "gradient check: input %u %s element %" G_GINT64_FORMAT
+                  ": autodiff %.7g, finite difference %.7g (rel err %.3g > %.3g)",
+                  i, sh, e, a, numeric, err, opt->rel_tol);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
 gboolean
 qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *check,
                     QkvCheckBuildFunc build, gpointer user_data, const QkvCheckOptions *options,
@@ -103,18 +169,7 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
     g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE, "gradient check: the output is not f32");
     goto out;
   }
-  /* loss = Σ out · w with fixed random w, so every output element matters */
-  weights = qkv_tensor_new(QKV_F32, qkv_value_shape(b.output));
-  {
-    GRand *rand = g_rand_new_with_seed((guint32)opt.seed);
-    float *w = qkv_tensor_f32(weights);
-    for (gint64 i = 0; i < qkv_tensor_numel(weights); i++)
-      w[i] = (float)g_rand_double_range(rand, -1.0, 1.0);
-    g_rand_free(rand);
-  }
-  QkvValue *wv = qkv_graph_constant(b.graph, weights, error);
-  QkvValue *prod = wv ? qkv_mul(b.output, wv, error) : NULL;
-  QkvValue *loss = prod ? qkv_sum(prod, NULL, 0, FALSE, error) : NULL;
+  QkvValue *loss = add_weighted_loss(&b, &opt, &weights, error);
   if (loss == NULL || !qkv_graph_backward(b.graph, loss, error))
     goto out;
 
@@ -156,40 +211,9 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
                                     : qkv_tensor_new(QKV_F32, qkv_tensor_shape(inputs[i]));
   }
   ok = TRUE;
-  for (guint i = 0; ok && i < n_inputs; i++) {
-    if (!wants_grad[i])
-      continue;
-    float *x = qkv_tensor_f32(work[i]);
-    for (gint64 e = 0; ok && e < qkv_tensor_numel(work[i]); e++) {
-      float orig = x[e];
-      x[e] = (float)(orig + opt.eps);
-      double xp = x[e];
-      qkv_plan_set_step(plan, 0);
-      ok = qkv_plan_run(plan, error);
-      double lp = qkv_plan_output_scalar(plan, 0);
-      x[e] = (float)(orig - opt.eps);
-      double xm = x[e];
-      qkv_plan_set_step(plan, 0);
-      ok = ok && qkv_plan_run(plan, error);
-      double lm = qkv_plan_output_scalar(plan, 0);
-      x[e] = orig;
-      if (!ok)
-        break;
-      double numeric = (lp - lm) / (xp - xm);
-      double a = qkv_tensor_get(analytic[i], e);
-      double err = fabs(a - numeric) / fmax(fabs(numeric), opt.abs_floor);
-      if (!(err <= worst))
-        worst = isnan(err) ? INFINITY : err;
-      if (!(err <= opt.rel_tol)) {
-        g_autofree gchar *sh = qkv_shape_to_string(qkv_tensor_shape(inputs[i]));
-        g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                    "gradient check: input %u %s element %" G_GINT64_FORMAT
-                    ": autodiff %.7g, finite difference %.7g (rel err %.3g > %.3g)",
-                    i, sh, e, a, numeric, err, opt.rel_tol);
-        ok = FALSE;
-      }
-    }
-  }
+  for (guint i = 0; ok && i < n_inputs; i++)
+    if (wants_grad[i])
+      ok = check_input_numerically(plan, i, inputs[i], work[i], analytic[i], &opt, &worst, error);
   for (guint i = 0; i < n_inputs; i++)
     qkv_tensor_free(analytic[i]);
   g_free(analytic);

@@ -1,0 +1,82 @@
+/* plan-private.h: the compiled plan's structure, shared by the files of
+ * src/plan/ (not installed): compile.c builds a plan, arena.c lays out its
+ * memory, execute.c binds inputs to it and runs it. */
+#pragma once
+
+#include "core/core-private.h"
+
+typedef struct {
+  QkvNode *node;
+  QkvKernelCtx ctx;
+  QkvView *in;
+  QkvView *out;
+  gsize scratch_offset;
+  double seconds; /* profiling: time spent in this step's kernel */
+} Step;
+
+typedef struct {
+  guint step;
+  guint slot;
+} Patch;
+
+typedef struct {
+  QkvValue *value;
+  QkvTensor *bound;
+  gboolean needed;
+  GArray *patches; /* Patch: ctx.in[slot] of step */
+  QkvShape shape;  /* the bound tensor's shape when it was bound */
+} Binding;
+
+typedef struct {
+  QkvParam *param;
+  QkvValue *grad;
+} ParamGrad;
+
+struct _QkvPlan {
+  QkvGraph *graph;
+  QkvPlanOptions options;
+  gint n_threads;
+  gint max_threads; /* scratch memory is sized for this many */
+  guint64 seed;
+  guint64 step;
+  Step *steps;
+  guint n_steps;
+  guint8 *arena;
+  gsize arena_size;
+  gsize intermediates_size;
+  gsize *value_offset;      /* per value id: arena offset, or G_MAXSIZE if not in the arena */
+  gpointer *value_external; /* per value id: memory outside the arena (a param's gradient) */
+  Binding *bindings;        /* one per graph input */
+  guint n_bindings;
+  QkvValue **output_values;
+  QkvTensor **outputs;
+  guint n_outputs;
+  ParamGrad *param_grads;
+  guint n_param_grads;
+  gboolean profiling;
+  guint64 profiled_runs;
+  /* Variable shapes: the shape every value has in the current run (graph
+   * inputs: as bound), the scratch sizes compile reserved, and buffers for
+   * re-running shape rules, all allocated at compile time. */
+  QkvShape *value_shape;
+  gsize *step_scratch;
+  QkvShape *rule_in_shapes;
+  QkvDType *rule_in_dtypes;
+  gboolean shapes_dirty;  /* a bound shape changed since the last shape pass */
+  gboolean shapes_varied; /* the current shapes are not the compiled ones */
+};
+
+/* arena.c */
+
+/* n rounded up to the arena alignment; G_MAXSIZE if that does not fit. */
+gsize qkv_arena_round_up(gsize n);
+/* Lay out the arena for plan->steps in execution order and allocate it:
+ * fills plan->value_offset, each step's scratch_offset and
+ * plan->step_scratch, plan->intermediates_size, arena_size and arena.
+ * last_use (per value id: the last step that reads it, G_MAXINT for values
+ * that must outlive the run) is raised for values written and never read.
+ * FALSE with a QKV_ERROR_MEMORY when the arena cannot be had. */
+gboolean qkv_arena_lay_out(QkvPlan *plan, gint *last_use, GError **error);
+/* Where value v lives while the plan runs: the arena, the parameter store,
+ * the constant, or the tensor bound to an input (NULL while unbound). */
+gpointer qkv_plan_value_pointer(QkvPlan *plan, QkvValue *v);
