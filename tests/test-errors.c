@@ -4,6 +4,7 @@
 
 #include <string.h>
 #include <qkv/qkv-builders.h>
+#include <qkv/qkv-dist.h>
 
 typedef struct {
   QkvGraph *graph;
@@ -312,6 +313,15 @@ test_bad_registration(void)
   g_assert_null(qkv_op_lookup("test.wrong_major"));
 }
 
+/* Bindings and log readers see the domain's string: it must be the GLib
+ * spelling, with no spaces (clang-format once put some in). */
+static void
+test_error_domain_names(void)
+{
+  g_assert_cmpstr(g_quark_to_string(QKV_ERROR), ==, "qkv-error-quark");
+  g_assert_cmpstr(g_quark_to_string(QKV_DIST_ERROR), ==, "qkv-dist-error-quark");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -329,5 +339,6 @@ main(int argc, char **argv)
   ADD("/errors/builder-chain", test_builder_chain);
   ADD("/errors/overflowing-attributes", test_overflowing_attributes);
   g_test_add_func("/errors/bad-registration", test_bad_registration);
+  g_test_add_func("/errors/domain-names", test_error_domain_names);
   return g_test_run();
 }
