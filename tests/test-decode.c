@@ -505,6 +505,36 @@ test_beam_options_checked(void)
   g_assert_cmpint(m.calls, ==, 0);
 }
 
+/* A step callback the search must never reach: it counts its calls. */
+static gboolean
+uncalled_step(gpointer user_data, gint step, const gint32 *tokens, const gint32 *parents,
+              gint n_rows, float *logits, GError **error)
+{
+  (*(gint *)user_data)++;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "uncalled_step was called");
+  return FALSE;
+}
+
+/* Buffers sized from max_len (the hypotheses, batch × beam_size × max_len
+ * tokens) that cannot be had are refused with QKV_ERROR_MEMORY, not an
+ * abort: here 2^18 rows of 2^31 - 1 tokens, petabytes. */
+static void
+test_beam_huge_max_len(void)
+{
+  g_autoptr(GError) error = NULL;
+  QkvBeamOptions o = qkv_beam_options_default();
+  o.vocab = 5;
+  o.max_len = G_MAXINT;
+  const gint batch = 1 << 16;
+  gint32 out[1];
+  g_autofree gint *lens = g_new0(gint, batch);
+  gint calls = 0;
+  g_assert_false(qkv_beam_search(&o, batch, uncalled_step, &calls, out, lens, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_MEMORY);
+  g_assert_nonnull(strstr(error->message, "qkv_beam_search"));
+  g_assert_cmpint(calls, ==, 0);
+}
+
 /* ---- beam search through a step decoder --------------------------------- */
 
 /* A step callback that recomputes the full model on every row's whole
@@ -777,6 +807,7 @@ main(int argc, char **argv)
   g_test_add_func("/decode/beam-length-penalty", test_beam_length_penalty);
   g_test_add_func("/decode/beam-batch-and-max-len", test_beam_batch_and_max_len);
   g_test_add_func("/decode/beam-options-checked", test_beam_options_checked);
+  g_test_add_func("/decode/beam-huge-max-len", test_beam_huge_max_len);
   g_test_add_func("/decode/beam-transformer-decoder", test_beam_transformer_decoder);
   g_test_add_func("/decode/beam-bahdanau-decoder", test_beam_bahdanau_decoder);
   g_test_add_func("/decode/beam-luong-decoder", test_beam_luong_decoder);

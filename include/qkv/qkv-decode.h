@@ -71,7 +71,9 @@ QkvBeamOptions qkv_beam_options_default(void);
  * (batch) its token count (without <eos>); out_scores (batch, may be NULL)
  * its score log P(Y) / lp(Y). Everything the search needs is allocated before
  * the first step. Returns FALSE with QKV_ERROR_INVALID_ARGUMENT for a bad
- * option (naming it), or the callback's error. */
+ * option (naming it), QKV_ERROR_MEMORY when those buffers (about 8 ·
+ * batch · beam_size · max_len bytes for the histories, 4 · batch ·
+ * beam_size · vocab for the scores) cannot be had, or the callback's error. */
 gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc step,
                          gpointer user_data, gint32 *out_tokens, gint *out_lengths,
                          double *out_scores, GError **error);

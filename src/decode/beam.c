@@ -90,6 +90,41 @@ beam_free(Beam *s)
   g_free(s->best_hist);
 }
 
+/* Every buffer of the search, sized from the caller's batch, beam_size,
+ * max_len and vocab: g_try_new returns NULL instead of aborting when the
+ * memory cannot be had. The element counts fit a gsize (check_options keeps
+ * rows below 2^29, vocab and max_len below 2^31); g_try_new checks the byte
+ * sizes. */
+static gboolean
+beam_alloc(Beam *s, GError **error)
+{
+  const gsize rows = (gsize)s->rows, batch = (gsize)s->batch, vocab = (gsize)s->vocab;
+  const gsize max_len = (gsize)s->max_len, n_scores = rows * vocab;
+  s->logits = g_try_new(float, n_scores);
+  s->logp = g_try_new(double, vocab);
+  s->live = g_try_new(double, rows);
+  s->hist = g_try_new0(gint32, rows * max_len);
+  s->next_hist = g_try_new0(gint32, rows * max_len);
+  s->next_live = g_try_new(double, rows);
+  s->tokens = g_try_new(gint32, rows);
+  s->parents = g_try_new(gint32, rows);
+  s->cands = g_try_new(Candidate, 2 * (gsize)s->k);
+  s->n_done = g_try_new0(gint, batch);
+  s->best_score = g_try_new(double, batch);
+  s->best_len = g_try_new0(gint, batch);
+  s->best_hist = g_try_new0(gint32, batch * max_len);
+  if (s->logits != NULL && s->logp != NULL && s->live != NULL && s->hist != NULL &&
+      s->next_hist != NULL && s->next_live != NULL && s->tokens != NULL && s->parents != NULL &&
+      s->cands != NULL && s->n_done != NULL && s->best_score != NULL && s->best_len != NULL &&
+      s->best_hist != NULL)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+              "qkv_beam_search: no memory for %d rows (batch %d × beam_size %d) of %" G_GSIZE_FORMAT
+              " scores and %" G_GSIZE_FORMAT " tokens each",
+              s->rows, s->batch, s->k, vocab, max_len);
+  return FALSE;
+}
+
 /* An ended hypothesis for sentence s: tokens hist[0..len) (without <eos>),
  * total log-probability logp and |Y| = y_len for the penalty. */
 static void
@@ -201,30 +236,8 @@ qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc ste
   const gint k = options->beam_size, rows = batch * k, max_len = options->max_len;
   const double alpha = options->length_penalty;
   const gint32 eos = options->eos;
-  Beam s = {
-      .batch = batch,
-      .k = k,
-      .rows = rows,
-      .max_len = max_len,
-      .vocab = options->vocab,
-      .logits = g_try_new(float, (gsize)rows * options->vocab),
-      .logp = g_new(double, options->vocab),
-      .live = g_new(double, rows),
-      .hist = g_new0(gint32, (gsize)rows * max_len),
-      .next_hist = g_new0(gint32, (gsize)rows * max_len),
-      .next_live = g_new(double, rows),
-      .tokens = g_new(gint32, rows),
-      .parents = g_new(gint32, rows),
-      .cands = g_new(Candidate, 2 * k),
-      .n_done = g_new0(gint, batch),
-      .best_score = g_new(double, batch),
-      .best_len = g_new0(gint, batch),
-      .best_hist = g_new0(gint32, (gsize)batch * max_len),
-  };
-  if (s.logits == NULL) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
-                "qkv_beam_search: no memory for %d rows of %" G_GINT64_FORMAT " scores", rows,
-                options->vocab);
+  Beam s = {.batch = batch, .k = k, .rows = rows, .max_len = max_len, .vocab = options->vocab};
+  if (!beam_alloc(&s, error)) {
     beam_free(&s);
     return FALSE;
   }
