@@ -140,13 +140,19 @@ beam_end(Beam *s, gint sentence, const gint32 *hist, gint len, double logp, gint
   }
 }
 
-/* log-softmax of a float row, in double. */
+/* log-softmax of a float row, in double; a row of -inf only (no token
+ * possible) stays -inf rather than becoming NaN. */
 static void
 log_softmax_row(const float *x, gint64 n, double *out)
 {
   double m = -INFINITY;
   for (gint64 v = 0; v < n; v++)
     m = MAX(m, (double)x[v]);
+  if (m == -INFINITY) {
+    for (gint64 v = 0; v < n; v++)
+      out[v] = -INFINITY;
+    return;
+  }
   double sum = 0;
   for (gint64 v = 0; v < n; v++)
     sum += exp((double)x[v] - m);
@@ -167,8 +173,10 @@ check_options(const QkvBeamOptions *o, gint batch, GError **error)
     bad = "max_len must be at least 1";
   else if (o->vocab < 1 || o->vocab > G_MAXINT32)
     bad = "vocab must be in [1, 2^31)";
+  else if (o->bos < 0 || o->bos >= o->vocab)
+    bad = "bos must be a token id in [0, vocab)";
   else if (o->eos < 0 || o->eos >= o->vocab)
-    bad = "eos must be a token id below vocab";
+    bad = "eos must be a token id in [0, vocab)";
   else if (batch < 1)
     bad = "batch must be at least 1";
   else if ((gint64)batch * o->beam_size > G_MAXINT32 / 4)
@@ -176,6 +184,46 @@ check_options(const QkvBeamOptions *o, gint batch, GError **error)
   if (bad != NULL) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "qkv_beam_search: %s", bad);
     return FALSE;
+  }
+  return TRUE;
+}
+
+/* The scores the callback wrote at step t for the live hypotheses of the
+ * sentences not yet done (the other rows are not read): each must be finite
+ * or -inf, and each such sentence needs a hypothesis with a token that is
+ * not -inf. A row of -inf only ends just that row's hypothesis. */
+static gboolean
+check_scores(const Beam *s, gint t, GError **error)
+{
+  for (gint b = 0; b < s->batch; b++) {
+    if (s->n_done[b] >= s->k)
+      continue;
+    gint live = 0, dead = 0;
+    for (gint row = b * s->k; row < (b + 1) * s->k; row++) {
+      if (s->live[row] == -INFINITY)
+        continue;
+      live++;
+      const float *x = s->logits + (gsize)row * s->vocab;
+      gboolean any = FALSE;
+      for (gint64 v = 0; v < s->vocab; v++) {
+        if (isnan(x[v]) || x[v] == INFINITY) {
+          g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                      "qkv_beam_search: step %d: the callback's score for token %" G_GINT64_FORMAT
+                      " of row %d is %s (scores must be finite or -inf)",
+                      t, v, row, isnan(x[v]) ? "nan" : "+inf");
+          return FALSE;
+        }
+        any = any || x[v] > -INFINITY;
+      }
+      dead += !any;
+    }
+    if (live > 0 && dead == live) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "qkv_beam_search: step %d: every score of sentence %d's live hypotheses is -inf "
+                  "(no token can follow)",
+                  t, b);
+      return FALSE;
+    }
   }
   return TRUE;
 }
@@ -259,7 +307,8 @@ qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc ste
       any = s.n_done[b] < k;
     if (!any)
       break;
-    if (!step(user_data, t, s.tokens, s.parents, rows, s.logits, error)) {
+    if (!step(user_data, t, s.tokens, s.parents, rows, s.logits, error) ||
+        !check_scores(&s, t, error)) {
       ok = FALSE;
       break;
     }
