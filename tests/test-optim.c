@@ -473,6 +473,58 @@ test_clip_grad_norm(void)
   qkv_assert_values(qkv_param_grad(b), gb, 1, 0);
 }
 
+/* A max_norm that is NaN or negative, or a rule that is neither
+ * QKV_CLIP_TORCH nor QKV_CLIP_D2L, is refused: qkv_clip_grad_norm() and
+ * qkv_optimizer_clip_grad_norm() return -1 and leave the gradients as they
+ * are, qkv_optimizer_step_clipped() fails with QKV_ERROR_INVALID_ARGUMENT and
+ * updates nothing. +inf clips nothing. */
+static void
+test_clip_bad_arguments(void)
+{
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s2 = QKV_SHAPE(2);
+  QkvParam *a = qkv_params_add(params, "a", &s2, NULL);
+  float ga[] = {3, 4}, va[] = {0.5f, -0.25f};
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_value(a)), va, sizeof va);
+  QkvOptimConfig c = qkv_optim_config_sgd(1.0);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, NULL);
+
+  const double bad_norms[] = {NAN, -1.0, -INFINITY};
+  for (gsize i = 0; i < G_N_ELEMENTS(bad_norms); i++) {
+    for (gint r = 0; r < 2; r++) {
+      QkvClipRule rule = r == 0 ? QKV_CLIP_TORCH : QKV_CLIP_D2L;
+      g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, bad_norms[i], rule), ==, -1.0);
+      g_assert_cmpfloat(qkv_optimizer_clip_grad_norm(opt, bad_norms[i], rule), ==, -1.0);
+      qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+      g_autoptr(GError) error = NULL;
+      double norm = 0;
+      g_assert_false(qkv_optimizer_step_clipped(opt, bad_norms[i], rule, &norm, &error));
+      g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+      g_assert_nonnull(strstr(error->message, "max_norm"));
+      g_assert_cmpfloat(norm, ==, -1.0);
+      qkv_assert_values(qkv_param_value(a), va, 2, 0);
+      qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+    }
+  }
+  const QkvClipRule unknown = (QkvClipRule)7;
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, 1.0, unknown), ==, -1.0);
+  g_assert_cmpfloat(qkv_optimizer_clip_grad_norm(opt, 1.0, unknown), ==, -1.0);
+  qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+  g_autoptr(GError) error = NULL;
+  g_assert_false(qkv_optimizer_step_clipped(opt, 1.0, unknown, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "rule"));
+  g_clear_error(&error);
+  qkv_assert_values(qkv_param_value(a), va, 2, 0);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 0);
+
+  /* +inf: the norm, nothing scaled */
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, INFINITY, QKV_CLIP_TORCH), ==, 5.0);
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, INFINITY, QKV_CLIP_D2L), ==, 5.0);
+  qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+}
+
 static void
 test_schedule_warmup(void)
 {
@@ -643,6 +695,7 @@ main(int argc, char **argv)
   g_test_add_data_func("/optim/step-clipped/torch", GINT_TO_POINTER(QKV_CLIP_TORCH),
                        test_step_clipped);
   g_test_add_data_func("/optim/step-clipped/d2l", GINT_TO_POINTER(QKV_CLIP_D2L), test_step_clipped);
+  g_test_add_func("/optim/clip-bad-arguments", test_clip_bad_arguments);
   g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
   g_test_add_func("/optim/grad-accumulator", test_grad_accumulator);

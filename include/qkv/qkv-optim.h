@@ -110,12 +110,16 @@ typedef enum {
   QKV_CLIP_D2L,
 } QkvClipRule;
 
-/* qkv_clip_grad_norm() over the selected params. */
+/* qkv_clip_grad_norm() over the selected params (-1 for a bad max_norm or
+ * rule, nothing scaled). */
 double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm, QkvClipRule rule);
 /* qkv_optimizer_clip_grad_norm() and qkv_optimizer_step() in one pass over
  * the parameter state: the update uses the clipped gradients, with the same
  * result bit for bit, but the gradient buffers are left as they were (not
- * clipped). The total norm before clipping goes to norm (may be NULL). */
+ * clipped). The total norm before clipping goes to norm (may be NULL).
+ * A max_norm or rule that qkv_clip_grad_norm() refuses is refused with
+ * QKV_ERROR_INVALID_ARGUMENT: nothing updated, the step count unchanged,
+ * *norm set to -1. */
 gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule,
                                     double *norm, GError **error);
 
@@ -141,7 +145,10 @@ gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind)
  * 1e-6) if that is < 1), QKV_CLIP_D2L as the book's grad_clipping (by
  * max_norm / norm if norm > max_norm). Returns the norm before clipping (inf
  * or nan if a gradient is not finite, and then the gradients are scaled by 0
- * or nan as PyTorch would). */
+ * or nan as PyTorch would). max_norm must be at least 0 (+inf clips nothing)
+ * and rule one of the two above: for a NaN or negative max_norm or another
+ * rule it returns -1, which no norm is, and leaves the gradients as they
+ * are. */
 double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
                           double max_norm, QkvClipRule rule);
 
