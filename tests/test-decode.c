@@ -505,6 +505,129 @@ test_beam_options_checked(void)
   g_assert_cmpint(m.calls, ==, 0);
 }
 
+/* A step callback the search must never reach: it counts its calls. */
+static gboolean
+uncalled_step(gpointer user_data, gint step, const gint32 *tokens, const gint32 *parents,
+              gint n_rows, float *logits, GError **error)
+{
+  (*(gint *)user_data)++;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "uncalled_step was called");
+  return FALSE;
+}
+
+/* Buffers sized from max_len (the hypotheses, batch × beam_size × max_len
+ * tokens) that cannot be had are refused with QKV_ERROR_MEMORY, not an
+ * abort: here 2^18 rows of 2^31 - 1 tokens, petabytes. */
+static void
+test_beam_huge_max_len(void)
+{
+  g_autoptr(GError) error = NULL;
+  QkvBeamOptions o = qkv_beam_options_default();
+  o.vocab = 5;
+  o.max_len = G_MAXINT;
+  const gint batch = 1 << 16;
+  gint32 out[1];
+  g_autofree gint *lens = g_new0(gint, batch);
+  gint calls = 0;
+  g_assert_false(qkv_beam_search(&o, batch, uncalled_step, &calls, out, lens, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_MEMORY);
+  g_assert_nonnull(strstr(error->message, "qkv_beam_search"));
+  g_assert_cmpint(calls, ==, 0);
+}
+
+/* A step callback that writes bad scores: value at step bad_step into
+ * token 3 of row bad_row (every token of it when whole_row; every row when
+ * bad_row is -1), 0 everywhere else but a low <eos>. */
+typedef struct {
+  gint bad_step, bad_row;
+  float value;
+  gboolean whole_row;
+  gint calls;
+} BadScores;
+
+static gboolean
+bad_scores_step(gpointer user_data, gint step, const gint32 *tokens, const gint32 *parents,
+                gint n_rows, float *logits, GError **error)
+{
+  BadScores *m = user_data;
+  m->calls++;
+  for (gint r = 0; r < n_rows; r++)
+    for (gint v = 0; v < 5; v++) {
+      gboolean bad =
+          step == m->bad_step && (m->bad_row < 0 || r == m->bad_row) && (m->whole_row || v == 3);
+      logits[r * 5 + v] = bad ? m->value : v == EOS ? -10.0f : 0.0f;
+    }
+  return TRUE;
+}
+
+static gboolean
+bad_scores_search(BadScores *m, GError **error)
+{
+  QkvBeamOptions o = qkv_beam_options_default();
+  o.beam_size = 2;
+  o.max_len = 6;
+  o.vocab = 5;
+  gint32 out[6];
+  gint len = -1;
+  return qkv_beam_search(&o, 1, bad_scores_step, m, out, &len, NULL, error);
+}
+
+/* A NaN or +inf score of a live hypothesis is refused naming the step;
+ * so is a step where every live hypothesis has only -inf scores. One
+ * row of -inf only ends that row's hypothesis, and rows that hold no live
+ * hypothesis (at step 0 every slot but the first) are not read. */
+static void
+test_beam_bad_scores(void)
+{
+  g_autoptr(GError) error = NULL;
+  BadScores nan_score = {.bad_step = 1, .bad_row = 1, .value = NAN};
+  g_assert_false(bad_scores_search(&nan_score, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "step 1"));
+  g_assert_nonnull(strstr(error->message, "nan"));
+  g_assert_cmpint(nan_score.calls, ==, 2);
+  g_clear_error(&error);
+  BadScores inf_score = {.bad_step = 0, .bad_row = 0, .value = INFINITY};
+  g_assert_false(bad_scores_search(&inf_score, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "step 0"));
+  g_assert_nonnull(strstr(error->message, "inf"));
+  g_clear_error(&error);
+  BadScores all_minus_inf = {.bad_step = 2, .bad_row = -1, .value = -INFINITY, .whole_row = TRUE};
+  g_assert_false(bad_scores_search(&all_minus_inf, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "step 2"));
+  g_assert_nonnull(strstr(error->message, "-inf"));
+  g_clear_error(&error);
+  BadScores one_row = {.bad_step = 1, .bad_row = 1, .value = -INFINITY, .whole_row = TRUE};
+  g_assert_true(bad_scores_search(&one_row, &error));
+  g_assert_no_error(error);
+  BadScores not_live = {.bad_step = 0, .bad_row = 1, .value = NAN, .whole_row = TRUE};
+  g_assert_true(bad_scores_search(&not_live, &error));
+  g_assert_no_error(error);
+}
+
+/* bos is checked as eos is: a token id in [0, vocab). */
+static void
+test_beam_bos_checked(void)
+{
+  const gint32 bad[] = {-7, 5, 1000};
+  for (gsize i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_autoptr(GError) error = NULL;
+    BadScores m = {.bad_step = -1};
+    QkvBeamOptions o = qkv_beam_options_default();
+    o.max_len = 6;
+    o.vocab = 5;
+    o.bos = bad[i];
+    gint32 out[6];
+    gint len;
+    g_assert_false(qkv_beam_search(&o, 1, bad_scores_step, &m, out, &len, NULL, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_assert_nonnull(strstr(error->message, "bos"));
+    g_assert_cmpint(m.calls, ==, 0);
+  }
+}
+
 /* ---- beam search through a step decoder --------------------------------- */
 
 /* A step callback that recomputes the full model on every row's whole
@@ -759,6 +882,27 @@ test_decoder_errors(void)
   g_clear_error(&error);
   g_assert_nonnull(qkv_step_decoder_cross_weights(d, -1));
   g_assert_null(qkv_step_decoder_cross_weights(d, 2));
+  /* translate checks bos and eos against the decoder's vocabulary */
+  QkvBeamOptions o = qkv_beam_options_default();
+  o.beam_size = 1; /* two sentences fill the decoder's two rows */
+  o.max_len = 8;
+  o.vocab = qkv_step_decoder_vocab(d);
+  gint32 out[2 * 8];
+  gint lens[2];
+  const gint32 bad_tokens[] = {-7, (gint32)o.vocab, 1000};
+  for (gsize i = 0; i < G_N_ELEMENTS(bad_tokens); i++) {
+    for (gint which = 0; which < 2; which++) {
+      QkvBeamOptions bad = o;
+      *(which == 0 ? &bad.bos : &bad.eos) = bad_tokens[i];
+      g_assert_false(qkv_step_decoder_translate(d, src2, val2, &bad, out, lens, NULL, &error));
+      g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+      g_assert_nonnull(strstr(error->message, which == 0 ? "bos" : "eos"));
+      g_assert_nonnull(strstr(error->message, "qkv_step_decoder_translate"));
+      g_clear_error(&error);
+    }
+  }
+  g_assert_true(qkv_step_decoder_translate(d, src2, val2, &o, out, lens, NULL, &error));
+  g_assert_no_error(error);
   full_model_clear(&full);
 }
 
@@ -777,6 +921,9 @@ main(int argc, char **argv)
   g_test_add_func("/decode/beam-length-penalty", test_beam_length_penalty);
   g_test_add_func("/decode/beam-batch-and-max-len", test_beam_batch_and_max_len);
   g_test_add_func("/decode/beam-options-checked", test_beam_options_checked);
+  g_test_add_func("/decode/beam-huge-max-len", test_beam_huge_max_len);
+  g_test_add_func("/decode/beam-bad-scores", test_beam_bad_scores);
+  g_test_add_func("/decode/beam-bos-checked", test_beam_bos_checked);
   g_test_add_func("/decode/beam-transformer-decoder", test_beam_transformer_decoder);
   g_test_add_func("/decode/beam-bahdanau-decoder", test_beam_bahdanau_decoder);
   g_test_add_func("/decode/beam-luong-decoder", test_beam_luong_decoder);

@@ -473,6 +473,58 @@ test_clip_grad_norm(void)
   qkv_assert_values(qkv_param_grad(b), gb, 1, 0);
 }
 
+/* A max_norm that is NaN or negative, or a rule that is neither
+ * QKV_CLIP_TORCH nor QKV_CLIP_D2L, is refused: qkv_clip_grad_norm() and
+ * qkv_optimizer_clip_grad_norm() return -1 and leave the gradients as they
+ * are, qkv_optimizer_step_clipped() fails with QKV_ERROR_INVALID_ARGUMENT and
+ * updates nothing. +inf clips nothing. */
+static void
+test_clip_bad_arguments(void)
+{
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s2 = QKV_SHAPE(2);
+  QkvParam *a = qkv_params_add(params, "a", &s2, NULL);
+  float ga[] = {3, 4}, va[] = {0.5f, -0.25f};
+  memcpy(qkv_tensor_f32(qkv_param_grad(a)), ga, sizeof ga);
+  memcpy(qkv_tensor_f32(qkv_param_value(a)), va, sizeof va);
+  QkvOptimConfig c = qkv_optim_config_sgd(1.0);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, NULL);
+
+  const double bad_norms[] = {NAN, -1.0, -INFINITY};
+  for (gsize i = 0; i < G_N_ELEMENTS(bad_norms); i++) {
+    for (gint r = 0; r < 2; r++) {
+      QkvClipRule rule = r == 0 ? QKV_CLIP_TORCH : QKV_CLIP_D2L;
+      g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, bad_norms[i], rule), ==, -1.0);
+      g_assert_cmpfloat(qkv_optimizer_clip_grad_norm(opt, bad_norms[i], rule), ==, -1.0);
+      qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+      g_autoptr(GError) error = NULL;
+      double norm = 0;
+      g_assert_false(qkv_optimizer_step_clipped(opt, bad_norms[i], rule, &norm, &error));
+      g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+      g_assert_nonnull(strstr(error->message, "max_norm"));
+      g_assert_cmpfloat(norm, ==, -1.0);
+      qkv_assert_values(qkv_param_value(a), va, 2, 0);
+      qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+    }
+  }
+  const QkvClipRule unknown = (QkvClipRule)7;
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, 1.0, unknown), ==, -1.0);
+  g_assert_cmpfloat(qkv_optimizer_clip_grad_norm(opt, 1.0, unknown), ==, -1.0);
+  qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+  g_autoptr(GError) error = NULL;
+  g_assert_false(qkv_optimizer_step_clipped(opt, 1.0, unknown, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "rule"));
+  g_clear_error(&error);
+  qkv_assert_values(qkv_param_value(a), va, 2, 0);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 0);
+
+  /* +inf: the norm, nothing scaled */
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, INFINITY, QKV_CLIP_TORCH), ==, 5.0);
+  g_assert_cmpfloat(qkv_clip_grad_norm(params, NULL, NULL, INFINITY, QKV_CLIP_D2L), ==, 5.0);
+  qkv_assert_values(qkv_param_grad(a), ga, 2, 0);
+}
+
 static void
 test_schedule_warmup(void)
 {
@@ -534,6 +586,109 @@ test_schedule_cosine_step_constant(void)
   g_assert_cmpfloat(qkv_schedule_lr_at(constant, 123456), ==, 0.25);
   g_assert_cmpfloat(qkv_schedule_step(constant, NULL), ==, 0.25);
   g_assert_cmpint(qkv_schedule_get_position(constant), ==, 1);
+}
+
+/* Bad schedule values: the qkv_schedule_new_*() constructors return NULL
+ * without a message (a critical would abort the test). */
+static void
+test_schedule_bad_values_quiet(void)
+{
+  g_assert_null(qkv_schedule_new_constant(NAN));
+  g_assert_null(qkv_schedule_new_constant(-0.1));
+  g_assert_null(qkv_schedule_new_warmup(1.0, 512, 0));
+  g_assert_null(qkv_schedule_new_warmup(1.0, 512, -5));
+  g_assert_null(qkv_schedule_new_warmup(1.0, -1, 4000));
+  g_assert_null(qkv_schedule_new_warmup(INFINITY, 512, 4000));
+  g_assert_null(qkv_schedule_new_step(0.1, 0, 0.5));
+  g_assert_null(qkv_schedule_new_step(0.1, -3, 0.5));
+  g_assert_null(qkv_schedule_new_step(0.1, 10, INFINITY));
+  g_assert_null(qkv_schedule_new_step(0.1, 10, NAN));
+  g_assert_null(qkv_schedule_new_step(0.1, 10, -0.5));
+  g_assert_null(qkv_schedule_new_cosine(0.1, -3, 0.0));
+  g_assert_null(qkv_schedule_new_cosine(0.1, 0, 0.0));
+  g_assert_null(qkv_schedule_new_cosine(0.1, 100, NAN));
+  g_assert_null(qkv_schedule_new_cosine(0.1, 100, -0.001));
+  /* the edges that are allowed */
+  g_autoptr(QkvSchedule) zero = qkv_schedule_new_step(0.0, 1, 0.0);
+  g_assert_nonnull(zero);
+  g_assert_cmpfloat(qkv_schedule_lr_at(zero, 5), ==, 0.0);
+  g_autoptr(QkvSchedule) one = qkv_schedule_new_warmup(1.0, 1, 1);
+  g_assert_nonnull(one);
+}
+
+/* The qkv_schedule_try_new_*() forms say what is wrong. */
+static void
+test_schedule_try_new_errors(void)
+{
+  struct {
+    QkvSchedule *s;
+    const gchar *name;
+  } bad[] = {
+      {NULL, "lr"},    {NULL, "warmup"}, {NULL, "d_model"}, {NULL, "factor"},
+      {NULL, "gamma"}, {NULL, "t_max"},  {NULL, "min_lr"},  {NULL, "step_size"},
+  };
+  GError *errors[G_N_ELEMENTS(bad)] = {NULL};
+  bad[0].s = qkv_schedule_try_new_constant(-1.0, &errors[0]);
+  bad[1].s = qkv_schedule_try_new_warmup(1.0, 512, 0, &errors[1]);
+  bad[2].s = qkv_schedule_try_new_warmup(1.0, -1, 4000, &errors[2]);
+  bad[3].s = qkv_schedule_try_new_warmup(NAN, 512, 4000, &errors[3]);
+  bad[4].s = qkv_schedule_try_new_step(0.1, 10, INFINITY, &errors[4]);
+  bad[5].s = qkv_schedule_try_new_cosine(0.1, -3, 0.0, &errors[5]);
+  bad[6].s = qkv_schedule_try_new_cosine(0.1, 100, NAN, &errors[6]);
+  bad[7].s = qkv_schedule_try_new_step(0.1, -1, 0.5, &errors[7]);
+  for (gsize i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_assert_null(bad[i].s);
+    g_assert_error(errors[i], QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_assert_nonnull(strstr(errors[i]->message, bad[i].name));
+    g_error_free(errors[i]);
+  }
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvSchedule) good = qkv_schedule_try_new_cosine(0.1, 100, 0.001, &error);
+  g_assert_no_error(error);
+  g_assert_cmpfloat(qkv_schedule_lr_at(good, 1), ==, 0.1);
+}
+
+/* A negative position counts as 0; a StepLR whose gamma overflows the rate
+ * stops at the largest double, which the optimizer takes (inf it refused
+ * with a critical at every step). */
+static void
+test_schedule_position_and_overflow(void)
+{
+  g_autoptr(QkvSchedule) s = qkv_schedule_new_step(1.0, 1, 1e300);
+  qkv_schedule_set_position(s, -4);
+  g_assert_cmpint(qkv_schedule_get_position(s), ==, 0);
+  g_autoptr(QkvParams) params = make_store();
+  QkvOptimConfig c = qkv_optim_config_sgd(1.0);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_sgd(params, &c, NULL);
+  g_assert_cmpfloat(qkv_schedule_step(s, opt), ==, 1.0);
+  g_assert_cmpfloat(qkv_schedule_step(s, opt), ==, 1e300);
+  g_assert_cmpfloat(qkv_schedule_step(s, opt), ==, G_MAXDOUBLE);
+  g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, G_MAXDOUBLE);
+  g_assert_cmpfloat(qkv_schedule_lr_at(s, 1000), ==, G_MAXDOUBLE);
+  /* a rate of 0 stays 0 however large gamma^k is */
+  g_autoptr(QkvSchedule) zero = qkv_schedule_new_step(0.0, 1, 1e300);
+  g_assert_cmpfloat(qkv_schedule_lr_at(zero, 1000), ==, 0.0);
+}
+
+/* qkv_split_range() with no parts, an index past them or a negative n:
+ * FALSE, and both outputs 0 rather than left as they were. */
+static void
+test_split_range_bad(void)
+{
+  const struct {
+    gint64 n;
+    gint parts, index;
+  } bad[] = {{10, 0, 0}, {10, 3, 3}, {10, 3, -1}, {-5, 2, 0}, {10, -2, 0}};
+  for (gsize i = 0; i < G_N_ELEMENTS(bad); i++) {
+    gint64 offset = 12345, count = 12345;
+    g_assert_false(qkv_split_range(bad[i].n, bad[i].parts, bad[i].index, &offset, &count));
+    g_assert_cmpint(offset, ==, 0);
+    g_assert_cmpint(count, ==, 0);
+  }
+  gint64 offset = -1, count = -1;
+  g_assert_true(qkv_split_range(10, 3, 2, &offset, &count));
+  g_assert_cmpint(offset, ==, 7);
+  g_assert_cmpint(count, ==, 3);
 }
 
 /* ---- gradient accumulation ---------------------------------------------- */
@@ -643,8 +798,13 @@ main(int argc, char **argv)
   g_test_add_data_func("/optim/step-clipped/torch", GINT_TO_POINTER(QKV_CLIP_TORCH),
                        test_step_clipped);
   g_test_add_data_func("/optim/step-clipped/d2l", GINT_TO_POINTER(QKV_CLIP_D2L), test_step_clipped);
+  g_test_add_func("/optim/clip-bad-arguments", test_clip_bad_arguments);
   g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
+  g_test_add_func("/optim/schedule-bad-values-quiet", test_schedule_bad_values_quiet);
+  g_test_add_func("/optim/schedule-try-new-errors", test_schedule_try_new_errors);
+  g_test_add_func("/optim/schedule-position-and-overflow", test_schedule_position_and_overflow);
   g_test_add_func("/optim/grad-accumulator", test_grad_accumulator);
+  g_test_add_func("/optim/split-range-bad", test_split_range_bad);
   return g_test_run();
 }

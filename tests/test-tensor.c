@@ -182,6 +182,45 @@ test_to_string_summarised(void)
       " [0., 0., 0., ..., 0., 0., 0.],\n [0., 0., 0., ..., 0., 0., 0.]] f32(1000, 1000)");
 }
 
+/* An empty tensor has no elements but may have many rows: those summarise
+ * too, so the string stays short and the call returns. */
+static void
+test_to_string_empty_rows(void)
+{
+  QkvShape million = QKV_SHAPE(1000000, 0);
+  check_string(qkv_tensor_new(QKV_F32, &million), QKV_PRINT_THRESHOLD, QKV_PRINT_EDGE_ITEMS,
+               "[[],\n [],\n [],\n ...,\n [],\n [],\n []] f32(1000000, 0)");
+  QkvShape huge = QKV_SHAPE((gint64)1 << 40, 0);
+  check_string(qkv_tensor_new(QKV_I32, &huge), QKV_PRINT_THRESHOLD, QKV_PRINT_EDGE_ITEMS,
+               "[[],\n [],\n [],\n ...,\n [],\n [],\n []] i32(1099511627776, 0)");
+  /* 3 · 4 = 12 rows above a threshold of 10: both axes longer than 2 are
+   * summarised */
+  QkvShape s340 = QKV_SHAPE(3, 4, 0);
+  check_string(qkv_tensor_new(QKV_F32, &s340), 10, 1,
+               "[[[],\n  ...,\n  []],\n\n ...,\n\n [[],\n  ...,\n  []]] f32(3, 4, 0)");
+  /* an empty axis first: nothing below it prints */
+  QkvShape s0big = QKV_SHAPE(0, (gint64)1 << 40);
+  check_string(qkv_tensor_new(QKV_F32, &s0big), QKV_PRINT_THRESHOLD, QKV_PRINT_EDGE_ITEMS,
+               "[] f32(0, 1099511627776)");
+  /* at or below the threshold every row prints */
+  QkvShape s30 = QKV_SHAPE(3, 0);
+  check_string(qkv_tensor_new(QKV_F32, &s30), 3, 1, "[[],\n [],\n []] f32(3, 0)");
+}
+
+/* edge_items 0 shows a summarised axis as "..." alone; a negative count is
+ * taken as 0. Nothing is logged (a critical would abort the test). */
+static void
+test_to_string_no_edge_items(void)
+{
+  QkvShape s55 = QKV_SHAPE(5, 5), s3 = QKV_SHAPE(3);
+  check_string(arange_i32(&s55), 10, 0, "[...] i32(5, 5)");
+  check_string(arange_i32(&s55), 10, -3, "[...] i32(5, 5)");
+  /* below the threshold the edge count does not matter */
+  check_string(arange_i32(&s3), 10, 0, "[0, 1, 2] i32(3)");
+  QkvShape empty = QKV_SHAPE(0);
+  check_string(qkv_tensor_new(QKV_F32, &empty), -1, 0, "[] f32(0)");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -193,5 +232,7 @@ main(int argc, char **argv)
   g_test_add_func("/tensor/dropout-mask-matches-draws", test_dropout_mask_matches_draws);
   g_test_add_func("/tensor/to-string", test_to_string);
   g_test_add_func("/tensor/to-string-summarised", test_to_string_summarised);
+  g_test_add_func("/tensor/to-string-empty-rows", test_to_string_empty_rows);
+  g_test_add_func("/tensor/to-string-no-edge-items", test_to_string_no_edge_items);
   return g_test_run();
 }

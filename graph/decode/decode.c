@@ -691,6 +691,16 @@ qkv_step_decoder_translate(QkvStepDecoder *d, const QkvTensor *src, const QkvTen
                 options->vocab, options->max_len, d->vocab, d->max_len);
     return FALSE;
   }
+  /* before the encoder runs: qkv_beam_search() would refuse them only after it */
+  if (options->bos < 0 || options->bos >= d->vocab || options->eos < 0 ||
+      options->eos >= d->vocab) {
+    g_set_error(
+        error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+        "qkv_step_decoder_translate: bos %d and eos %d must be token ids in [0, %" G_GINT64_FORMAT
+        ")",
+        options->bos, options->eos, d->vocab);
+    return FALSE;
+  }
   if (!qkv_step_decoder_start(d, src, src_valid, MAX(options->beam_size, 1), error))
     return FALSE;
   return qkv_beam_search(options, (gint)qkv_tensor_dim(src, 0), qkv_step_decoder_step, d,

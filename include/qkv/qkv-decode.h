@@ -28,7 +28,9 @@ G_BEGIN_DECLS
  * feeds at position step (<bos> at step 0). The callback writes n_rows ×
  * vocab scores to logits, row after row: logits or log-probabilities (the
  * search takes a log-softmax of each row, which leaves log-probabilities as
- * they are). Returns FALSE with error set to stop the search. */
+ * they are). Scores of rows that hold a live hypothesis must be finite or
+ * -inf (a token that cannot follow). Returns FALSE with error set to stop
+ * the search. */
 typedef gboolean (*QkvDecodeStepFunc)(gpointer user_data, gint step, const gint32 *tokens,
                                       const gint32 *parents, gint n_rows, float *logits,
                                       GError **error);
@@ -45,6 +47,7 @@ typedef struct {
   gint max_len;
   /* Scores per row that the callback writes. */
   gint64 vocab;
+  /* Token ids in [0, vocab): fed at step 0, and ending a hypothesis. */
   gint32 bos, eos;
   gpointer reserved[4];
 } QkvBeamOptions;
@@ -71,7 +74,13 @@ QkvBeamOptions qkv_beam_options_default(void);
  * (batch) its token count (without <eos>); out_scores (batch, may be NULL)
  * its score log P(Y) / lp(Y). Everything the search needs is allocated before
  * the first step. Returns FALSE with QKV_ERROR_INVALID_ARGUMENT for a bad
- * option (naming it), or the callback's error. */
+ * option (naming it), QKV_ERROR_INVALID_ARGUMENT naming the step when the
+ * callback writes NaN or +inf for a live hypothesis or only -inf for every
+ * live hypothesis of a sentence (a single hypothesis whose row is -inf only
+ * is dropped), QKV_ERROR_MEMORY when those buffers (about 8 · batch ·
+ * beam_size · max_len bytes for the histories, 4 · batch · beam_size · vocab
+ * for the scores) cannot be had, or the callback's error; the outputs are
+ * not written then. */
 gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc step,
                          gpointer user_data, gint32 *out_tokens, gint *out_lengths,
                          double *out_scores, GError **error);
@@ -123,7 +132,9 @@ gboolean qkv_step_decoder_start(QkvStepDecoder *decoder, const QkvTensor *src,
 gboolean qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens,
                                const gint32 *parents, gint n_rows, float *logits, GError **error);
 /* Encode src and search (qkv_step_decoder_start(), then qkv_beam_search()
- * with options->beam_size rows per sentence). */
+ * with options->beam_size rows per sentence). QKV_ERROR_INVALID_ARGUMENT,
+ * before anything runs, when options' vocab is not the decoder's, max_len
+ * is above the decoder's, or bos or eos is not a token id below vocab. */
 gboolean qkv_step_decoder_translate(QkvStepDecoder *decoder, const QkvTensor *src,
                                     const QkvTensor *src_valid, const QkvBeamOptions *options,
                                     gint32 *out_tokens, gint *out_lengths, double *out_scores,

@@ -110,12 +110,16 @@ typedef enum {
   QKV_CLIP_D2L,
 } QkvClipRule;
 
-/* qkv_clip_grad_norm() over the selected params. */
+/* qkv_clip_grad_norm() over the selected params (-1 for a bad max_norm or
+ * rule, nothing scaled). */
 double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm, QkvClipRule rule);
 /* qkv_optimizer_clip_grad_norm() and qkv_optimizer_step() in one pass over
  * the parameter state: the update uses the clipped gradients, with the same
  * result bit for bit, but the gradient buffers are left as they were (not
- * clipped). The total norm before clipping goes to norm (may be NULL). */
+ * clipped). The total norm before clipping goes to norm (may be NULL).
+ * A max_norm or rule that qkv_clip_grad_norm() refuses is refused with
+ * QKV_ERROR_INVALID_ARGUMENT: nothing updated, the step count unchanged,
+ * *norm set to -1. */
 gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule,
                                     double *norm, GError **error);
 
@@ -141,7 +145,10 @@ gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind)
  * 1e-6) if that is < 1), QKV_CLIP_D2L as the book's grad_clipping (by
  * max_norm / norm if norm > max_norm). Returns the norm before clipping (inf
  * or nan if a gradient is not finite, and then the gradients are scaled by 0
- * or nan as PyTorch would). */
+ * or nan as PyTorch would). max_norm must be at least 0 (+inf clips nothing)
+ * and rule one of the two above: for a NaN or negative max_norm or another
+ * rule it returns -1, which no norm is, and leaves the gradients as they
+ * are. */
 double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
                           double max_norm, QkvClipRule rule);
 
@@ -180,8 +187,9 @@ guint qkv_grad_accumulator_store(QkvGradAccumulator *acc);
 /* Part index of n items split into parts as evenly as possible, the first
  * n % parts parts one larger: its first item in *offset and its size in
  * *count (0 when parts > n leaves it empty). qkv_dist_shard() splits a batch
- * over ranks this way. */
-void qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint64 *count);
+ * over ranks this way. Returns FALSE, with *offset and *count 0, when n is
+ * negative, parts below 1 or index outside [0, parts). */
+gboolean qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint64 *count);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvGradAccumulator, qkv_grad_accumulator_free)
 
@@ -200,17 +208,29 @@ typedef enum {
   QKV_SCHEDULE_WARMUP,
 } QkvScheduleKind;
 
+/* The constructors: rates (lr, gamma, min_lr, factor) must be finite and at
+ * least 0, counts (step_size, t_max, d_model, warmup) at least 1. The
+ * qkv_schedule_try_new_*() forms report a bad value as
+ * QKV_ERROR_INVALID_ARGUMENT naming it; the qkv_schedule_new_*() forms
+ * return NULL for it without a message. */
+
 /* lr at every step. */
 QkvSchedule *qkv_schedule_new_constant(double lr);
-/* torch.optim.lr_scheduler.StepLR: lr·gamma^⌊(step-1)/step_size⌋. */
+QkvSchedule *qkv_schedule_try_new_constant(double lr, GError **error);
+/* torch.optim.lr_scheduler.StepLR: lr·gamma^⌊(step-1)/step_size⌋. A gamma
+ * above 1 grows the lr until it stops at G_MAXDOUBLE (never inf). */
 QkvSchedule *qkv_schedule_new_step(double lr, gint64 step_size, double gamma);
+QkvSchedule *qkv_schedule_try_new_step(double lr, gint64 step_size, double gamma, GError **error);
 /* CosineAnnealingLR's closed form with t = step-1, held at min_lr after
  * t_max: min_lr + (lr - min_lr)·(1 + cos(π·t/t_max))/2. */
 QkvSchedule *qkv_schedule_new_cosine(double lr, gint64 t_max, double min_lr);
+QkvSchedule *qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr, GError **error);
 /* "Attention is all you need" warm-up:
  * factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), peaking at
  * step = warmup. */
 QkvSchedule *qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup);
+QkvSchedule *qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup,
+                                         GError **error);
 void qkv_schedule_free(QkvSchedule *schedule);
 
 /* The lr for update number step (steps below 1 count as 1). */
@@ -219,6 +239,7 @@ double qkv_schedule_lr_at(const QkvSchedule *schedule, gint64 step);
  * lr_at(position); if opt is not NULL, also qkv_optimizer_set_lr(opt, that lr). */
 double qkv_schedule_step(QkvSchedule *schedule, QkvOptimizer *opt);
 gint64 qkv_schedule_get_position(const QkvSchedule *schedule);
+/* A negative position counts as 0 (a new schedule's). */
 void qkv_schedule_set_position(QkvSchedule *schedule, gint64 position);
 QkvScheduleKind qkv_schedule_get_kind(const QkvSchedule *schedule);
 /* "constant", "step", "cosine", "warmup". */

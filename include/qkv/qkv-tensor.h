@@ -101,7 +101,10 @@ double qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double fl
  * ("1."), then the dtype and shape ("[[1., 2.],\n [3., 4.]] f32(2, 2)").
  * A tensor of more than threshold elements is summarised: each axis longer
  * than 2 · edge_items shows its first and last edge_items entries around
- * "...". Lines are not wrapped. Free the string with g_free(). */
+ * "...". An empty tensor counts its empty sub-arrays instead (a (10^6, 0)
+ * tensor has a million "[]" rows), so it summarises too. edge_items 0 shows
+ * a summarised axis as "[...]" alone; below 0 counts as 0. Lines are not
+ * wrapped. Free the string with g_free(). */
 #define QKV_PRINT_THRESHOLD 1000
 #define QKV_PRINT_EDGE_ITEMS 3
 gchar *qkv_tensor_to_string_full(const QkvTensor *tensor, gint64 threshold, gint edge_items);

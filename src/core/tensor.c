@@ -374,9 +374,10 @@ qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double floor)
 
 typedef struct {
   const QkvTensor *tensor;
-  gint64 edge;  /* items kept at each end of a summarised axis; 0: no summary */
-  gint width;   /* widest element seen (measuring) or to pad to (writing) */
-  GString *out; /* NULL while measuring */
+  gboolean summary; /* whether axes longer than 2 · edge are summarised */
+  gint64 edge;      /* items kept at each end of a summarised axis */
+  gint width;       /* widest element seen (measuring) or to pad to (writing) */
+  GString *out;     /* NULL while measuring */
   gint64 strides[QKV_MAX_RANK];
 } Printer;
 
@@ -417,7 +418,7 @@ print_block(Printer *p, gint axis, gint64 offset)
     return;
   }
   const gint64 n = sh->dims[axis];
-  const gboolean summarise = p->edge > 0 && n > 2 * p->edge;
+  const gboolean summarise = p->summary && n > 2 * p->edge;
   if (p->out != NULL)
     g_string_append_c(p->out, '[');
   for (gint64 i = 0; i < n; i++) {
@@ -445,13 +446,29 @@ print_block(Printer *p, gint axis, gint64 offset)
     g_string_append_c(p->out, ']');
 }
 
+/* What the threshold bounds: the number of elements, or, for an empty
+ * tensor, the number of (empty) sub-arrays printed at its deepest level
+ * that has any: a (10^6, 0) tensor prints a million "[]". For a tensor with
+ * elements the two are the same. Saturates at G_MAXINT64. */
+static gint64
+printed_items(const QkvShape *shape)
+{
+  gint64 n = 1, most = 1;
+  for (gint a = 0; a < shape->rank; a++) {
+    if (__builtin_mul_overflow(n, shape->dims[a], &n))
+      return G_MAXINT64;
+    most = MAX(most, n);
+  }
+  return most;
+}
+
 gchar *
 qkv_tensor_to_string_full(const QkvTensor *tensor, gint64 threshold, gint edge_items)
 {
   g_return_val_if_fail(tensor != NULL, NULL);
-  g_return_val_if_fail(edge_items > 0, NULL);
   Printer p = {.tensor = tensor,
-               .edge = qkv_shape_numel(&tensor->shape) > threshold ? edge_items : 0};
+               .summary = printed_items(&tensor->shape) > threshold,
+               .edge = MAX(edge_items, 0)};
   gint64 stride = 1;
   for (gint a = tensor->shape.rank; a-- > 0;) {
     p.strides[a] = stride;

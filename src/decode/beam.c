@@ -90,6 +90,41 @@ beam_free(Beam *s)
   g_free(s->best_hist);
 }
 
+/* Every buffer of the search, sized from the caller's batch, beam_size,
+ * max_len and vocab: g_try_new returns NULL instead of aborting when the
+ * memory cannot be had. The element counts fit a gsize (check_options keeps
+ * rows below 2^29, vocab and max_len below 2^31); g_try_new checks the byte
+ * sizes. */
+static gboolean
+beam_alloc(Beam *s, GError **error)
+{
+  const gsize rows = (gsize)s->rows, batch = (gsize)s->batch, vocab = (gsize)s->vocab;
+  const gsize max_len = (gsize)s->max_len, n_scores = rows * vocab;
+  s->logits = g_try_new(float, n_scores);
+  s->logp = g_try_new(double, vocab);
+  s->live = g_try_new(double, rows);
+  s->hist = g_try_new0(gint32, rows * max_len);
+  s->next_hist = g_try_new0(gint32, rows * max_len);
+  s->next_live = g_try_new(double, rows);
+  s->tokens = g_try_new(gint32, rows);
+  s->parents = g_try_new(gint32, rows);
+  s->cands = g_try_new(Candidate, 2 * (gsize)s->k);
+  s->n_done = g_try_new0(gint, batch);
+  s->best_score = g_try_new(double, batch);
+  s->best_len = g_try_new0(gint, batch);
+  s->best_hist = g_try_new0(gint32, batch * max_len);
+  if (s->logits != NULL && s->logp != NULL && s->live != NULL && s->hist != NULL &&
+      s->next_hist != NULL && s->next_live != NULL && s->tokens != NULL && s->parents != NULL &&
+      s->cands != NULL && s->n_done != NULL && s->best_score != NULL && s->best_len != NULL &&
+      s->best_hist != NULL)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+              "qkv_beam_search: no memory for %d rows (batch %d × beam_size %d) of %" G_GSIZE_FORMAT
+              " scores and %" G_GSIZE_FORMAT " tokens each",
+              s->rows, s->batch, s->k, vocab, max_len);
+  return FALSE;
+}
+
 /* An ended hypothesis for sentence s: tokens hist[0..len) (without <eos>),
  * total log-probability logp and |Y| = y_len for the penalty. */
 static void
@@ -105,13 +140,19 @@ beam_end(Beam *s, gint sentence, const gint32 *hist, gint len, double logp, gint
   }
 }
 
-/* log-softmax of a float row, in double. */
+/* log-softmax of a float row, in double; a row of -inf only (no token
+ * possible) stays -inf rather than becoming NaN. */
 static void
 log_softmax_row(const float *x, gint64 n, double *out)
 {
   double m = -INFINITY;
   for (gint64 v = 0; v < n; v++)
     m = MAX(m, (double)x[v]);
+  if (m == -INFINITY) {
+    for (gint64 v = 0; v < n; v++)
+      out[v] = -INFINITY;
+    return;
+  }
   double sum = 0;
   for (gint64 v = 0; v < n; v++)
     sum += exp((double)x[v] - m);
@@ -132,8 +173,10 @@ check_options(const QkvBeamOptions *o, gint batch, GError **error)
     bad = "max_len must be at least 1";
   else if (o->vocab < 1 || o->vocab > G_MAXINT32)
     bad = "vocab must be in [1, 2^31)";
+  else if (o->bos < 0 || o->bos >= o->vocab)
+    bad = "bos must be a token id in [0, vocab)";
   else if (o->eos < 0 || o->eos >= o->vocab)
-    bad = "eos must be a token id below vocab";
+    bad = "eos must be a token id in [0, vocab)";
   else if (batch < 1)
     bad = "batch must be at least 1";
   else if ((gint64)batch * o->beam_size > G_MAXINT32 / 4)
@@ -141,6 +184,46 @@ check_options(const QkvBeamOptions *o, gint batch, GError **error)
   if (bad != NULL) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "qkv_beam_search: %s", bad);
     return FALSE;
+  }
+  return TRUE;
+}
+
+/* The scores the callback wrote at step t for the live hypotheses of the
+ * sentences not yet done (the other rows are not read): each must be finite
+ * or -inf, and each such sentence needs a hypothesis with a token that is
+ * not -inf. A row of -inf only ends just that row's hypothesis. */
+static gboolean
+check_scores(const Beam *s, gint t, GError **error)
+{
+  for (gint b = 0; b < s->batch; b++) {
+    if (s->n_done[b] >= s->k)
+      continue;
+    gint live = 0, dead = 0;
+    for (gint row = b * s->k; row < (b + 1) * s->k; row++) {
+      if (s->live[row] == -INFINITY)
+        continue;
+      live++;
+      const float *x = s->logits + (gsize)row * s->vocab;
+      gboolean any = FALSE;
+      for (gint64 v = 0; v < s->vocab; v++) {
+        if (isnan(x[v]) || x[v] == INFINITY) {
+          g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                      "qkv_beam_search: step %d: the callback's score for token %" G_GINT64_FORMAT
+                      " of row %d is %s (scores must be finite or -inf)",
+                      t, v, row, isnan(x[v]) ? "nan" : "+inf");
+          return FALSE;
+        }
+        any = any || x[v] > -INFINITY;
+      }
+      dead += !any;
+    }
+    if (live > 0 && dead == live) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "qkv_beam_search: step %d: every score of sentence %d's live hypotheses is -inf "
+                  "(no token can follow)",
+                  t, b);
+      return FALSE;
+    }
   }
   return TRUE;
 }
@@ -201,30 +284,8 @@ qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc ste
   const gint k = options->beam_size, rows = batch * k, max_len = options->max_len;
   const double alpha = options->length_penalty;
   const gint32 eos = options->eos;
-  Beam s = {
-      .batch = batch,
-      .k = k,
-      .rows = rows,
-      .max_len = max_len,
-      .vocab = options->vocab,
-      .logits = g_try_new(float, (gsize)rows * options->vocab),
-      .logp = g_new(double, options->vocab),
-      .live = g_new(double, rows),
-      .hist = g_new0(gint32, (gsize)rows * max_len),
-      .next_hist = g_new0(gint32, (gsize)rows * max_len),
-      .next_live = g_new(double, rows),
-      .tokens = g_new(gint32, rows),
-      .parents = g_new(gint32, rows),
-      .cands = g_new(Candidate, 2 * k),
-      .n_done = g_new0(gint, batch),
-      .best_score = g_new(double, batch),
-      .best_len = g_new0(gint, batch),
-      .best_hist = g_new0(gint32, (gsize)batch * max_len),
-  };
-  if (s.logits == NULL) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
-                "qkv_beam_search: no memory for %d rows of %" G_GINT64_FORMAT " scores", rows,
-                options->vocab);
+  Beam s = {.batch = batch, .k = k, .rows = rows, .max_len = max_len, .vocab = options->vocab};
+  if (!beam_alloc(&s, error)) {
     beam_free(&s);
     return FALSE;
   }
@@ -246,7 +307,8 @@ qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc ste
       any = s.n_done[b] < k;
     if (!any)
       break;
-    if (!step(user_data, t, s.tokens, s.parents, rows, s.logits, error)) {
+    if (!step(user_data, t, s.tokens, s.parents, rows, s.logits, error) ||
+        !check_scores(&s, t, error)) {
       ok = FALSE;
       break;
     }

@@ -93,11 +93,17 @@ qkv_grad_accumulator_store(QkvGradAccumulator *acc)
   return adds;
 }
 
-void
+gboolean
 qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint64 *count)
 {
-  g_return_if_fail(n >= 0 && parts > 0 && index >= 0 && index < parts);
+  g_return_val_if_fail(offset != NULL && count != NULL, FALSE);
+  if (n < 0 || parts < 1 || index < 0 || index >= parts) {
+    *offset = 0;
+    *count = 0;
+    return FALSE;
+  }
   gint64 base = n / parts, extra = n % parts;
   *offset = index * base + MIN(index, extra);
   *count = base + (index < extra ? 1 : 0);
+  return TRUE;
 }

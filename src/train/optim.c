@@ -506,6 +506,19 @@ clip_coefficient(double norm, double max_norm, QkvClipRule rule)
   return coef < 1 || isnan(coef) ? (float)coef : 1.0f;
 }
 
+/* max_norm must be at least 0 (+inf clips nothing; NaN and negative values
+ * would turn the gradients NaN or point them uphill) and rule one of the
+ * two. NULL when they are good, else what is wrong. */
+static const gchar *
+clip_arguments_problem(double max_norm, QkvClipRule rule)
+{
+  if (!(max_norm >= 0))
+    return "max_norm must be at least 0 (not NaN)";
+  if (rule != QKV_CLIP_TORCH && rule != QKV_CLIP_D2L)
+    return "rule must be QKV_CLIP_TORCH or QKV_CLIP_D2L";
+  return NULL;
+}
+
 static double grads_sum_of_squares(GPtrArray *params);
 
 gboolean
@@ -513,6 +526,15 @@ qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule,
                            GError **error)
 {
   g_return_val_if_fail(opt != NULL, FALSE);
+  const gchar *problem = clip_arguments_problem(max_norm, rule);
+  if (problem != NULL) {
+    if (norm != NULL)
+      *norm = -1;
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_optimizer_step_clipped: %s; got max_norm %g and rule %d", problem, max_norm,
+                (gint)rule);
+    return FALSE;
+  }
   g_autoptr(GPtrArray) active = active_params(opt);
   double total = sqrt(grads_sum_of_squares(active));
   if (norm != NULL)
@@ -609,6 +631,8 @@ qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
                    QkvClipRule rule)
 {
   g_return_val_if_fail(params != NULL, NAN);
+  if (clip_arguments_problem(max_norm, rule) != NULL)
+    return -1;
   g_autoptr(GPtrArray) selected = filtered_params(params, filter, user_data);
   double norm = sqrt(grads_sum_of_squares(selected));
   const float c = clip_coefficient(norm, max_norm, rule);

@@ -24,41 +24,95 @@ schedule_new(QkvScheduleKind kind, double lr, gint64 period)
   return s;
 }
 
-QkvSchedule *
-qkv_schedule_new_constant(double lr)
+/* A rate (or factor) must be finite and at least 0; a count at least 1. */
+static gboolean
+check_rate(const gchar *fn, const gchar *what, double value, GError **error)
 {
-  g_return_val_if_fail(lr >= 0 && isfinite(lr), NULL);
+  if (value >= 0 && isfinite(value))
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s must be finite and at least 0, got %g", fn, what, value);
+  return FALSE;
+}
+
+static gboolean
+check_count(const gchar *fn, const gchar *what, gint64 value, GError **error)
+{
+  if (value >= 1)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s must be at least 1, got %" G_GINT64_FORMAT, fn, what, value);
+  return FALSE;
+}
+
+QkvSchedule *
+qkv_schedule_try_new_constant(double lr, GError **error)
+{
+  if (!check_rate("qkv_schedule_try_new_constant", "lr", lr, error))
+    return NULL;
   return schedule_new(QKV_SCHEDULE_CONSTANT, lr, 1);
 }
 
 QkvSchedule *
-qkv_schedule_new_step(double lr, gint64 step_size, double gamma)
+qkv_schedule_try_new_step(double lr, gint64 step_size, double gamma, GError **error)
 {
-  g_return_val_if_fail(lr >= 0 && isfinite(lr), NULL);
-  g_return_val_if_fail(step_size > 0 && gamma >= 0 && isfinite(gamma), NULL);
+  const gchar *fn = "qkv_schedule_try_new_step";
+  if (!check_rate(fn, "lr", lr, error) || !check_count(fn, "step_size", step_size, error) ||
+      !check_rate(fn, "gamma", gamma, error))
+    return NULL;
   QkvSchedule *s = schedule_new(QKV_SCHEDULE_STEP, lr, step_size);
   s->gamma = gamma;
   return s;
 }
 
 QkvSchedule *
-qkv_schedule_new_cosine(double lr, gint64 t_max, double min_lr)
+qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr, GError **error)
 {
-  g_return_val_if_fail(lr >= 0 && isfinite(lr), NULL);
-  g_return_val_if_fail(t_max > 0 && min_lr >= 0 && isfinite(min_lr), NULL);
+  const gchar *fn = "qkv_schedule_try_new_cosine";
+  if (!check_rate(fn, "lr", lr, error) || !check_count(fn, "t_max", t_max, error) ||
+      !check_rate(fn, "min_lr", min_lr, error))
+    return NULL;
   QkvSchedule *s = schedule_new(QKV_SCHEDULE_COSINE, lr, t_max);
   s->min_lr = min_lr;
   return s;
 }
 
 QkvSchedule *
-qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup)
+qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup, GError **error)
 {
-  g_return_val_if_fail(factor >= 0 && isfinite(factor), NULL);
-  g_return_val_if_fail(d_model > 0 && warmup > 0, NULL);
+  const gchar *fn = "qkv_schedule_try_new_warmup";
+  if (!check_rate(fn, "factor", factor, error) || !check_count(fn, "d_model", d_model, error) ||
+      !check_count(fn, "warmup", warmup, error))
+    return NULL;
   QkvSchedule *s = schedule_new(QKV_SCHEDULE_WARMUP, factor, warmup);
   s->d_model = d_model;
   return s;
+}
+
+/* The constructors without an error: NULL, quietly, for a bad value. */
+
+QkvSchedule *
+qkv_schedule_new_constant(double lr)
+{
+  return qkv_schedule_try_new_constant(lr, NULL);
+}
+
+QkvSchedule *
+qkv_schedule_new_step(double lr, gint64 step_size, double gamma)
+{
+  return qkv_schedule_try_new_step(lr, step_size, gamma, NULL);
+}
+
+QkvSchedule *
+qkv_schedule_new_cosine(double lr, gint64 t_max, double min_lr)
+{
+  return qkv_schedule_try_new_cosine(lr, t_max, min_lr, NULL);
+}
+
+QkvSchedule *
+qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup)
+{
+  return qkv_schedule_try_new_warmup(factor, d_model, warmup, NULL);
 }
 
 void
@@ -76,8 +130,14 @@ qkv_schedule_lr_at(const QkvSchedule *s, gint64 step)
   switch (s->kind) {
   case QKV_SCHEDULE_CONSTANT:
     return s->lr;
-  case QKV_SCHEDULE_STEP:
-    return s->lr * pow(s->gamma, (double)((step - 1) / s->period));
+  case QKV_SCHEDULE_STEP: {
+    /* gamma > 1 grows the rate without bound: it stops at the largest
+     * double, which an optimizer still takes (inf it would refuse); a rate
+     * of 0 stays 0 (0 · inf would be NaN) */
+    if (s->lr == 0)
+      return 0;
+    return fmin(s->lr * pow(s->gamma, (double)((step - 1) / s->period)), G_MAXDOUBLE);
+  }
   case QKV_SCHEDULE_COSINE: {
     gint64 t = MIN(step - 1, s->period);
     return s->min_lr +
@@ -115,8 +175,8 @@ qkv_schedule_get_position(const QkvSchedule *s)
 void
 qkv_schedule_set_position(QkvSchedule *s, gint64 position)
 {
-  g_return_if_fail(s != NULL && position >= 0);
-  s->position = position;
+  g_return_if_fail(s != NULL);
+  s->position = MAX(position, 0);
 }
 
 QkvScheduleKind
