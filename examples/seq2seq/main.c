@@ -19,6 +19,8 @@
 #include <qkv/qkv-checkpoint.h>
 #include <qkv/qkv-optim.h>
 
+#include "../common/batch.h"
+#include "../common/text.h"
 #include "bleu.h"
 #include "data.h"
 #include "distributed.h"
@@ -28,23 +30,6 @@
 #include "translate.h"
 #include "tied.h"
 #include "model.h"
-
-/* The shipped data: installed with qkv, or beside the sources of a build
- * tree; QKV_DATA_DIR in the environment wins. */
-static gchar *
-default_data_path(void)
-{
-  const gchar *dirs[] = {g_getenv("QKV_DATA_DIR"), QKV_DATA_DIR, QKV_SOURCE_DATA_DIR};
-  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
-    if (dirs[i] == NULL)
-      continue;
-    gchar *path = g_build_filename(dirs[i], "fra-eng", "fra.txt.gz", NULL);
-    if (g_file_test(path, G_FILE_TEST_EXISTS))
-      return path;
-    g_free(path);
-  }
-  return g_build_filename(QKV_SOURCE_DATA_DIR, "fra-eng", "fra.txt.gz", NULL);
-}
 
 static gchar *opt_model = NULL;
 static gchar *opt_task = NULL;
@@ -359,16 +344,15 @@ train_micro_batch(Trainer *tr, const BatchBuffers *buf, const gint *ex, gint row
   gint32 *s = qkv_tensor_i32(buf->src), *sv = qkv_tensor_i32(buf->src_valid);
   gint32 *d = qkv_tensor_i32(buf->dec_in), *l = qkv_tensor_i32(buf->labels);
   gint32 *tv = qkv_tensor_i32(buf->tgt_valid);
+  batch_gather_rows(s, T, tr->data.src, T, ex, rows);
+  batch_gather_rows(l, T, tr->data.tgt, T, ex, rows);
+  batch_gather(sv, tr->data.src_valid, ex, rows);
+  batch_gather(tv, tr->data.tgt_valid, ex, rows);
   for (gint i = 0; i < rows; i++) {
-    gsize e = (gsize)ex[i];
-    memcpy(s + i * T, tr->data.src + e * T, T * sizeof(gint32));
-    memcpy(l + i * T, tr->data.tgt + e * T, T * sizeof(gint32));
-    sv[i] = tr->data.src_valid[e];
     /* teacher forcing: <bos> then the target shifted right by one */
     d[i * T] = bos;
-    memcpy(d + i * T + 1, tr->data.tgt + e * T, (T - 1) * sizeof(gint32));
-    tv[i] = tr->data.tgt_valid[e];
-    *tokens += tr->data.tgt_valid[e];
+    memcpy(d + i * T + 1, tr->data.tgt + (gsize)ex[i] * T, (T - 1) * sizeof(gint32));
+    *tokens += tr->data.tgt_valid[ex[i]];
   }
   /* tensors of this micro-batch's size that borrow the full-size buffers */
   QkvShape cbt = QKV_SHAPE(rows, T), cbs = QKV_SHAPE(rows);
@@ -396,14 +380,8 @@ static void
 shuffle(gint *order, gint n, guint64 seed, gint epoch)
 {
   GRand *rand = g_rand_new_with_seed((guint32)(seed * 7919u + (guint64)epoch * 104729u + 17u));
-  for (gint i = 0; i < n; i++)
-    order[i] = i;
-  for (gint i = n - 1; i > 0; i--) {
-    gint j = g_rand_int_range(rand, 0, i + 1);
-    gint t = order[i];
-    order[i] = order[j];
-    order[j] = t;
-  }
+  batch_order_init(order, n);
+  batch_shuffle(rand, order, (guint)n, sizeof *order);
   g_rand_free(rand);
 }
 
@@ -524,15 +502,6 @@ translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src
 {
   return translator_sentence(&tr->translator, &tr->cfg, tr->params, &tr->data, sentence,
                              weights_out, src_len, out_len, error);
-}
-
-static gchar *
-vocab_join(const Vocab *v)
-{
-  GString *s = g_string_new(NULL);
-  for (gint i = 0; i < vocab_size(v); i++)
-    g_string_append_printf(s, "%s%s", i ? "\n" : "", vocab_token(v, i));
-  return g_string_free(s, FALSE);
 }
 
 static gboolean
@@ -818,7 +787,7 @@ run(gboolean reverse, ModelKind kind, GError **error)
 {
   Trainer tr = {0};
   gboolean ok = FALSE;
-  g_autofree gchar *data_path = opt_data ? g_strdup(opt_data) : default_data_path();
+  g_autofree gchar *data_path = opt_data ? g_strdup(opt_data) : text_fra_eng_path(QKV_DATA_DIR, QKV_SOURCE_DATA_DIR);
   tr.cfg.kind = kind;
   if (int_options[O_EPOCHS].text == NULL)
     opt_epochs = kind == MODEL_TRANSFORMER ? 200 : 250;
