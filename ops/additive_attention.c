@@ -16,33 +16,6 @@
  */
 #include "attention-common.h"
 
-static const gchar *const aa_input_names[] = {"q",   "k",   "v",          "w_q",
-                                              "w_k", "w_v", "valid_lens", NULL};
-static const gchar *const aa_output_names[] = {"out", "weights", "features", "mask", NULL};
-static const gchar *const aa_backward_input_names[] = {
-    "dout",    "q",        "k",    "v",        "w_q",        "w_k", "w_v",
-    "weights", "features", "mask", "dweights", "valid_lens", NULL};
-static const gchar *const aa_backward_output_names[] = {"dq",   "dk",   "dv", "dw_q",
-                                                        "dw_k", "dw_v", NULL};
-
-static const QkvAttrSpec aa_attrs[] = {
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability on the attention weights, in [0, 1)"},
-};
-
-static const QkvAttrSpec aa_backward_attrs[] = {
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "the forward's dropout; > 0: input 9 is the saved mask"},
-    {.name = "weights_grad",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "a gradient reaching the weights output directly follows (dweights)"},
-};
-
 typedef struct {
   gint64 batch, n_q, n_k, q_size, k_size, v_size, h;
 } AaDims;
@@ -533,7 +506,7 @@ aa_grad(QkvGradCtx *g, GError **error)
     if (g->out_grads[o] != NULL) {
       g_set_error(error, QKV_ERROR, QKV_ERROR_NO_GRADIENT,
                   "additive_attention: the saved output '%s' takes no gradient",
-                  aa_output_names[o]);
+                  qkv_ops_additive_attention[0].output_names[o]);
       return FALSE;
     }
   QkvValue *dout = g->out_grads[0], *dweights = g->out_grads[1];
@@ -577,48 +550,33 @@ aa_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef aa_def = {
-    QKV_OP_DEF_INIT,
-    .name = "additive_attention",
-    .doc = "the book's AdditiveAttention: softmax over keys (masked by valid_lens) of "
-           "w_v · tanh(W_q q + W_k k), dropout, weighted sum of v; outputs the result, the "
-           "weights, the tanh features and (dropout > 0) the dropout mask",
-    .min_inputs = 6,
-    .max_inputs = 7,
-    .input_names = aa_input_names,
-    .output_names = aa_output_names,
-    .attrs = aa_attrs,
-    .n_attrs = G_N_ELEMENTS(aa_attrs),
-    .no_grad_inputs = 1 << 6,
-    .flags = QKV_OP_RANDOM,
-    .shape = aa_shape,
-    .forward = aa_forward,
-    .gradient = aa_grad,
-    .scratch_size = aa_scratch,
+const QkvOpDef qkv_ops_additive_attention[] = {
+    QKV_OP(.name = "additive_attention",
+           .doc = "the book's AdditiveAttention: softmax over keys (masked by valid_lens) of w_v · "
+                  "tanh(W_q q + W_k k), dropout, weighted sum of v; outputs the result, the "
+                  "weights, the tanh features and (dropout > 0) the dropout mask",
+           QKV_INPUTS_OPT(6, "q", "k", "v", "w_q", "w_k", "w_v", "valid_lens"),
+           QKV_OUTPUTS("out", "weights", "features", "mask"),
+           QKV_ATTRS(QKV_FLOAT_ATTR("dropout", 0.0,
+                                    "dropout probability on the attention weights, in [0, 1)")),
+           .no_grad_inputs = 1 << 6, .flags = QKV_OP_RANDOM, .shape = aa_shape,
+           .forward = aa_forward, .gradient = aa_grad, .scratch_size = aa_scratch),
+    QKV_OP(.name = "additive_attention_backward",
+           .doc = "dq, dk, dv, dw_q, dw_k, dw_v of additive_attention from dout and the saved "
+                  "weights, features and dropout mask (optionally a gradient reaching the weights "
+                  "directly)",
+           QKV_INPUTS_OPT(9, "dout", "q", "k", "v", "w_q", "w_k", "w_v", "weights", "features",
+                          "mask", "dweights", "valid_lens"),
+           QKV_OUTPUTS("dq", "dk", "dv", "dw_q", "dw_k", "dw_v"),
+           QKV_ATTRS(
+               QKV_FLOAT_ATTR("dropout", 0.0,
+                              "the forward's dropout; > 0: input 9 is the saved mask"),
+               QKV_BOOL_ATTR("weights_grad", FALSE,
+                             "a gradient reaching the weights output directly follows (dweights)")),
+           .shape = aa_backward_shape, .forward = aa_backward_forward,
+           .scratch_size = aa_backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef aa_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "additive_attention_backward",
-    .doc = "dq, dk, dv, dw_q, dw_k, dw_v of additive_attention from dout and the saved weights, "
-           "features and dropout mask (optionally a gradient reaching the weights directly)",
-    .min_inputs = 9,
-    .max_inputs = 12,
-    .input_names = aa_backward_input_names,
-    .output_names = aa_backward_output_names,
-    .attrs = aa_backward_attrs,
-    .n_attrs = G_N_ELEMENTS(aa_backward_attrs),
-    .shape = aa_backward_shape,
-    .forward = aa_backward_forward,
-    .scratch_size = aa_backward_scratch,
-};
-
-void
-qkv_register_ops_additive_attention(void)
-{
-  qkv_register_builtin(&aa_def);
-  qkv_register_builtin(&aa_backward_def);
-}
 
 /* ---- typed function ----------------------------------------------------- */
 

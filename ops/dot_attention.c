@@ -7,80 +7,6 @@
  */
 #include "flash-attention.h"
 
-static const gchar *const forward_input_names[] = {"q", "k", "v", "valid_lens", "mask", NULL};
-static const gchar *const forward_output_names[] = {"out", "weights", "dropout_mask", NULL};
-static const gchar *const backward_input_names[] = {
-    "q", "k", "v", "weights", "dropout_mask", "dout", "dweights", "valid_lens", "mask", NULL};
-static const gchar *const backward_output_names[] = {"dq", "dk", "dv", "dscores", NULL};
-
-static const QkvAttrSpec forward_attrs[] = {
-    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "mask key j > query i"},
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = QKV_ATTN_MASK_KIND_DOC},
-    {.name = "flash",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "memory-efficient kernel (the typed builder's choice when no weights are asked "
-            "for): output 1 is the row statistics (B, n_q, 2) of the masked scores (maximum m, log "
-            "Σ exp(s − m)) instead of the "
-            "weights, and output 2 (dropout > 0) the dropout key, i32 (3), instead of the mask"},
-    {.name = "block_q",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: query rows per block (0: 128)"},
-    {.name = "block_k",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: keys per block (0: 128)"},
-};
-
-static const QkvAttrSpec backward_attrs[] = {
-    {.name = "causal",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "the forward op's causal"},
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "the forward op's dropout; > 0: the dropout mask is an input"},
-    {.name = "grad_out",
-     .type = QKV_ATTR_BOOL,
-     .default_int = TRUE,
-     .doc = "dout (the gradient of out) is an input"},
-    {.name = "grad_weights",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "dweights (a gradient reaching the weights output) is an input"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = "the forward op's"},
-    {.name = "grad_mask",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "also output dscores (B, n_q, n_k), the gradient of the scores, from which an "
-            "additive mask's gradient is summed"},
-    {.name = "flash",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "the forward op's: input 3 is its row statistics, input 4 its out, and the dropout "
-            "key replaces the dropout mask"},
-    {.name = "block_q",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: query rows per block (0: 128)"},
-    {.name = "block_k",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: keys per block (0: 128)"},
-};
-
 /* q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), all f32. */
 static gboolean
 check_qkv(QkvShapeCtx *ctx, GError **error)
@@ -88,11 +14,11 @@ check_qkv(QkvShapeCtx *ctx, GError **error)
   for (guint i = 0; i < 3; i++) {
     if (ctx->in_dtypes[i] != QKV_F32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s must be f32, got %s",
-                             forward_input_names[i], qkv_dtype_name(ctx->in_dtypes[i]));
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
     if (ctx->in_shapes[i].rank != 3)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                              "%s must have rank 3 (batch, positions, features), got rank %d",
-                             forward_input_names[i], ctx->in_shapes[i].rank);
+                             qkv_input_name(ctx, i), ctx->in_shapes[i].rank);
   }
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
   if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0])
@@ -477,58 +403,66 @@ forward_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static const QkvOpDef forward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "dot_product_attention",
-    .doc = "d2l's DotProductAttention: out = dropout(masked_softmax(q kᵀ / √d)) v for q (B, n_q, "
-           "d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, n_q) and "
-           "optional mask f32 broadcasting to (B, n_q, n_k) (mask_kind), as for masked_softmax. "
-           "Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
-           "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
-           "1/(1-p), all ones in evaluation, saved for the backward (no gradient). With flash "
-           "(the typed builder's choice when no weights are asked for) the weights are never "
-           "stored: output 1 is the row statistics (B, n_q, 2) of the masked scores (maximum m, "
-           "log Σ exp(s − m)) and output 2 "
-           "the dropout key, i32 (3), neither with a gradient.",
-    .min_inputs = 3,
-    .max_inputs = 5,
-    .input_names = forward_input_names,
-    .output_names = forward_output_names,
-    .attrs = forward_attrs,
-    .n_attrs = G_N_ELEMENTS(forward_attrs),
-    .flags = QKV_OP_RANDOM,
-    .shape = forward_shape,
-    .forward = forward_kernel,
-    .gradient = forward_grad,
-    .scratch_size = forward_scratch,
+const QkvOpDef qkv_ops_dot_attention[] = {
+    QKV_OP(.name = "dot_product_attention",
+           .doc = "d2l's DotProductAttention: out = dropout(masked_softmax(q kᵀ / √d)) v for q (B, "
+                  "n_q, d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, "
+                  "n_q) and optional mask f32 broadcasting to (B, n_q, n_k) (mask_kind), as for "
+                  "masked_softmax. Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
+                  "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
+                  "1/(1-p), all ones in evaluation, saved for the backward (no gradient). With "
+                  "flash (the typed builder's choice when no weights are asked for) the weights "
+                  "are never stored: output 1 is the row statistics (B, n_q, 2) of the masked "
+                  "scores (maximum m, log Σ exp(s − m)) and output 2 the dropout key, i32 (3), "
+                  "neither with a gradient.",
+           QKV_INPUTS_OPT(3, "q", "k", "v", "valid_lens", "mask"),
+           QKV_OUTPUTS("out", "weights", "dropout_mask"),
+           QKV_ATTRS(QKV_BOOL_ATTR("causal", FALSE, "mask key j > query i"),
+                     QKV_FLOAT_ATTR(
+                         "dropout", 0.0,
+                         "dropout probability on the attention weights (training only), in [0, 1)"),
+                     QKV_STRING_ATTR("mask_kind", "none", QKV_ATTN_MASK_KIND_DOC),
+                     QKV_BOOL_ATTR(
+                         "flash", FALSE,
+                         "memory-efficient kernel (the typed builder's choice when no weights are "
+                         "asked for): output 1 is the row statistics (B, n_q, 2) of the masked "
+                         "scores (maximum m, log Σ exp(s − m)) instead of the weights, and output "
+                         "2 (dropout > 0) the dropout key, i32 (3), instead of the mask"),
+                     QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),
+                     QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")),
+           .flags = QKV_OP_RANDOM, .shape = forward_shape, .forward = forward_kernel,
+           .gradient = forward_grad, .scratch_size = forward_scratch),
+    QKV_OP(.name = "dot_product_attention_backward",
+           .doc =
+               "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
+               "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
+               "and valid_lens (i32) and mask (f32) when given to the forward op. Outputs dq, dk, "
+               "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask). "
+               "With flash: q, k, v, the row statistics, out, the dropout key when dropout > 0, "
+               "dout, then valid_lens and mask; the weights are made again block by block.",
+           /* the flash layout has out after the statistics: one input more than named */
+           .min_inputs = 4, .max_inputs = 10,
+           .input_names = QKV_NAMES("q", "k", "v", "weights", "dropout_mask", "dout", "dweights",
+                                    "valid_lens", "mask"),
+           QKV_OUTPUTS("dq", "dk", "dv", "dscores"),
+           QKV_ATTRS(QKV_BOOL_ATTR("causal", FALSE, "the forward op's causal"),
+                     QKV_FLOAT_ATTR("dropout", 0.0,
+                                    "the forward op's dropout; > 0: the dropout mask is an input"),
+                     QKV_BOOL_ATTR("grad_out", TRUE, "dout (the gradient of out) is an input"),
+                     QKV_BOOL_ATTR("grad_weights", FALSE,
+                                   "dweights (a gradient reaching the weights output) is an input"),
+                     QKV_STRING_ATTR("mask_kind", "none", "the forward op's"),
+                     QKV_BOOL_ATTR("grad_mask", FALSE,
+                                   "also output dscores (B, n_q, n_k), the gradient of the scores, "
+                                   "from which an additive mask's gradient is summed"),
+                     QKV_BOOL_ATTR("flash", FALSE,
+                                   "the forward op's: input 3 is its row statistics, input 4 its "
+                                   "out, and the dropout key replaces the dropout mask"),
+                     QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),
+                     QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")),
+           .shape = backward_shape, .forward = backward_kernel, .scratch_size = backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "dot_product_attention_backward",
-    .doc = "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
-           "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
-           "and valid_lens (i32) and mask (f32) when given to the forward op. Outputs dq, dk, "
-           "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask). With "
-           "flash: q, k, v, the row statistics, out, the dropout key when dropout > 0, dout, "
-           "then valid_lens and mask; the weights are made again block by block.",
-    .min_inputs = 4,
-    .max_inputs = 10,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .attrs = backward_attrs,
-    .n_attrs = G_N_ELEMENTS(backward_attrs),
-    .shape = backward_shape,
-    .forward = backward_kernel,
-    .scratch_size = backward_scratch,
-};
-
-void
-qkv_register_ops_dot_attention(void)
-{
-  qkv_register_builtin(&forward_def);
-  qkv_register_builtin(&backward_def);
-}
 
 QkvValue *
 qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,

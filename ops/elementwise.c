@@ -50,12 +50,6 @@ ew_parallel(const QkvKernelCtx *ctx, gint64 n, EwChunkFunc chunk, gconstpointer 
   qkv_parallel_for(nt, (n + EW_CHUNK_ALIGN - 1) / EW_CHUNK_ALIGN, ew_blocks, &job);
 }
 
-static const gchar *const unary_inputs[] = {"x", NULL};
-static const gchar *const binary_inputs[] = {"a", "b", NULL};
-static const gchar *const backward_inputs[] = {"dy", "y", NULL};
-static const gchar *const single_output[] = {"y", NULL};
-static const gchar *const backward_output[] = {"dx", NULL};
-
 /* ---------------------------------------------------------------------------
  * Binary ops with broadcasting
  * ------------------------------------------------------------------------- */
@@ -282,21 +276,20 @@ DEFINE_BINARY_KERNEL(sub)
 DEFINE_BINARY_KERNEL(mul)
 DEFINE_BINARY_KERNEL(div)
 
-/* names: the op's input names, for the message. */
 static gboolean
-check_f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GError **error)
+check_f32_inputs(QkvShapeCtx *ctx, GError **error)
 {
   for (guint i = 0; i < ctx->n_inputs; i++)
     if (ctx->in_dtypes[i] != QKV_F32)
-      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32", names[i],
-                             qkv_dtype_name(ctx->in_dtypes[i]));
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32",
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
   return TRUE;
 }
 
 static gboolean
 binary_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, binary_inputs, error))
+  if (!check_f32_inputs(ctx, error))
     return FALSE;
   const QkvShape *a = &ctx->in_shapes[0], *b = &ctx->in_shapes[1];
   if (!qkv_shape_broadcast(a, b, &ctx->out_shapes[0])) {
@@ -398,7 +391,7 @@ div_grad(QkvGradCtx *g, GError **error)
 static gboolean
 unary_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, unary_inputs, error))
+  if (!check_f32_inputs(ctx, error))
     return FALSE;
   ctx->out_shapes[0] = ctx->in_shapes[0];
   return TRUE;
@@ -598,7 +591,7 @@ log_grad(QkvGradCtx *g, GError **error)
 static gboolean
 backward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, backward_inputs, error))
+  if (!check_f32_inputs(ctx, error))
     return FALSE;
   if (!qkv_shape_equal(&ctx->in_shapes[0], &ctx->in_shapes[1]))
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "dy and y must have the same shape");
@@ -714,58 +707,28 @@ tanh_backward_grad(QkvGradCtx *g, GError **error)
  * Registration
  * ------------------------------------------------------------------------- */
 
-static const QkvAttrSpec scale_attrs[] = {
-    {.name = "factor",
-     .type = QKV_ATTR_FLOAT,
-     .required = TRUE,
-     .default_float = 1.0,
-     .doc = "the multiplier"},
-};
-
+/* Every op here may run in place: kernels read element i before writing it. */
+#define ELEMENTWISE_OP(NAME, DOC, KIND, ...)                                                       \
+  QKV_OP(.name = #NAME, .doc = DOC, __VA_ARGS__, .flags = QKV_OP_INPLACE, .shape = KIND##_shape,   \
+         .forward = NAME##_forward, .gradient = NAME##_grad)
 #define BINARY_DEF(NAME, DOC)                                                                      \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 2, .max_inputs = 2,                  \
-                     .input_names = binary_inputs, .output_names = single_output,                  \
-                     .flags = QKV_OP_INPLACE, .shape = binary_shape, .forward = NAME##_forward,    \
-                     .gradient = NAME##_grad,                                                      \
-  }
-
-#define UNARY_DEF(NAME, DOC)                                                                       \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 1, .max_inputs = 1,                  \
-                     .input_names = unary_inputs, .output_names = single_output,                   \
-                     .flags = QKV_OP_INPLACE, .shape = unary_shape, .forward = NAME##_forward,     \
-                     .gradient = NAME##_grad,                                                      \
-  }
-
+  ELEMENTWISE_OP(NAME, DOC, binary, QKV_INPUTS("a", "b"), QKV_OUTPUTS("y"))
+#define UNARY_DEF(NAME, DOC) ELEMENTWISE_OP(NAME, DOC, unary, QKV_INPUTS("x"), QKV_OUTPUTS("y"))
 #define BACKWARD_DEF(NAME, DOC)                                                                    \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 2, .max_inputs = 2,                  \
-                     .input_names = backward_inputs, .output_names = backward_output,              \
-                     .flags = QKV_OP_INPLACE, .shape = backward_shape, .forward = NAME##_forward,  \
-                     .gradient = NAME##_grad,                                                      \
-  }
+  ELEMENTWISE_OP(NAME, DOC, backward, QKV_INPUTS("dy", "y"), QKV_OUTPUTS("dx"))
 
-static const QkvOpDef elementwise_ops[] = {
+const QkvOpDef qkv_ops_elementwise[] = {
     BINARY_DEF(add, "a + b, with NumPy broadcasting"),
     BINARY_DEF(sub, "a - b, with NumPy broadcasting"),
     BINARY_DEF(mul, "a · b elementwise, with NumPy broadcasting"),
     BINARY_DEF(div, "a / b elementwise, with NumPy broadcasting"),
-    {
-        QKV_OP_DEF_INIT,
-        .name = "scale",
-        .doc = "x · factor",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = unary_inputs,
-        .output_names = single_output,
-        .attrs = scale_attrs,
-        .n_attrs = G_N_ELEMENTS(scale_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = unary_shape,
-        .forward = scale_forward,
-        .gradient = scale_grad,
-    },
+    /* factor is required: its default of 1 is never read */
+    ELEMENTWISE_OP(scale, "x · factor", unary, QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+                   QKV_ATTRS({.name = "factor",
+                              .type = QKV_ATTR_FLOAT,
+                              .required = TRUE,
+                              .default_float = 1.0,
+                              .doc = "the multiplier"})),
     UNARY_DEF(neg, "-x"),
     UNARY_DEF(relu, "max(x, 0)"),
     UNARY_DEF(sigmoid, "1 / (1 + exp(-x))"),
@@ -775,14 +738,8 @@ static const QkvOpDef elementwise_ops[] = {
     BACKWARD_DEF(relu_backward, "dy · (y > 0), given relu's output y"),
     BACKWARD_DEF(sigmoid_backward, "dy · y · (1 - y), given sigmoid's output y"),
     BACKWARD_DEF(tanh_backward, "dy · (1 - y²), given tanh's output y"),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_elementwise(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(elementwise_ops); i++)
-    qkv_register_builtin(&elementwise_ops[i]);
-}
 
 /* ---------------------------------------------------------------------------
  * Typed functions

@@ -15,22 +15,12 @@
 
 #include <math.h>
 
-static const QkvAttrSpec reduction_attrs[] = {
-    {.name = "reduction",
-     .type = QKV_ATTR_STRING,
-     .default_string = "mean",
-     .doc = "\"none\", \"sum\" or \"mean\""},
-};
+/* Every loss op's. */
+#define REDUCTION_ATTR QKV_STRING_ATTR("reduction", "mean", "\"none\", \"sum\" or \"mean\"")
 
 static const QkvAttrSpec ce_attrs[] = {
-    {.name = "reduction",
-     .type = QKV_ATTR_STRING,
-     .default_string = "mean",
-     .doc = "\"none\", \"sum\" or \"mean\""},
-    {.name = "label_smoothing",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "ε in [0, 1]: the target is (1 − ε) onehot + ε / C"},
+    REDUCTION_ATTR,
+    QKV_FLOAT_ATTR("label_smoothing", 0.0, "ε in [0, 1]: the target is (1 − ε) onehot + ε / C"),
 };
 
 static const gchar *
@@ -103,12 +93,6 @@ check_label_smoothing(QkvShapeCtx *ctx, GError **error)
 }
 
 /* ---- cross_entropy ------------------------------------------------------ */
-
-static const gchar *const ce_input_names[] = {"logits", "targets", "weight", NULL};
-static const gchar *const ce_output_names[] = {"loss", NULL};
-static const gchar *const ce_backward_input_names[] = {"dloss", "logits", "targets", "weight",
-                                                       NULL};
-static const gchar *const ce_backward_output_names[] = {"dlogits", NULL};
 
 /* Check logits (…, C), targets i32 (…) and the optional weight f32 (…). */
 static gboolean
@@ -352,9 +336,6 @@ ce_backward_forward(const QkvKernelCtx *ctx)
 
 /* ---- mse ---------------------------------------------------------------- */
 
-static const gchar *const mse_input_names[] = {"pred", "target", NULL};
-static const gchar *const mse_output_names[] = {"loss", NULL};
-
 static gboolean
 mse_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -436,67 +417,28 @@ mse_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef cross_entropy_def = {
-    QKV_OP_DEF_INIT,
-    .name = "cross_entropy",
-    .doc =
-        "−log softmax(logits)[target] per token (label_smoothing ε: (1 − ε) of that plus ε "
-        "times the mean of −log softmax over the classes), times the optional weight, reduced by "
-        "\"none\", \"sum\" or \"mean\" (sum / number of tokens); a target outside [0, C) adds "
-        "0 and gets no gradient",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .input_names = ce_input_names,
-    .output_names = ce_output_names,
-    .attrs = ce_attrs,
-    .n_attrs = G_N_ELEMENTS(ce_attrs),
-    .no_grad_inputs = (1 << 1) | (1 << 2),
-    .shape = ce_shape,
-    .forward = ce_forward,
-    .gradient = ce_grad,
-    .scratch_size = ce_scratch_size,
+const QkvOpDef qkv_ops_loss[] = {
+    QKV_OP(.name = "cross_entropy",
+           .doc = "−log softmax(logits)[target] per token (label_smoothing ε: (1 − ε) of that plus "
+                  "ε times the mean of −log softmax over the classes), times the optional weight, "
+                  "reduced by \"none\", \"sum\" or \"mean\" (sum / number of tokens); a target "
+                  "outside [0, C) adds 0 and gets no gradient",
+           QKV_INPUTS_OPT(2, "logits", "targets", "weight"), QKV_OUTPUTS("loss"),
+           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 1) | (1 << 2), .shape = ce_shape,
+           .forward = ce_forward, .gradient = ce_grad, .scratch_size = ce_scratch_size),
+    QKV_OP(.name = "cross_entropy_backward",
+           .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight "
+                  "· dloss, / N for \"mean\"",
+           QKV_INPUTS_OPT(3, "dloss", "logits", "targets", "weight"), QKV_OUTPUTS("dlogits"),
+           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 2) | (1 << 3),
+           .shape = ce_backward_shape, .forward = ce_backward_forward),
+    QKV_OP(.name = "mse",
+           .doc = "(pred − target)² over inputs of the same shape, reduced by \"none\", \"sum\" or "
+                  "\"mean\"",
+           QKV_INPUTS("pred", "target"), QKV_OUTPUTS("loss"), QKV_ATTRS(REDUCTION_ATTR),
+           .shape = mse_shape, .forward = mse_forward, .gradient = mse_grad),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef cross_entropy_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "cross_entropy_backward",
-    .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight · "
-           "dloss, / N for "
-           "\"mean\"",
-    .min_inputs = 3,
-    .max_inputs = 4,
-    .input_names = ce_backward_input_names,
-    .output_names = ce_backward_output_names,
-    .attrs = ce_attrs,
-    .n_attrs = G_N_ELEMENTS(ce_attrs),
-    .no_grad_inputs = (1 << 2) | (1 << 3),
-    .shape = ce_backward_shape,
-    .forward = ce_backward_forward,
-};
-
-static const QkvOpDef mse_def = {
-    QKV_OP_DEF_INIT,
-    .name = "mse",
-    .doc = "(pred − target)² over inputs of the same shape, reduced by \"none\", \"sum\" or "
-           "\"mean\"",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = mse_input_names,
-    .output_names = mse_output_names,
-    .attrs = reduction_attrs,
-    .n_attrs = G_N_ELEMENTS(reduction_attrs),
-    .shape = mse_shape,
-    .forward = mse_forward,
-    .gradient = mse_grad,
-};
-
-void
-qkv_register_ops_loss(void)
-{
-  qkv_register_builtin(&cross_entropy_def);
-  qkv_register_builtin(&cross_entropy_backward_def);
-  qkv_register_builtin(&mse_def);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

@@ -10,20 +10,10 @@
 
 #define BLOCK_ELEMENTS 1024
 
-static const gchar *const forward_input_names[] = {"x", "valid_lens", "mask", NULL};
-static const gchar *const forward_output_names[] = {"y", NULL};
-static const gchar *const backward_input_names[] = {"dy", "y", "valid_lens", "mask", NULL};
-static const gchar *const backward_output_names[] = {"dx", NULL};
-
 static const QkvAttrSpec masked_softmax_attrs[] = {
-    {.name = "causal",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "also mask key j > query i (i: the row's index along the n_q axis)"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = QKV_ATTN_MASK_KIND_DOC},
+    QKV_BOOL_ATTR("causal", FALSE,
+                  "also mask key j > query i (i: the row's index along the n_q axis)"),
+    QKV_STRING_ATTR("mask_kind", "none", QKV_ATTN_MASK_KIND_DOC),
 };
 
 /* Checks x (rank ≥ 2, f32) and the optional valid_lens (i32) and mask (f32)
@@ -206,53 +196,31 @@ masked_softmax_backward_forward(const QkvKernelCtx *ctx)
 
 /* ---- registration -------------------------------------------------------- */
 
-static const QkvOpDef masked_softmax_def = {
-    QKV_OP_DEF_INIT,
-    .name = "masked_softmax",
-    .doc = "softmax over the last axis of x (…, n_q, n_k) after replacing masked scores by -1e6 "
-           "(d2l's masked_softmax). Optional valid_lens i32 (B) or (B, n_q), B = x's first "
-           "axis: keys at positions ≥ the valid length are masked (length 0 gives a uniform "
-           "row). causal masks key j > query i. Optional mask f32 (after valid_lens when both "
-           "are given), broadcasting to x (right-aligned, each axis 1 or full): with mask_kind "
-           "\"boolean\" a 0 masks the key like the valid length does; with \"additive\" it is "
-           "added to the scores first (and takes a gradient). Masked scores get no gradient.",
-    .min_inputs = 1,
-    .max_inputs = 3,
-    .input_names = forward_input_names,
-    .output_names = forward_output_names,
-    .attrs = masked_softmax_attrs,
-    .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
-    /* Each row is read (its maximum) before it is written. */
-    .flags = QKV_OP_INPLACE,
-    .shape = masked_softmax_shape,
-    .forward = masked_softmax_forward,
-    .gradient = masked_softmax_grad,
+const QkvOpDef qkv_ops_masked_softmax[] = {
+    /* In place: each row is read (its maximum) before it is written. */
+    QKV_OP(.name = "masked_softmax",
+           .doc = "softmax over the last axis of x (…, n_q, n_k) after replacing masked scores by "
+                  "-1e6 (d2l's masked_softmax). Optional valid_lens i32 (B) or (B, n_q), B = x's "
+                  "first axis: keys at positions ≥ the valid length are masked (length 0 gives a "
+                  "uniform row). causal masks key j > query i. Optional mask f32 (after valid_lens "
+                  "when both are given), broadcasting to x (right-aligned, each axis 1 or full): "
+                  "with mask_kind \"boolean\" a 0 masks the key like the valid length does; with "
+                  "\"additive\" it is added to the scores first (and takes a gradient). Masked "
+                  "scores get no gradient.",
+           QKV_INPUTS_OPT(1, "x", "valid_lens", "mask"), QKV_OUTPUTS("y"),
+           QKV_ATTR_TABLE(masked_softmax_attrs), .flags = QKV_OP_INPLACE,
+           .shape = masked_softmax_shape, .forward = masked_softmax_forward,
+           .gradient = masked_softmax_grad),
+    /* In place: each row's dot product is taken before the row is written. */
+    QKV_OP(.name = "masked_softmax_backward",
+           .doc = "y · (dy − Σ dy·y) over the last axis, given the masked_softmax output y; 0 at "
+                  "masked keys (valid_lens, mask and causal as for the forward op)",
+           QKV_INPUTS_OPT(2, "dy", "y", "valid_lens", "mask"), QKV_OUTPUTS("dx"),
+           QKV_ATTR_TABLE(masked_softmax_attrs), .no_grad_inputs = 1 << 2 | 1 << 3,
+           .flags = QKV_OP_INPLACE, .shape = masked_softmax_backward_shape,
+           .forward = masked_softmax_backward_forward),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef masked_softmax_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "masked_softmax_backward",
-    .doc = "y · (dy − Σ dy·y) over the last axis, given the masked_softmax output y; 0 at "
-           "masked keys (valid_lens, mask and causal as for the forward op)",
-    .min_inputs = 2,
-    .max_inputs = 4,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .attrs = masked_softmax_attrs,
-    .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
-    .no_grad_inputs = 1 << 2 | 1 << 3,
-    /* Each row's dot product is taken before the row is written. */
-    .flags = QKV_OP_INPLACE,
-    .shape = masked_softmax_backward_shape,
-    .forward = masked_softmax_backward_forward,
-};
-
-void
-qkv_register_ops_masked_softmax(void)
-{
-  qkv_register_builtin(&masked_softmax_def);
-  qkv_register_builtin(&masked_softmax_backward_def);
-}
 
 /* ---- typed function ------------------------------------------------------ */
 

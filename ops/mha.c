@@ -10,19 +10,6 @@
  */
 #include "flash-attention.h"
 
-static const gchar *const forward_input_names[] = {"queries", "keys",       "values", "w_q", "w_k",
-                                                   "w_v",     "w_o",        "b_q",    "b_k", "b_v",
-                                                   "b_o",     "valid_lens", "mask",   NULL};
-static const gchar *const forward_output_names[] = {"out",    "weights", "q_proj",       "k_proj",
-                                                    "v_proj", "concat",  "dropout_mask", NULL};
-static const gchar *const backward_input_names[] = {
-    "queries",      "keys",    "values",   "w_q",        "w_k",    "w_v",
-    "w_o",          "weights", "q_proj",   "k_proj",     "v_proj", "concat",
-    "dropout_mask", "dout",    "dweights", "valid_lens", "mask",   NULL};
-static const gchar *const backward_output_names[] = {
-    "dqueries", "dkeys", "dvalues", "dw_q", "dw_k",    "dw_v", "dw_o",
-    "db_q",     "db_k",  "db_v",    "db_o", "dscores", NULL};
-
 /* The most inputs of the forward op (7 + 4 biases + valid_lens + mask) and
  * of the backward op (12 + dropout mask, dout, dweights, valid_lens, mask). */
 #define MHA_MAX_INPUTS 13
@@ -32,81 +19,6 @@ static const gchar *const backward_output_names[] = {
 enum { OUT_OUT, OUT_WEIGHTS, OUT_QP, OUT_KP, OUT_VP, OUT_CONCAT, OUT_MASK };
 /* Inputs of the backward op that follow the forward inputs without biases. */
 enum { BW_WEIGHTS = 7, BW_QP, BW_KP, BW_VP, BW_CONCAT, BW_FIRST_OPTIONAL };
-
-static const QkvAttrSpec forward_attrs[] = {
-    {.name = "num_heads",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "number of heads; must divide the hidden size H"},
-    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "mask key j > query i"},
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = QKV_ATTN_MASK_KIND_DOC},
-    {.name = "flash",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "memory-efficient kernel (the typed builder's choice when no weights are asked "
-            "for): output 1 is the row statistics (B, num_heads, n_q, 2) of the masked scores "
-            "(maximum m, log Σ exp(s − m)) "
-            "instead of the weights, and output 6 (dropout > 0) the dropout key, i32 (3), instead "
-            "of the mask"},
-    {.name = "block_q",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: query rows per block (0: 128)"},
-    {.name = "block_k",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: keys per block (0: 128)"},
-};
-
-static const QkvAttrSpec backward_attrs[] = {
-    {.name = "num_heads", .type = QKV_ATTR_INT, .required = TRUE, .doc = "the forward op's"},
-    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "the forward op's"},
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "the forward op's; > 0: the dropout mask is an input"},
-    {.name = "has_bias",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "the forward op had biases: output their gradients too"},
-    {.name = "grad_out",
-     .type = QKV_ATTR_BOOL,
-     .default_int = TRUE,
-     .doc = "dout (the gradient of out) is an input"},
-    {.name = "grad_weights",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "dweights (a gradient reaching the weights output) is an input"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = "the forward op's"},
-    {.name = "grad_mask",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "also output dscores (B, num_heads, n_q, n_k), the gradient of the scores, from "
-            "which an additive mask's gradient is summed"},
-    {.name = "flash",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "the forward op's: the weights input is its row statistics and the dropout mask "
-            "input its dropout key"},
-    {.name = "block_q",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: query rows per block (0: 128)"},
-    {.name = "block_k",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: keys per block (0: 128)"},
-};
 
 /* The sizes of one node. */
 typedef struct {
@@ -137,12 +49,12 @@ check_inputs(QkvShapeCtx *ctx, gint bias_index, GError **error)
   for (guint i = 0; i < 7; i++)
     if (ctx->in_dtypes[i] != QKV_F32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s must be f32, got %s",
-                             forward_input_names[i], qkv_dtype_name(ctx->in_dtypes[i]));
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
   for (guint i = 0; i < 3; i++)
     if (ctx->in_shapes[i].rank != 3)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                              "%s must have rank 3 (batch, positions, features), got rank %d",
-                             forward_input_names[i], ctx->in_shapes[i].rank);
+                             qkv_input_name(ctx, i), ctx->in_shapes[i].rank);
   const QkvShape *s = ctx->in_shapes;
   if (s[1].dims[0] != s[0].dims[0] || s[2].dims[0] != s[0].dims[0])
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
@@ -159,14 +71,14 @@ check_inputs(QkvShapeCtx *ctx, gint bias_index, GError **error)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                              "%s must be (%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
                              ") (hidden size, input features)",
-                             forward_input_names[i], hidden, in_size);
+                             qkv_input_name(ctx, i), hidden, in_size);
   }
   for (gint i = bias_index; bias_index >= 0 && i < bias_index + 4; i++)
     if (ctx->in_dtypes[i] != QKV_F32 || ctx->in_shapes[i].rank != 1 ||
         ctx->in_shapes[i].dims[0] != hidden)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                              "%s must be f32 (%" G_GINT64_FORMAT ") (the hidden size)",
-                             forward_input_names[7 + i - bias_index], hidden);
+                             qkv_input_name(ctx, (guint)i), hidden);
   gint64 heads = qkv_attrs_get_int(ctx->attrs, "num_heads");
   if (heads < 1)
     return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
@@ -483,7 +395,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
                           : i == in.dout             ? "dout"
                           : i == in.dweights         ? "dweights"
                           : i == BW_WEIGHTS && flash ? "row_stats"
-                                                     : backward_input_names[i];
+                                                     : qkv_input_name(ctx, (guint)i);
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "%s must be %s%s", name,
                              qkv_dtype_name(checks[c].dtype), want);
     }
@@ -782,66 +694,81 @@ forward_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static const QkvOpDef forward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "multi_head_attention",
-    .doc = "d2l's MultiHeadAttention as one op. Inputs: queries (B, n_q, d_q), keys (B, n_k, "
-           "d_k), values (B, n_k, d_v), w_q (H, d_q), w_k (H, d_k), w_v (H, d_v), w_o (H, H) "
-           "(nn.Linear layout); then optionally the biases b_q, b_k, b_v, b_o (H), all four or "
-           "none; then optionally valid_lens i32 (B) or (B, n_q), then optionally a mask f32 "
-           "(mask_kind) broadcasting to the scores (B, num_heads, n_q, n_k), a rank-3 mask "
-           "being (B, n_q, n_k) shared by the heads. Biases are told apart by count (11 or more "
-           "inputs, less the mask), the mask by mask_kind. Head h uses columns h·dh to "
-           "(h+1)·dh − 1 of the projections (dh = H / num_heads), as transpose_qkv. Outputs: "
-           "0 out (B, n_q, H); 1 weights (B, num_heads, n_q, n_k) before dropout "
-           "(differentiable); saved for the backward, without gradient: 2 q_proj (B, n_q, H), "
-           "3 k_proj (B, n_k, H), 4 v_proj (B, n_k, H), 5 concat (B, n_q, H) (the heads' "
-           "results before w_o), 6 (only when dropout > 0) the dropout mask (B, num_heads, n_q, "
-           "n_k), 0 or 1/(1-p), all ones in evaluation. With flash (the typed builder's choice "
-           "when no weights are asked for) the weights are never stored: output 1 is the row "
-           "log-sum-exp (B, num_heads, n_q) of the masked scores and output 6 the dropout key, "
-           "i32 (3), neither with a gradient.",
-    .min_inputs = 7,
-    .max_inputs = MHA_MAX_INPUTS,
-    .input_names = forward_input_names,
-    .output_names = forward_output_names,
-    .attrs = forward_attrs,
-    .n_attrs = G_N_ELEMENTS(forward_attrs),
-    .flags = QKV_OP_RANDOM,
-    .shape = forward_shape,
-    .forward = forward_kernel,
-    .gradient = forward_grad,
-    .scratch_size = forward_scratch,
+const QkvOpDef qkv_ops_mha[] = {
+    QKV_OP(.name = "multi_head_attention",
+           .doc =
+               "d2l's MultiHeadAttention as one op. Inputs: queries (B, n_q, d_q), keys (B, n_k, "
+               "d_k), values (B, n_k, d_v), w_q (H, d_q), w_k (H, d_k), w_v (H, d_v), w_o (H, H) "
+               "(nn.Linear layout); then optionally the biases b_q, b_k, b_v, b_o (H), all four or "
+               "none; then optionally valid_lens i32 (B) or (B, n_q), then optionally a mask f32 "
+               "(mask_kind) broadcasting to the scores (B, num_heads, n_q, n_k), a rank-3 mask "
+               "being (B, n_q, n_k) shared by the heads. Biases are told apart by count (11 or "
+               "more inputs, less the mask), the mask by mask_kind. Head h uses columns h·dh to "
+               "(h+1)·dh − 1 of the projections (dh = H / num_heads), as transpose_qkv. Outputs: 0 "
+               "out (B, n_q, H); 1 weights (B, num_heads, n_q, n_k) before dropout "
+               "(differentiable); saved for the backward, without gradient: 2 q_proj (B, n_q, H), "
+               "3 k_proj (B, n_k, H), 4 v_proj (B, n_k, H), 5 concat (B, n_q, H) (the heads' "
+               "results before w_o), 6 (only when dropout > 0) the dropout mask (B, num_heads, "
+               "n_q, n_k), 0 or 1/(1-p), all ones in evaluation. With flash (the typed builder's "
+               "choice when no weights are asked for) the weights are never stored: output 1 is "
+               "the row log-sum-exp (B, num_heads, n_q) of the masked scores and output 6 the "
+               "dropout key, i32 (3), neither with a gradient.",
+           QKV_INPUTS_OPT(7, "queries", "keys", "values", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
+                          "b_v", "b_o", "valid_lens", "mask"),
+           QKV_OUTPUTS("out", "weights", "q_proj", "k_proj", "v_proj", "concat", "dropout_mask"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("num_heads", INT,
+                                       "number of heads; must divide the hidden size H"),
+                     QKV_BOOL_ATTR("causal", FALSE, "mask key j > query i"),
+                     QKV_FLOAT_ATTR(
+                         "dropout", 0.0,
+                         "dropout probability on the attention weights (training only), in [0, 1)"),
+                     QKV_STRING_ATTR("mask_kind", "none", QKV_ATTN_MASK_KIND_DOC),
+                     QKV_BOOL_ATTR(
+                         "flash", FALSE,
+                         "memory-efficient kernel (the typed builder's choice when no weights are "
+                         "asked for): output 1 is the row statistics (B, num_heads, n_q, 2) of the "
+                         "masked scores (maximum m, log Σ exp(s − m)) instead of the weights, and "
+                         "output 6 (dropout > 0) the dropout key, i32 (3), instead of the mask"),
+                     QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),
+                     QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")),
+           .flags = QKV_OP_RANDOM, .shape = forward_shape, .forward = forward_kernel,
+           .gradient = forward_grad, .scratch_size = forward_scratch),
+    QKV_OP(.name = "multi_head_attention_backward",
+           .doc = "gradients of multi_head_attention: dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, "
+                  "dw_o and, with has_bias, db_q, db_k, db_v, db_o. Inputs: queries, keys, values, "
+                  "w_q, w_k, w_v, w_o, the forward outputs weights, q_proj, k_proj, v_proj, "
+                  "concat, then the dropout mask when dropout > 0, dout when grad_out, dweights "
+                  "when grad_weights, and valid_lens (i32) and mask (f32) when given to the "
+                  "forward op. With grad_mask, one more output after those: dscores (B, num_heads, "
+                  "n_q, n_k), the gradient of the scores. With flash the weights input is the "
+                  "forward's row statistics and the dropout mask input its dropout key; the "
+                  "weights are made again block by block.",
+           QKV_INPUTS_OPT(BW_FIRST_OPTIONAL, "queries", "keys", "values", "w_q", "w_k", "w_v",
+                          "w_o", "weights", "q_proj", "k_proj", "v_proj", "concat", "dropout_mask",
+                          "dout", "dweights", "valid_lens", "mask"),
+           QKV_OUTPUTS("dqueries", "dkeys", "dvalues", "dw_q", "dw_k", "dw_v", "dw_o", "db_q",
+                       "db_k", "db_v", "db_o", "dscores"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("num_heads", INT, "the forward op's"),
+                     QKV_BOOL_ATTR("causal", FALSE, "the forward op's"),
+                     QKV_FLOAT_ATTR("dropout", 0.0,
+                                    "the forward op's; > 0: the dropout mask is an input"),
+                     QKV_BOOL_ATTR("has_bias", FALSE,
+                                   "the forward op had biases: output their gradients too"),
+                     QKV_BOOL_ATTR("grad_out", TRUE, "dout (the gradient of out) is an input"),
+                     QKV_BOOL_ATTR("grad_weights", FALSE,
+                                   "dweights (a gradient reaching the weights output) is an input"),
+                     QKV_STRING_ATTR("mask_kind", "none", "the forward op's"),
+                     QKV_BOOL_ATTR("grad_mask", FALSE,
+                                   "also output dscores (B, num_heads, n_q, n_k), the gradient of "
+                                   "the scores, from which an additive mask's gradient is summed"),
+                     QKV_BOOL_ATTR("flash", FALSE,
+                                   "the forward op's: the weights input is its row statistics and "
+                                   "the dropout mask input its dropout key"),
+                     QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),
+                     QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")),
+           .shape = backward_shape, .forward = backward_kernel, .scratch_size = backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "multi_head_attention_backward",
-    .doc = "gradients of multi_head_attention: dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, dw_o "
-           "and, with has_bias, db_q, db_k, db_v, db_o. Inputs: queries, keys, values, w_q, "
-           "w_k, w_v, w_o, the forward outputs weights, q_proj, k_proj, v_proj, concat, then "
-           "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
-           "and valid_lens (i32) and mask (f32) when given to the forward op. With grad_mask, "
-           "one more output after those: dscores (B, num_heads, n_q, n_k), the gradient of the "
-           "scores. With flash the weights input is the forward's row statistics and the "
-           "dropout mask input its dropout key; the weights are made again block by block.",
-    .min_inputs = 12,
-    .max_inputs = MHA_MAX_BACKWARD_INPUTS,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .attrs = backward_attrs,
-    .n_attrs = G_N_ELEMENTS(backward_attrs),
-    .shape = backward_shape,
-    .forward = backward_kernel,
-    .scratch_size = backward_scratch,
-};
-
-void
-qkv_register_ops_mha(void)
-{
-  qkv_register_builtin(&forward_def);
-  qkv_register_builtin(&backward_def);
-}
 
 QkvValue *
 qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values, QkvValue *w_q,

@@ -21,20 +21,6 @@
 
 #include <math.h>
 
-static const gchar *const pe_input_names[] = {"x", "positions", NULL};
-static const gchar *const pe_output_names[] = {"y", "mask", NULL};
-
-static const QkvAttrSpec pe_attrs[] = {
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability after the addition, in [0, 1)"},
-    {.name = "offset",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "position of the first row (for decoding one step at a time)"},
-};
-
 static gboolean
 pe_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -196,30 +182,20 @@ pe_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-static const QkvOpDef pe_def = {
-    QKV_OP_DEF_INIT,
-    .name = "positional_encoding",
-    .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, computed "
-           "for any T and d; the optional input positions (i32 (B)) adds a start per batch "
-           "element; output 1 (only when dropout > 0) is the dropout mask",
-    .min_inputs = 1,
-    .max_inputs = 2,
-    .input_names = pe_input_names,
-    .output_names = pe_output_names,
-    .attrs = pe_attrs,
-    .n_attrs = G_N_ELEMENTS(pe_attrs),
-    .flags = QKV_OP_INPLACE | QKV_OP_RANDOM,
-    .shape = pe_shape,
-    .forward = pe_forward,
-    .gradient = pe_grad,
-    .scratch_size = pe_scratch,
+const QkvOpDef qkv_ops_positional[] = {
+    QKV_OP(.name = "positional_encoding",
+           .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, "
+                  "computed for any T and d; the optional input positions (i32 (B)) adds a start "
+                  "per batch element; output 1 (only when dropout > 0) is the dropout mask",
+           QKV_INPUTS_OPT(1, "x", "positions"), QKV_OUTPUTS("y", "mask"),
+           QKV_ATTRS(
+               QKV_FLOAT_ATTR("dropout", 0.0, "dropout probability after the addition, in [0, 1)"),
+               QKV_INT_ATTR("offset", 0,
+                            "position of the first row (for decoding one step at a time)")),
+           .flags = QKV_OP_INPLACE | QKV_OP_RANDOM, .shape = pe_shape, .forward = pe_forward,
+           .gradient = pe_grad, .scratch_size = pe_scratch),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_positional(void)
-{
-  qkv_register_builtin(&pe_def);
-}
 
 QkvValue *
 qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error)
