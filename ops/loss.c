@@ -15,6 +15,11 @@
 
 #include <math.h>
 
+/* cross_entropy's inputs are logits, targets and the optional weight, in
+ * fixed slots; cross_entropy_backward's are dloss and the same three. */
+#define CE_WEIGHT 2
+#define CE_BACKWARD_WEIGHT (1 + CE_WEIGHT)
+
 /* Every loss op's. */
 #define REDUCTION_ATTR QKV_STRING_ATTR("reduction", "mean", "\"none\", \"sum\" or \"mean\"")
 
@@ -114,11 +119,11 @@ check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
   if (!fits)
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "targets must have the shape of logits without its last axis");
-  if (ctx->n_inputs > first + 2) {
-    if (ctx->in_dtypes[first + 2] != QKV_F32)
+  if (ctx->n_inputs > first + CE_WEIGHT) {
+    if (ctx->in_dtypes[first + CE_WEIGHT] != QKV_F32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "weight must be f32, got %s",
-                             qkv_dtype_name(ctx->in_dtypes[first + 2]));
-    if (!qkv_shape_equal(&ctx->in_shapes[first + 2], targets))
+                             qkv_dtype_name(ctx->in_dtypes[first + CE_WEIGHT]));
+    if (!qkv_shape_equal(&ctx->in_shapes[first + CE_WEIGHT], targets))
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "weight must have the shape of targets");
   }
   return TRUE;
@@ -194,7 +199,7 @@ ce_forward(const QkvKernelCtx *ctx)
 {
   const float *logits = ctx->in[0].data;
   const gint32 *targets = ctx->in[1].data;
-  const float *weight = ctx->n_inputs > 2 ? ctx->in[2].data : NULL;
+  const float *weight = ctx->n_inputs > CE_WEIGHT ? ctx->in[CE_WEIGHT].data : NULL;
   float *out = ctx->out[0].data;
   gint64 c = ctx->in[0].shape.dims[ctx->in[0].shape.rank - 1];
   gint64 tokens = qkv_shape_numel(&ctx->in[1].shape);
@@ -237,7 +242,8 @@ ce_grad(QkvGradCtx *g, GError **error)
     return TRUE;
   reduction_parse(g->attrs, &reduction);
   g->in_grads[0] = qkv_cross_entropy_backward_smoothed(
-      g->out_grads[0], g->inputs[0], g->inputs[1], g->n_inputs > 2 ? g->inputs[2] : NULL, reduction,
+      g->out_grads[0], g->inputs[0], g->inputs[1],
+      g->n_inputs > CE_WEIGHT ? g->inputs[CE_WEIGHT] : NULL, reduction,
       qkv_attrs_get_float(g->attrs, "label_smoothing"), error);
   return g->in_grads[0] != NULL;
 }
@@ -319,7 +325,8 @@ ce_backward_forward(const QkvKernelCtx *ctx)
   const float *dloss = ctx->in[0].data;
   const float *logits = ctx->in[1].data;
   const gint32 *targets = ctx->in[2].data;
-  const float *weight = ctx->n_inputs > 3 ? ctx->in[3].data : NULL;
+  const float *weight =
+      ctx->n_inputs > CE_BACKWARD_WEIGHT ? ctx->in[CE_BACKWARD_WEIGHT].data : NULL;
   float *dx = ctx->out[0].data;
   gint64 c = ctx->in[1].shape.dims[ctx->in[1].shape.rank - 1];
   gint64 tokens = qkv_shape_numel(&ctx->in[2].shape);
@@ -423,14 +430,14 @@ const QkvOpDef qkv_ops_loss[] = {
                   "ε times the mean of −log softmax over the classes), times the optional weight, "
                   "reduced by \"none\", \"sum\" or \"mean\" (sum / number of tokens); a target "
                   "outside [0, C) adds 0 and gets no gradient",
-           QKV_INPUTS_OPT(2, "logits", "targets", "weight"), QKV_OUTPUTS("loss"),
+           QKV_INPUTS_OPT(CE_WEIGHT, "logits", "targets", "weight"), QKV_OUTPUTS("loss"),
            QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 1) | (1 << 2), .shape = ce_shape,
            .forward = ce_forward, .gradient = ce_grad, .scratch_size = ce_scratch_size),
     QKV_OP(.name = "cross_entropy_backward",
            .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight "
                   "· dloss, / N for \"mean\"",
-           QKV_INPUTS_OPT(3, "dloss", "logits", "targets", "weight"), QKV_OUTPUTS("dlogits"),
-           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 2) | (1 << 3),
+           QKV_INPUTS_OPT(CE_BACKWARD_WEIGHT, "dloss", "logits", "targets", "weight"),
+           QKV_OUTPUTS("dlogits"), QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 2) | (1 << 3),
            .shape = ce_backward_shape, .forward = ce_backward_forward),
     QKV_OP(.name = "mse",
            .doc = "(pred − target)² over inputs of the same shape, reduced by \"none\", \"sum\" or "
@@ -449,7 +456,7 @@ qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight
   QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {logits, targets, weight};
-  return qkv_op_call("cross_entropy", inputs, weight != NULL ? 3 : 2,
+  return qkv_op_call("cross_entropy", inputs, weight != NULL ? CE_WEIGHT + 1 : CE_WEIGHT,
                      ce_attrs_variant(reduction, label_smoothing), error);
 }
 
@@ -468,7 +475,8 @@ qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue 
   QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {dloss, logits, targets, weight};
-  return qkv_op_call("cross_entropy_backward", inputs, weight != NULL ? 4 : 3,
+  return qkv_op_call("cross_entropy_backward", inputs,
+                     weight != NULL ? CE_BACKWARD_WEIGHT + 1 : CE_BACKWARD_WEIGHT,
                      ce_attrs_variant(reduction, label_smoothing), error);
 }
 

@@ -10,15 +10,93 @@
  */
 #include "flash-attention.h"
 
-/* The most inputs of the forward op (7 + 4 biases + valid_lens + mask) and
- * of the backward op (12 + dropout mask, dout, dweights, valid_lens, mask). */
-#define MHA_MAX_INPUTS 13
-#define MHA_MAX_BACKWARD_INPUTS 17
-
 /* Output indices of the forward op. */
 enum { OUT_OUT, OUT_WEIGHTS, OUT_QP, OUT_KP, OUT_VP, OUT_CONCAT, OUT_MASK };
-/* Inputs of the backward op that follow the forward inputs without biases. */
-enum { BW_WEIGHTS = 7, BW_QP, BW_KP, BW_VP, BW_CONCAT, BW_FIRST_OPTIONAL };
+
+/* ---- where the optional inputs sit -----------------------------------------
+ *
+ * Each slots struct says where a node's optional inputs sit (-1: absent).
+ * Its function takes the same struct with each field saying whether that
+ * input is present (nonzero) and lays them out in order after the required
+ * inputs; the _of function finds the layout of an existing node. */
+
+/* multi_head_attention: queries, keys, values, w_q, w_k, w_v, w_o, then
+ * the biases b_q, b_k, b_v, b_o (all four or none; bias is b_q's slot),
+ * valid_lens and the mask. */
+#define MHA_FIRST_OPTIONAL 7
+#define MHA_MAX_INPUTS 13
+typedef struct {
+  gint bias, valid_lens, mask;
+  guint n_inputs;
+} MhaSlots;
+
+static MhaSlots
+mha_slots(MhaSlots present)
+{
+  MhaSlots s = {.n_inputs = MHA_FIRST_OPTIONAL};
+  s.bias = qkv_slot_next(&s.n_inputs, present.bias, 4);
+  s.valid_lens = qkv_slot_next(&s.n_inputs, present.valid_lens, 1);
+  s.mask = qkv_slot_next(&s.n_inputs, present.mask, 1);
+  return s;
+}
+
+/* mask_kind says whether there is a mask, the count whether there are
+ * biases and valid lengths (no two choices give the same count). */
+static gboolean
+mha_slots_of(guint n_inputs, const QkvAttrs *attrs, MhaSlots *s)
+{
+  for (gint bits = 0; bits < 4; bits++) {
+    *s = mha_slots(
+        (MhaSlots){.bias = bits & 1, .valid_lens = bits >> 1, .mask = qkv_attn_has_mask(attrs)});
+    if (s->n_inputs == n_inputs)
+      return TRUE;
+  }
+  return FALSE;
+}
+
+/* multi_head_attention_backward: the forward's required inputs, its outputs
+ * weights (with flash the row statistics), q_proj, k_proj, v_proj and
+ * concat, then the dropout mask (with flash the dropout key), dout,
+ * dweights, valid_lens and the mask. */
+enum { BW_WEIGHTS = MHA_FIRST_OPTIONAL, BW_QP, BW_KP, BW_VP, BW_CONCAT, BW_FIRST_OPTIONAL };
+#define MHA_MAX_BACKWARD_INPUTS 17
+typedef struct {
+  gint dropout_mask, dout, dweights, valid_lens, mask;
+  guint n_inputs;
+} MhaBackwardSlots;
+
+static MhaBackwardSlots
+mha_backward_slots(MhaBackwardSlots present)
+{
+  MhaBackwardSlots s = {.n_inputs = BW_FIRST_OPTIONAL};
+  s.dropout_mask = qkv_slot_next(&s.n_inputs, present.dropout_mask, 1);
+  s.dout = qkv_slot_next(&s.n_inputs, present.dout, 1);
+  s.dweights = qkv_slot_next(&s.n_inputs, present.dweights, 1);
+  s.valid_lens = qkv_slot_next(&s.n_inputs, present.valid_lens, 1);
+  s.mask = qkv_slot_next(&s.n_inputs, present.mask, 1);
+  return s;
+}
+
+/* The attributes say which inputs there are, but for valid_lens, which the
+ * count says. */
+static gboolean
+mha_backward_slots_of(guint n_inputs, const QkvAttrs *attrs, MhaBackwardSlots *s)
+{
+  for (gint valid_lens = 0; valid_lens < 2; valid_lens++) {
+    *s = mha_backward_slots((MhaBackwardSlots){
+        .dropout_mask = qkv_attrs_get_float(attrs, "dropout") > 0.0,
+        .dout = qkv_attrs_get_bool(attrs, "grad_out"),
+        .dweights = qkv_attrs_get_bool(attrs, "grad_weights"),
+        .valid_lens = valid_lens,
+        .mask = qkv_attn_has_mask(attrs),
+    });
+    if (s->n_inputs == n_inputs)
+      return TRUE;
+  }
+  return FALSE;
+}
+
+/* ---- forward ------------------------------------------------------------ */
 
 /* The sizes of one node. */
 typedef struct {
@@ -91,37 +169,27 @@ check_inputs(QkvShapeCtx *ctx, gint bias_index, GError **error)
   return qkv_attn_check_dropout(ctx, "dropout", error);
 }
 
-/* Optional forward inputs: 7 without biases, 11 with, then optionally
- * valid_lens, then the mask when has_mask. Told apart by count. */
-static gboolean
-forward_layout(guint n_inputs, gboolean has_mask, gboolean *has_bias, gint *valid_lens, gint *mask)
-{
-  *has_bias = n_inputs - (has_mask ? 1 : 0) >= 11;
-  guint first = *has_bias ? 11 : 7;
-  return qkv_attn_trailing_inputs(n_inputs, first, has_mask, valid_lens, mask);
-}
-
 static gboolean
 forward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  gboolean has_bias;
-  gint vl, mi;
+  MhaSlots in;
   if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
-  if (!forward_layout(ctx->n_inputs, qkv_attn_has_mask(ctx->attrs), &has_bias, &vl, &mi))
+  if (!mha_slots_of(ctx->n_inputs, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected 7 inputs (queries, keys, values, w_q, w_k, w_v, w_o), 11 "
                            "with the biases b_q, b_k, b_v, b_o, then optional valid_lens (i32) "
                            "and mask (f32); got %u",
                            ctx->n_inputs);
-  if (!check_inputs(ctx, has_bias ? 7 : -1, error))
+  if (!check_inputs(ctx, in.bias, error))
     return FALSE;
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
   gboolean per_query;
-  if (vl >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)vl, d.batch, d.n_q, &per_query, error))
+  if (in.valid_lens >= 0 &&
+      !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, d.batch, d.n_q, &per_query, error))
     return FALSE;
   QkvShape scores = QKV_SHAPE(d.batch, d.heads, d.n_q, d.n_k);
-  if (mi >= 0 && !qkv_attn_check_mask(ctx, (guint)mi, &scores, TRUE, error))
+  if (in.mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.mask, &scores, TRUE, error))
     return FALSE;
   ctx->out_shapes[OUT_OUT] = QKV_SHAPE(d.batch, d.n_q, d.hidden);
   gboolean flash = qkv_attrs_get_bool(ctx->attrs, "flash");
@@ -275,22 +343,21 @@ mha_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
 static void
 forward_kernel(const QkvKernelCtx *ctx)
 {
-  gboolean has_bias;
-  gint vl, mi;
-  forward_layout(ctx->n_inputs, qkv_attn_has_mask(ctx->attrs), &has_bias, &vl, &mi);
+  MhaSlots in;
+  mha_slots_of(ctx->n_inputs, ctx->attrs, &in);
   QkvShape shapes[4];
   for (guint i = 0; i < 4; i++)
     shapes[i] = ctx->in[i].shape;
   MhaDims d = mha_dims(shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
   QkvAttnScoreMask values;
-  QkvAttnProblem pb = problem_of(&d, vl >= 0 ? &ctx->in[vl] : NULL, mi >= 0 ? &ctx->in[mi] : NULL,
-                                 &values, ctx->attrs);
+  QkvAttnProblem pb = problem_of(&d, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                                 in.mask >= 0 ? &ctx->in[in.mask] : NULL, &values, ctx->attrs);
   const float *x[3], *w[4], *bias[4];
   for (guint i = 0; i < 4; i++) {
     if (i < 3)
       x[i] = ctx->in[i].data;
     w[i] = ctx->in[3 + i].data;
-    bias[i] = has_bias ? ctx->in[7 + i].data : NULL;
+    bias[i] = in.bias >= 0 ? ctx->in[(guint)in.bias + i].data : NULL;
   }
   float *out = ctx->out[OUT_OUT].data, *p = ctx->out[OUT_WEIGHTS].data;
   float *proj[3] = {ctx->out[OUT_QP].data, ctx->out[OUT_KP].data, ctx->out[OUT_VP].data};
@@ -332,31 +399,13 @@ forward_kernel(const QkvKernelCtx *ctx)
   project(rows[0], d.hidden, d.hidden, concat, w[3], bias[3], out);
 }
 
-/* ---- backward ------------------------------------------------------------ */
-
-typedef struct {
-  gint mask, dout, dweights, valid_lens, score_mask;
-} BackwardInputs;
-
-static gboolean
-backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
-                BackwardInputs *layout)
-{
-  guint next = BW_FIRST_OPTIONAL;
-  layout->valid_lens = layout->score_mask = -1;
-  layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
-  layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
-  layout->dweights = qkv_attrs_get_bool(attrs, "grad_weights") ? (gint)next++ : -1;
-  return next <= n_inputs && qkv_attn_trailing_inputs(n_inputs, next, qkv_attn_has_mask(attrs),
-                                                      &layout->valid_lens, &layout->score_mask);
-}
+/* ---- backward ----------------------------------------------------------- */
 
 static gboolean
 backward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  BackwardInputs in;
-  if (ctx->n_inputs < BW_FIRST_OPTIONAL ||
-      !backward_layout(ctx->n_inputs, ctx->in_dtypes, ctx->attrs, &in))
+  MhaBackwardSlots in;
+  if (!mha_backward_slots_of(ctx->n_inputs, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected queries, keys, values, w_q, w_k, w_v, w_o, weights, q_proj, "
                            "k_proj, v_proj, concat, then dropout_mask (dropout > 0), dout "
@@ -383,7 +432,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
                 {BW_KP, &kshape, QKV_F32},
                 {BW_VP, &kshape, QKV_F32},
                 {BW_CONCAT, &qshape, QKV_F32},
-                {in.mask, flash ? &key_shape : &wshape, flash ? QKV_I32 : QKV_F32},
+                {in.dropout_mask, flash ? &key_shape : &wshape, flash ? QKV_I32 : QKV_F32},
                 {in.dout, &qshape, QKV_F32},
                 {in.dweights, &wshape, QKV_F32}};
   for (guint c = 0; c < G_N_ELEMENTS(checks); c++) {
@@ -391,7 +440,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
     if (i >= 0 && (ctx->in_dtypes[i] != checks[c].dtype ||
                    !qkv_shape_equal(&ctx->in_shapes[i], checks[c].shape))) {
       g_autofree gchar *want = qkv_shape_to_string(checks[c].shape);
-      const gchar *name = i == in.mask               ? (flash ? "dropout_key" : "dropout_mask")
+      const gchar *name = i == in.dropout_mask       ? (flash ? "dropout_key" : "dropout_mask")
                           : i == in.dout             ? "dout"
                           : i == in.dweights         ? "dweights"
                           : i == BW_WEIGHTS && flash ? "row_stats"
@@ -404,7 +453,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   if (in.valid_lens >= 0 &&
       !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, d.batch, d.n_q, &per_query, error))
     return FALSE;
-  if (in.score_mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.score_mask, &wshape, TRUE, error))
+  if (in.mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.mask, &wshape, TRUE, error))
     return FALSE;
   if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
@@ -503,19 +552,15 @@ projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidd
 static void
 backward_kernel(const QkvKernelCtx *ctx)
 {
-  BackwardInputs in;
-  QkvDType dtypes[MHA_MAX_BACKWARD_INPUTS];
-  for (guint i = 0; i < ctx->n_inputs && i < MHA_MAX_BACKWARD_INPUTS; i++)
-    dtypes[i] = ctx->in[i].dtype;
-  backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
+  MhaBackwardSlots in;
+  mha_backward_slots_of(ctx->n_inputs, ctx->attrs, &in);
   QkvShape shapes[4];
   for (guint i = 0; i < 4; i++)
     shapes[i] = ctx->in[i].shape;
   MhaDims d = mha_dims(shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
   QkvAttnScoreMask values;
-  QkvAttnProblem pb =
-      problem_of(&d, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
-                 in.score_mask >= 0 ? &ctx->in[in.score_mask] : NULL, &values, ctx->attrs);
+  QkvAttnProblem pb = problem_of(&d, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                                 in.mask >= 0 ? &ctx->in[in.mask] : NULL, &values, ctx->attrs);
   gboolean has_bias = qkv_attrs_get_bool(ctx->attrs, "has_bias");
   float *dscores =
       qkv_attrs_get_bool(ctx->attrs, "grad_mask") ? ctx->out[ctx->n_outputs - 1].data : NULL;
@@ -527,7 +572,7 @@ backward_kernel(const QkvKernelCtx *ctx)
   }
   const float *p = ctx->in[BW_WEIGHTS].data, *concat = ctx->in[BW_CONCAT].data;
   const float *proj[3] = {ctx->in[BW_QP].data, ctx->in[BW_KP].data, ctx->in[BW_VP].data};
-  const float *drop = in.mask >= 0 ? ctx->in[in.mask].data : NULL;
+  const float *drop = in.dropout_mask >= 0 ? ctx->in[in.dropout_mask].data : NULL;
   const float *dout = in.dout >= 0 ? ctx->in[in.dout].data : NULL;
   const float *dw = in.dweights >= 0 ? ctx->in[in.dweights].data : NULL;
   gint64 rows[3] = {d.batch * d.n_q, d.batch * d.n_k, d.batch * d.n_k};
@@ -576,8 +621,8 @@ backward_kernel(const QkvKernelCtx *ctx)
   gsize shared = backward_shared_scratch(&d);
   if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
     QkvFlashLayout L = flash_layout_of(&pb, &d, ctx->attrs);
-    if (in.mask >= 0)
-      qkv_flash_read_key(&L, ctx->in[in.mask].data);
+    if (in.dropout_mask >= 0)
+      qkv_flash_read_key(&L, ctx->in[in.dropout_mask].data);
     /* the flash kernels take their scratch from after the shared part */
     QkvKernelCtx fctx = *ctx;
     fctx.scratch = attn_scratch;
@@ -623,53 +668,46 @@ forward_grad(QkvGradCtx *g, GError **error)
   /* with flash, output 1 is the row statistics: it has no gradient */
   if (flash)
     dw = NULL;
-  gboolean has_bias;
-  gint vl, mi;
-  forward_layout(g->n_inputs, qkv_attn_has_mask(g->attrs), &has_bias, &vl, &mi);
-  guint n_float = has_bias ? 11 : 7;
-  gboolean additive = qkv_attn_mask_additive(g->attrs);
-  gboolean mask_grad = mi >= 0 && additive && g->needs_grad[mi];
+  MhaSlots in;
+  mha_slots_of(g->n_inputs, g->attrs, &in);
+  gint mi = in.mask;
+  /* the inputs with gradients: the required ones and the biases */
+  guint n_float = in.bias >= 0 ? (guint)in.bias + 4 : MHA_FIRST_OPTIONAL;
+  gboolean mask_grad = mi >= 0 && qkv_attn_mask_additive(g->attrs) && g->needs_grad[mi];
   gboolean any = mask_grad;
   for (guint i = 0; i < n_float; i++)
     any |= g->needs_grad[i];
   if ((dout == NULL && dw == NULL) || !any)
     return TRUE;
   double dropout = qkv_attrs_get_float(g->attrs, "dropout");
+  MhaBackwardSlots bw = mha_backward_slots((MhaBackwardSlots){
+      .dropout_mask = dropout > 0.0,
+      .dout = dout != NULL,
+      .dweights = dw != NULL,
+      .valid_lens = in.valid_lens >= 0,
+      .mask = mi >= 0,
+  });
   QkvValue *inputs[MHA_MAX_BACKWARD_INPUTS];
-  guint n = 0;
-  for (guint i = 0; i < 7; i++)
-    inputs[n++] = g->inputs[i];
+  for (guint i = 0; i < MHA_FIRST_OPTIONAL; i++)
+    inputs[i] = g->inputs[i];
   for (guint o = OUT_WEIGHTS; o <= OUT_CONCAT; o++)
-    inputs[n++] = g->outputs[o];
-  if (dropout > 0.0)
-    inputs[n++] = g->outputs[OUT_MASK];
-  if (dout != NULL)
-    inputs[n++] = dout;
-  if (dw != NULL)
-    inputs[n++] = dw;
-  if (vl >= 0)
-    inputs[n++] = g->inputs[vl];
-  if (mi >= 0)
-    inputs[n++] = g->inputs[mi];
+    inputs[BW_WEIGHTS + o - OUT_WEIGHTS] = g->outputs[o];
+  qkv_slot_put(inputs, bw.dropout_mask, g->outputs[OUT_MASK]);
+  qkv_slot_put(inputs, bw.dout, dout);
+  qkv_slot_put(inputs, bw.dweights, dw);
+  qkv_slot_put(inputs, bw.valid_lens, in.valid_lens >= 0 ? g->inputs[in.valid_lens] : NULL);
+  qkv_slot_put(inputs, bw.mask, mi >= 0 ? g->inputs[mi] : NULL);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "num_heads",
                         g_variant_new_int64(qkv_attrs_get_int(g->attrs, "num_heads")));
-  g_variant_builder_add(&attrs, "{sv}", "causal",
-                        g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
+  qkv_attn_pass_on_attrs(&attrs, g->attrs);
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
-  g_variant_builder_add(&attrs, "{sv}", "has_bias", g_variant_new_boolean(has_bias));
+  g_variant_builder_add(&attrs, "{sv}", "has_bias", g_variant_new_boolean(in.bias >= 0));
   g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(dout != NULL));
   g_variant_builder_add(&attrs, "{sv}", "grad_weights", g_variant_new_boolean(dw != NULL));
-  g_variant_builder_add(&attrs, "{sv}", "mask_kind",
-                        g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
   g_variant_builder_add(&attrs, "{sv}", "grad_mask", g_variant_new_boolean(mask_grad));
-  g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(flash));
-  g_variant_builder_add(&attrs, "{sv}", "block_q",
-                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_q")));
-  g_variant_builder_add(&attrs, "{sv}", "block_k",
-                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_k")));
-  QkvNode *node = qkv_graph_add_node(g->graph, "multi_head_attention_backward", inputs, n,
+  QkvNode *node = qkv_graph_add_node(g->graph, "multi_head_attention_backward", inputs, bw.n_inputs,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return FALSE;
@@ -713,24 +751,14 @@ const QkvOpDef qkv_ops_mha[] = {
                "choice when no weights are asked for) the weights are never stored: output 1 is "
                "the row log-sum-exp (B, num_heads, n_q) of the masked scores and output 6 the "
                "dropout key, i32 (3), neither with a gradient.",
-           QKV_INPUTS_OPT(7, "queries", "keys", "values", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
-                          "b_v", "b_o", "valid_lens", "mask"),
+           QKV_INPUTS_OPT(MHA_FIRST_OPTIONAL, "queries", "keys", "values", "w_q", "w_k", "w_v",
+                          "w_o", "b_q", "b_k", "b_v", "b_o", "valid_lens", "mask"),
            QKV_OUTPUTS("out", "weights", "q_proj", "k_proj", "v_proj", "concat", "dropout_mask"),
            QKV_ATTRS(QKV_REQUIRED_ATTR("num_heads", INT,
                                        "number of heads; must divide the hidden size H"),
-                     QKV_BOOL_ATTR("causal", FALSE, "mask key j > query i"),
-                     QKV_FLOAT_ATTR(
-                         "dropout", 0.0,
-                         "dropout probability on the attention weights (training only), in [0, 1)"),
-                     QKV_STRING_ATTR("mask_kind", "none", QKV_ATTN_MASK_KIND_DOC),
-                     QKV_BOOL_ATTR(
-                         "flash", FALSE,
-                         "memory-efficient kernel (the typed builder's choice when no weights are "
-                         "asked for): output 1 is the row statistics (B, num_heads, n_q, 2) of the "
-                         "masked scores (maximum m, log Σ exp(s − m)) instead of the weights, and "
-                         "output 6 (dropout > 0) the dropout key, i32 (3), instead of the mask"),
-                     QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),
-                     QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")),
+                     QKV_ATTN_CAUSAL_ATTR, QKV_ATTN_DROPOUT_ATTR, QKV_ATTN_MASK_KIND_ATTR,
+                     QKV_ATTN_FLASH_ATTR("(B, num_heads, n_q, 2)", "6"),
+                     QKV_ATTN_FLASH_BLOCK_ATTRS),
            .flags = QKV_OP_RANDOM, .shape = forward_shape, .forward = forward_kernel,
            .gradient = forward_grad, .scratch_size = forward_scratch),
     QKV_OP(.name = "multi_head_attention_backward",
@@ -754,18 +782,13 @@ const QkvOpDef qkv_ops_mha[] = {
                                     "the forward op's; > 0: the dropout mask is an input"),
                      QKV_BOOL_ATTR("has_bias", FALSE,
                                    "the forward op had biases: output their gradients too"),
-                     QKV_BOOL_ATTR("grad_out", TRUE, "dout (the gradient of out) is an input"),
-                     QKV_BOOL_ATTR("grad_weights", FALSE,
-                                   "dweights (a gradient reaching the weights output) is an input"),
-                     QKV_STRING_ATTR("mask_kind", "none", "the forward op's"),
-                     QKV_BOOL_ATTR("grad_mask", FALSE,
-                                   "also output dscores (B, num_heads, n_q, n_k), the gradient of "
-                                   "the scores, from which an additive mask's gradient is summed"),
+                     QKV_ATTN_GRAD_OUT_ATTR, QKV_ATTN_GRAD_WEIGHTS_ATTR,
+                     QKV_ATTN_FORWARD_MASK_KIND_ATTR,
+                     QKV_ATTN_GRAD_MASK_ATTR("(B, num_heads, n_q, n_k)"),
                      QKV_BOOL_ATTR("flash", FALSE,
                                    "the forward op's: the weights input is its row statistics and "
                                    "the dropout mask input its dropout key"),
-                     QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),
-                     QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")),
+                     QKV_ATTN_FLASH_BLOCK_ATTRS),
            .shape = backward_shape, .forward = backward_kernel, .scratch_size = backward_scratch),
     QKV_OPS_END,
 };
@@ -790,18 +813,16 @@ qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *val
 {
   QKV_RETURN_IF_MISSING("multi_head_attention", error, queries, keys, values);
   QKV_RETURN_IF_MISSING("multi_head_attention", error, w_q, w_k, w_v, w_o);
-  QkvValue *inputs[MHA_MAX_INPUTS] = {queries, keys, values, w_q, w_k, w_v, w_o};
-  guint n = 7;
-  if (biases != NULL) {
+  if (biases != NULL)
     QKV_RETURN_IF_MISSING("multi_head_attention", error, biases[0], biases[1], biases[2],
                           biases[3]);
-    for (guint i = 0; i < 4; i++)
-      inputs[n++] = biases[i];
-  }
-  if (valid_lens != NULL)
-    inputs[n++] = valid_lens;
-  if (mask != NULL)
-    inputs[n++] = mask;
+  MhaSlots in = mha_slots(
+      (MhaSlots){.bias = biases != NULL, .valid_lens = valid_lens != NULL, .mask = mask != NULL});
+  QkvValue *inputs[MHA_MAX_INPUTS] = {queries, keys, values, w_q, w_k, w_v, w_o};
+  for (gint i = 0; i < 4 && in.bias >= 0; i++)
+    inputs[in.bias + i] = biases[i];
+  qkv_slot_put(inputs, in.valid_lens, valid_lens);
+  qkv_slot_put(inputs, in.mask, mask);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "num_heads", g_variant_new_int32(num_heads));
@@ -817,8 +838,8 @@ qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *val
       qkv_flash_wanted(qs->dims[0] * MAX(num_heads, 1) * qs->dims[1] * ks->dims[1] *
                        (gint64)sizeof(float)))
     g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
-  QkvNode *node = qkv_graph_add_node(qkv_value_graph(queries), "multi_head_attention", inputs, n,
-                                     g_variant_builder_end(&attrs), error);
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(queries), "multi_head_attention", inputs,
+                                     in.n_inputs, g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return NULL;
   if (weights != NULL)

@@ -17,7 +17,10 @@
  * QKV_INPUTS(names…)          all inputs required: min_inputs = max_inputs = the
  *                             number of names.
  * QKV_INPUTS_OPT(n, names…)   the first n inputs required, the rest optional:
- *                             max_inputs = the number of names.
+ *                             max_inputs = the number of names. Which optional
+ *                             inputs a node has, and so where each sits, is the
+ *                             business of the op's slots function (see
+ *                             qkv_slot_next below).
  * QKV_INPUTS_VARIADIC(name)   one or more inputs, all called name.
  * QKV_OUTPUTS(names…)         the output names.
  * QKV_ATTRS(specs…)           the attribute schema, written in place;
@@ -99,4 +102,33 @@ qkv_input_name(const QkvShapeCtx *ctx, guint i)
     if (k == i)
       return names[k];
   return "?";
+}
+
+/* ---- optional inputs in fixed order ----------------------------------------
+ *
+ * An op whose optional inputs may each be absent keeps them in one fixed
+ * order after its required ones, a present one taking the next slot. Such
+ * an op has one slots function that turns "which are present" into "where
+ * each sits" (-1: absent) by calling qkv_slot_next() once per optional
+ * input, in order; its typed builder, shape rule, kernel and gradient rule
+ * all go through that function, so no position is worked out twice. */
+
+/* The slot of the next optional input (width inputs wide), or -1 when it is
+ * absent; *n_inputs counts the inputs so far. */
+static inline gint
+qkv_slot_next(guint *n_inputs, gboolean present, guint width)
+{
+  if (!present)
+    return -1;
+  gint slot = (gint)*n_inputs;
+  *n_inputs += width;
+  return slot;
+}
+
+/* inputs[slot] = value, unless the input is absent (slot -1). */
+static inline void
+qkv_slot_put(QkvValue **inputs, gint slot, QkvValue *value)
+{
+  if (slot >= 0)
+    inputs[slot] = value;
 }

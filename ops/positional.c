@@ -21,6 +21,9 @@
 
 #include <math.h>
 
+/* The optional positions input sits in a fixed slot after x. */
+#define PE_POSITIONS 1
+
 static gboolean
 pe_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -37,12 +40,12 @@ pe_shape(QkvShapeCtx *ctx, GError **error)
   if (offset < 0 || offset > G_MAXINT32)
     return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
                            "offset must be in [0, 2^31), got %" G_GINT64_FORMAT, offset);
-  if (ctx->n_inputs > 1) {
-    const QkvShape *ps = &ctx->in_shapes[1];
+  if (ctx->n_inputs > PE_POSITIONS) {
+    const QkvShape *ps = &ctx->in_shapes[PE_POSITIONS];
     gint64 batch = x->rank == 3 ? x->dims[0] : 1;
-    if (ctx->in_dtypes[1] != QKV_I32)
+    if (ctx->in_dtypes[PE_POSITIONS] != QKV_I32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "positions must be i32, got %s",
-                             qkv_dtype_name(ctx->in_dtypes[1]));
+                             qkv_dtype_name(ctx->in_dtypes[PE_POSITIONS]));
     if (ps->rank != 1 || ps->dims[0] != batch) {
       g_autofree gchar *have = qkv_shape_to_string(ps);
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
@@ -66,7 +69,7 @@ pe_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   const QkvShape *x = &ctx->in_shapes[0];
   gint64 t = x->dims[x->rank - 2], d = x->dims[x->rank - 1];
-  gint64 rows = ctx->n_inputs > 1 && x->rank == 3 ? x->dims[0] * t : t;
+  gint64 rows = ctx->n_inputs > PE_POSITIONS && x->rank == 3 ? x->dims[0] * t : t;
   return (gsize)(rows * d + d) * sizeof(float);
 }
 
@@ -150,7 +153,7 @@ pe_forward(const QkvKernelCtx *ctx)
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   float *mask = ctx->n_outputs > 1 ? ctx->out[1].data : NULL;
-  const gint32 *positions = ctx->n_inputs > 1 ? ctx->in[1].data : NULL;
+  const gint32 *positions = ctx->n_inputs > PE_POSITIONS ? ctx->in[PE_POSITIONS].data : NULL;
   const gint64 table_rows = positions != NULL ? batch * t : t;
   float *table = ctx->scratch, *div = table + table_rows * d;
 
@@ -187,7 +190,7 @@ const QkvOpDef qkv_ops_positional[] = {
            .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, "
                   "computed for any T and d; the optional input positions (i32 (B)) adds a start "
                   "per batch element; output 1 (only when dropout > 0) is the dropout mask",
-           QKV_INPUTS_OPT(1, "x", "positions"), QKV_OUTPUTS("y", "mask"),
+           QKV_INPUTS_OPT(PE_POSITIONS, "x", "positions"), QKV_OUTPUTS("y", "mask"),
            QKV_ATTRS(
                QKV_FLOAT_ATTR("dropout", 0.0, "dropout probability after the addition, in [0, 1)"),
                QKV_INT_ATTR("offset", 0,

@@ -178,14 +178,17 @@ masked_fill_grad(QkvGradCtx *g, GError **error)
 
 /* ---- sequence_mask ------------------------------------------------------ */
 
+/* sequence_mask's optional input like sits in a fixed slot after valid_lens. */
+#define SEQUENCE_MASK_LIKE 1
+
 static gboolean
 sequence_mask_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *lens = &ctx->in_shapes[0];
   gint64 maxlen = qkv_attrs_get_int(ctx->attrs, "maxlen");
-  if (ctx->n_inputs > 1) {
+  if (ctx->n_inputs > SEQUENCE_MASK_LIKE) {
     /* T from like's last axis, so that it follows a plan's bound shapes */
-    const QkvShape *like = &ctx->in_shapes[1];
+    const QkvShape *like = &ctx->in_shapes[SEQUENCE_MASK_LIKE];
     if (like->rank < 1)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "like must have at least one axis");
     maxlen = like->dims[like->rank - 1];
@@ -385,7 +388,7 @@ const QkvOpDef qkv_ops_select[] = {
     QKV_OP(.name = "sequence_mask",
            .doc = "f32 mask (…, maxlen) from i32 valid_lens (…): 1 where t < valid_lens, else 0; "
                   "with a second input like, maxlen is like's last dim",
-           QKV_INPUTS_OPT(1, "valid_lens", "like"), QKV_OUTPUTS("y"),
+           QKV_INPUTS_OPT(SEQUENCE_MASK_LIKE, "valid_lens", "like"), QKV_OUTPUTS("y"),
            QKV_ATTRS(QKV_REQUIRED_ATTR("maxlen", INT, "T, the length of the new last axis")),
            .no_grad_inputs = (1 << 0) | (1 << 1), .shape = sequence_mask_shape,
            .forward = sequence_mask_forward),
