@@ -1,8 +1,9 @@
 /* broadcast-common.h: walking an output that up to three inputs broadcast
  * to (NumPy rules), for the comparison and selection ops (not installed).
  *
- * elementwise.c keeps its own specialised paths for the arithmetic ops; the
- * ops here are rarer and take one general walker: adjacent axes that every
+ * elementwise.c keeps its own specialised kernels for the arithmetic ops
+ * and takes only the shape rule and gradient helpers at the end; the ops
+ * here are rarer and take one general walker: adjacent axes that every
  * input steps through alike are merged first, so equal shapes and scalars
  * come down to one long row, and a bias-like operand to rows of the last
  * axis. Kernels get a row at a time with each input's offset and step (0 or

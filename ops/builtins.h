@@ -15,9 +15,10 @@ void qkv_register_builtin(const QkvOpDef *def);
 void qkv_register_builtin_ops(void);
 
 /* The built-in op families, in registration order: one file each,
- * ops/<family>.c, which defines the table qkv_ops_<family>[] of its op
- * definitions (op-def.h). X(family) is applied to each; adding a family
- * means adding it here and its file to ops/meson.build. */
+ * ops/<family>.c (mha's goes on in mha-backward.c), which defines the table
+ * qkv_ops_<family>[] of its op definitions (op-def.h). X(family) is applied
+ * to each; adding a family means adding it here and its file to
+ * ops/meson.build. */
 #define QKV_BUILTIN_FAMILIES(X)                                                                    \
   X(matmul)                                                                                        \
   X(elementwise)                                                                                   \

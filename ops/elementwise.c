@@ -8,7 +8,7 @@
  * element i, which is what lets the unary ops (and the binary ops, whose output
  * lays out like input 0 whenever the two have the same size) run in place.
  */
-#include "ops-common.h"
+#include "broadcast-common.h"
 
 #include <math.h>
 
@@ -289,35 +289,7 @@ check_f32_inputs(QkvShapeCtx *ctx, GError **error)
 static gboolean
 binary_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, error))
-    return FALSE;
-  const QkvShape *a = &ctx->in_shapes[0], *b = &ctx->in_shapes[1];
-  if (!qkv_shape_broadcast(a, b, &ctx->out_shapes[0])) {
-    /* Name the first axis (from the right, as NumPy aligns them) that clashes. */
-    gint axis = 1;
-    while (axis <= MIN(a->rank, b->rank)) {
-      gint64 da = a->dims[a->rank - axis], db = b->dims[b->rank - axis];
-      if (da != db && da != 1 && db != 1)
-        return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
-                               "a and b do not broadcast (axis -%d: %" G_GINT64_FORMAT
-                               " vs %" G_GINT64_FORMAT ")",
-                               axis, da, db);
-      axis++;
-    }
-    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "a and b do not broadcast");
-  }
-  return TRUE;
-}
-
-/* grad summed down to input's shape where input was broadcast. */
-static QkvValue *
-reduce_to_input(QkvValue *grad, QkvValue *input, GError **error)
-{
-  if (grad == NULL)
-    return NULL;
-  if (qkv_shape_equal(qkv_value_shape(grad), qkv_value_shape(input)))
-    return grad;
-  return qkv_sum_to(grad, qkv_value_shape(input), error);
+  return check_f32_inputs(ctx, error) && qkv_bcast_shapes(ctx, 2, &ctx->out_shapes[0], error);
 }
 
 static gboolean
@@ -326,7 +298,7 @@ add_grad(QkvGradCtx *g, GError **error)
   for (guint i = 0; i < 2; i++) {
     if (!g->needs_grad[i])
       continue;
-    g->in_grads[i] = reduce_to_input(g->out_grads[0], g->inputs[i], error);
+    g->in_grads[i] = qkv_grad_to_input(g->out_grads[0], g->inputs[i], error);
     if (g->in_grads[i] == NULL)
       return FALSE;
   }
@@ -338,13 +310,13 @@ sub_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dy = g->out_grads[0];
   if (g->needs_grad[0]) {
-    g->in_grads[0] = reduce_to_input(dy, g->inputs[0], error);
+    g->in_grads[0] = qkv_grad_to_input(dy, g->inputs[0], error);
     if (g->in_grads[0] == NULL)
       return FALSE;
   }
   if (g->needs_grad[1]) {
     /* Negate after reducing: the reduced tensor is the smaller one. */
-    QkvValue *db = reduce_to_input(dy, g->inputs[1], error);
+    QkvValue *db = qkv_grad_to_input(dy, g->inputs[1], error);
     if (db == NULL || (g->in_grads[1] = qkv_neg(db, error)) == NULL)
       return FALSE;
   }
@@ -359,7 +331,7 @@ mul_grad(QkvGradCtx *g, GError **error)
     if (!g->needs_grad[i])
       continue;
     QkvValue *prod = qkv_mul(dy, g->inputs[1 - i], error);
-    if (prod == NULL || (g->in_grads[i] = reduce_to_input(prod, g->inputs[i], error)) == NULL)
+    if (prod == NULL || (g->in_grads[i] = qkv_grad_to_input(prod, g->inputs[i], error)) == NULL)
       return FALSE;
   }
   return TRUE;
@@ -371,14 +343,15 @@ div_grad(QkvGradCtx *g, GError **error)
   QkvValue *dy = g->out_grads[0], *b = g->inputs[1], *y = g->outputs[0];
   if (g->needs_grad[0]) {
     QkvValue *q = qkv_div(dy, b, error);
-    if (q == NULL || (g->in_grads[0] = reduce_to_input(q, g->inputs[0], error)) == NULL)
+    if (q == NULL || (g->in_grads[0] = qkv_grad_to_input(q, g->inputs[0], error)) == NULL)
       return FALSE;
   }
   if (g->needs_grad[1]) {
     /* d(a/b)/db = -a/b² = -y/b: reuse the forward output instead of a. */
     QkvValue *t = qkv_mul(dy, y, error);
     if (t == NULL || (t = qkv_div(t, b, error)) == NULL ||
-        (t = reduce_to_input(t, b, error)) == NULL || (g->in_grads[1] = qkv_neg(t, error)) == NULL)
+        (t = qkv_grad_to_input(t, b, error)) == NULL ||
+        (g->in_grads[1] = qkv_neg(t, error)) == NULL)
       return FALSE;
   }
   return TRUE;
@@ -490,47 +463,20 @@ log_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 en
     y[i] = logf(x[i]);
 }
 
-static void
-scale_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, scale_chunk);
-}
+/* NAME_forward runs NAME_chunk over the whole output. */
+#define DEFINE_UNARY_FORWARD(NAME)                                                                 \
+  static void NAME##_forward(const QkvKernelCtx *ctx)                                              \
+  {                                                                                                \
+    unary_run(ctx, NAME##_chunk);                                                                  \
+  }
 
-static void
-neg_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, neg_chunk);
-}
-
-static void
-relu_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, relu_chunk);
-}
-
-static void
-sigmoid_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, sigmoid_chunk);
-}
-
-static void
-tanh_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, tanh_chunk);
-}
-
-static void
-exp_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, exp_chunk);
-}
-
-static void
-log_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, log_chunk);
-}
+DEFINE_UNARY_FORWARD(scale)
+DEFINE_UNARY_FORWARD(neg)
+DEFINE_UNARY_FORWARD(relu)
+DEFINE_UNARY_FORWARD(sigmoid)
+DEFINE_UNARY_FORWARD(tanh)
+DEFINE_UNARY_FORWARD(exp)
+DEFINE_UNARY_FORWARD(log)
 
 static gboolean
 scale_grad(QkvGradCtx *g, GError **error)
@@ -632,23 +578,9 @@ tanh_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin,
     dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
-static void
-relu_backward_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, relu_backward_chunk);
-}
-
-static void
-sigmoid_backward_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, sigmoid_backward_chunk);
-}
-
-static void
-tanh_backward_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, tanh_backward_chunk);
-}
+DEFINE_UNARY_FORWARD(relu_backward)
+DEFINE_UNARY_FORWARD(sigmoid_backward)
+DEFINE_UNARY_FORWARD(tanh_backward)
 
 /* Second derivatives, so that a gradient of a gradient works too. Each op is
  * linear in dy, so d/d(dy) is the same op applied to the incoming gradient. */
