@@ -16,32 +16,46 @@
  */
 #include "attention-common.h"
 
-static const gchar *const aa_input_names[] = {"q",   "k",   "v",          "w_q",
-                                              "w_k", "w_v", "valid_lens", NULL};
-static const gchar *const aa_output_names[] = {"out", "weights", "features", "mask", NULL};
-static const gchar *const aa_backward_input_names[] = {
-    "dout",    "q",        "k",    "v",        "w_q",        "w_k", "w_v",
-    "weights", "features", "mask", "dweights", "valid_lens", NULL};
-static const gchar *const aa_backward_output_names[] = {"dq",   "dk",   "dv", "dw_q",
-                                                        "dw_k", "dw_v", NULL};
+/* The inputs: q, k, v, w_q, w_k, w_v, then valid_lens. */
+enum { AA_VALID_LENS = 6, AA_MAX_INPUTS };
 
-static const QkvAttrSpec aa_attrs[] = {
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability on the attention weights, in [0, 1)"},
-};
+/* The backward op's: dout, q, k, v, w_q, w_k, w_v, weights, features, then
+ * the dropout mask, dweights and valid_lens. Where each optional one sits
+ * (-1: absent): aa_backward_slots() takes the struct with each field saying
+ * whether that input is present (nonzero) and lays them out in order. */
+enum { BW_WEIGHTS = 7, BW_FEATURES, BW_FIRST_OPTIONAL };
+#define AA_MAX_BACKWARD_INPUTS 12
+typedef struct {
+  gint mask, dweights, valid_lens;
+  guint n_inputs;
+} AaBackwardSlots;
 
-static const QkvAttrSpec aa_backward_attrs[] = {
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "the forward's dropout; > 0: input 9 is the saved mask"},
-    {.name = "weights_grad",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "a gradient reaching the weights output directly follows (dweights)"},
-};
+static AaBackwardSlots
+aa_backward_slots(AaBackwardSlots present)
+{
+  AaBackwardSlots s = {.n_inputs = BW_FIRST_OPTIONAL};
+  s.mask = qkv_slot_next(&s.n_inputs, present.mask, 1);
+  s.dweights = qkv_slot_next(&s.n_inputs, present.dweights, 1);
+  s.valid_lens = qkv_slot_next(&s.n_inputs, present.valid_lens, 1);
+  return s;
+}
+
+/* An existing node's: the attributes say whether there are a dropout mask
+ * and dweights, the count whether there are valid lengths. */
+static gboolean
+aa_backward_slots_of(guint n_inputs, const QkvAttrs *attrs, AaBackwardSlots *s)
+{
+  for (gint valid_lens = 0; valid_lens < 2; valid_lens++) {
+    *s = aa_backward_slots((AaBackwardSlots){
+        .mask = qkv_attrs_get_float(attrs, "dropout") > 0.0,
+        .dweights = qkv_attrs_get_bool(attrs, "weights_grad"),
+        .valid_lens = valid_lens,
+    });
+    if (s->n_inputs == n_inputs)
+      return TRUE;
+  }
+  return FALSE;
+}
 
 typedef struct {
   gint64 batch, n_q, n_k, q_size, k_size, v_size, h;
@@ -105,7 +119,8 @@ aa_shape(QkvShapeCtx *ctx, GError **error)
   gboolean per_query;
   if (!aa_check_operands(ctx, 0, &d, error))
     return FALSE;
-  if (ctx->n_inputs > 6 && !qkv_attn_check_valid_lens(ctx, 6, d.batch, d.n_q, &per_query, error))
+  if (ctx->n_inputs > AA_VALID_LENS &&
+      !qkv_attn_check_valid_lens(ctx, AA_VALID_LENS, d.batch, d.n_q, &per_query, error))
     return FALSE;
   if (!qkv_attn_check_dropout(ctx, "dropout", error))
     return FALSE;
@@ -233,8 +248,8 @@ aa_forward(const QkvKernelCtx *ctx)
   float *mask = ctx->n_outputs > 3 ? ctx->out[3].data : NULL;
   float *qp = ctx->scratch, *kp = qp + rows * h, *dropped = kp + d.batch * nk * h;
   const gboolean drop = mask != NULL && qkv_dropout_active(ctx, p);
-  const QkvAttnMask am =
-      qkv_attn_mask_from_view(ctx->n_inputs > 6 ? &ctx->in[6] : NULL, d.n_q, d.n_q, FALSE);
+  const QkvAttnMask am = qkv_attn_mask_from_view(
+      ctx->n_inputs > AA_VALID_LENS ? &ctx->in[AA_VALID_LENS] : NULL, d.n_q, d.n_q, FALSE);
 
   qkv_attn_sgemm(FALSE, TRUE, rows, h, d.q_size, 1.0f, q, d.q_size, w_q, d.q_size, 0.0f, qp, h);
   qkv_attn_sgemm(FALSE, TRUE, d.batch * nk, h, d.k_size, 1.0f, k, d.k_size, w_k, d.k_size, 0.0f, kp,
@@ -254,51 +269,34 @@ aa_forward(const QkvKernelCtx *ctx)
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* Input positions of the backward op's optional inputs. */
-typedef struct {
-  gint mask, dweights, valid_lens; /* -1: absent */
-  guint n_inputs;
-} AaBackwardLayout;
-
-static AaBackwardLayout
-aa_backward_layout(const QkvAttrs *attrs)
-{
-  AaBackwardLayout l = {-1, -1, -1, 9};
-  if (qkv_attrs_get_float(attrs, "dropout") > 0.0)
-    l.mask = (gint)l.n_inputs++;
-  if (qkv_attrs_get_bool(attrs, "weights_grad"))
-    l.dweights = (gint)l.n_inputs++;
-  return l;
-}
-
 static gboolean
 aa_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   AaDims d = {0};
   gboolean per_query;
-  AaBackwardLayout l = aa_backward_layout(ctx->attrs);
-  if (ctx->n_inputs != l.n_inputs && ctx->n_inputs != l.n_inputs + 1)
+  AaBackwardSlots l;
+  if (!aa_backward_slots_of(ctx->n_inputs, ctx->attrs, &l)) /* l: the layout with valid_lens */
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected %u inputs (%u with valid_lens) for these attributes, got %u",
-                           l.n_inputs, l.n_inputs + 1, ctx->n_inputs);
+                           l.n_inputs - 1, l.n_inputs, ctx->n_inputs);
   if (!aa_check_operands(ctx, 1, &d, error))
     return FALSE;
   QkvShape out = QKV_SHAPE(d.batch, d.n_q, d.v_size), w = QKV_SHAPE(d.batch, d.n_q, d.n_k),
            feat = QKV_SHAPE(d.batch, d.n_q, d.n_k, d.h);
   gboolean ok = qkv_shape_equal(&ctx->in_shapes[0], &out) &&
-                qkv_shape_equal(&ctx->in_shapes[7], &w) &&
-                qkv_shape_equal(&ctx->in_shapes[8], &feat);
+                qkv_shape_equal(&ctx->in_shapes[BW_WEIGHTS], &w) &&
+                qkv_shape_equal(&ctx->in_shapes[BW_FEATURES], &feat);
   if (l.mask >= 0)
     ok = ok && qkv_shape_equal(&ctx->in_shapes[l.mask], &w);
   if (l.dweights >= 0)
     ok = ok && qkv_shape_equal(&ctx->in_shapes[l.dweights], &w);
-  for (guint i = 0; i < l.n_inputs; i++)
-    ok = ok && ctx->in_dtypes[i] == QKV_F32;
+  for (guint i = 0; i < ctx->n_inputs; i++)
+    ok = ok && ((gint)i == l.valid_lens || ctx->in_dtypes[i] == QKV_F32);
   if (!ok)
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "dout, weights, features, mask and dweights do not fit q, k and v");
-  if (ctx->n_inputs > l.n_inputs &&
-      !qkv_attn_check_valid_lens(ctx, l.n_inputs, d.batch, d.n_q, &per_query, error))
+  if (l.valid_lens >= 0 &&
+      !qkv_attn_check_valid_lens(ctx, (guint)l.valid_lens, d.batch, d.n_q, &per_query, error))
     return FALSE;
   ctx->n_outputs = 6;
   for (guint i = 0; i < 6; i++)
@@ -449,11 +447,13 @@ static void
 aa_backward_forward(const QkvKernelCtx *ctx)
 {
   const AaDims d = aa_dims_from_views(ctx->in + 1);
-  const AaBackwardLayout l = aa_backward_layout(ctx->attrs);
+  AaBackwardSlots l;
+  aa_backward_slots_of(ctx->n_inputs, ctx->attrs, &l);
   const gint64 nq = d.n_q, nk = d.n_k, h = d.h, rows = d.batch * nq, nn = rows * nk;
   const float *dout = ctx->in[0].data, *q = ctx->in[1].data, *k = ctx->in[2].data,
               *v = ctx->in[3].data, *w_q = ctx->in[4].data, *w_k = ctx->in[5].data,
-              *w_v = ctx->in[6].data, *weights = ctx->in[7].data, *features = ctx->in[8].data;
+              *w_v = ctx->in[6].data, *weights = ctx->in[BW_WEIGHTS].data,
+              *features = ctx->in[BW_FEATURES].data;
   const float *mask = l.mask >= 0 ? ctx->in[l.mask].data : NULL;
   float *dq = ctx->out[0].data, *dk = ctx->out[1].data, *dv = ctx->out[2].data,
         *dw_q = ctx->out[3].data, *dw_k = ctx->out[4].data, *dw_v = ctx->out[5].data;
@@ -484,8 +484,8 @@ aa_backward_forward(const QkvKernelCtx *ctx)
       .mask = mask,
       .dweights = l.dweights >= 0 ? ctx->in[l.dweights].data : NULL,
       .w_v = w_v,
-      .am = qkv_attn_mask_from_view(ctx->n_inputs > l.n_inputs ? &ctx->in[l.n_inputs] : NULL, nq,
-                                    nq, FALSE),
+      .am =
+          qkv_attn_mask_from_view(l.valid_lens >= 0 ? &ctx->in[l.valid_lens] : NULL, nq, nq, FALSE),
       .dscores = dscores,
       .dqp = dqp,
       .dkp = dkp,
@@ -533,7 +533,7 @@ aa_grad(QkvGradCtx *g, GError **error)
     if (g->out_grads[o] != NULL) {
       g_set_error(error, QKV_ERROR, QKV_ERROR_NO_GRADIENT,
                   "additive_attention: the saved output '%s' takes no gradient",
-                  aa_output_names[o]);
+                  qkv_ops_additive_attention[0].output_names[o]);
       return FALSE;
     }
   QkvValue *dout = g->out_grads[0], *dweights = g->out_grads[1];
@@ -547,25 +547,23 @@ aa_grad(QkvGradCtx *g, GError **error)
       return FALSE;
   }
   double p = qkv_attrs_get_float(g->attrs, "dropout");
-  QkvValue *inputs[12];
-  guint n = 0;
-  inputs[n++] = dout;
-  for (guint i = 0; i < 6; i++)
-    inputs[n++] = g->inputs[i];
-  inputs[n++] = g->outputs[1];
-  inputs[n++] = g->outputs[2];
-  if (g->n_outputs > 3)
-    inputs[n++] = g->outputs[3];
-  if (dweights != NULL)
-    inputs[n++] = dweights;
-  if (g->n_inputs > 6)
-    inputs[n++] = g->inputs[6];
-
+  QkvValue *valid_lens = g->n_inputs > AA_VALID_LENS ? g->inputs[AA_VALID_LENS] : NULL;
+  AaBackwardSlots bw = aa_backward_slots((AaBackwardSlots){
+      .mask = g->n_outputs > 3, .dweights = dweights != NULL, .valid_lens = valid_lens != NULL});
+  QkvValue *inputs[AA_MAX_BACKWARD_INPUTS] = {dout};
+  for (guint i = 0; i < AA_VALID_LENS; i++)
+    inputs[1 + i] = g->inputs[i];
+  inputs[BW_WEIGHTS] = g->outputs[1];
+  inputs[BW_FEATURES] = g->outputs[2];
+  qkv_slot_put(inputs, bw.mask, g->n_outputs > 3 ? g->outputs[3] : NULL);
+  qkv_slot_put(inputs, bw.dweights, dweights);
+  qkv_slot_put(inputs, bw.valid_lens, valid_lens);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(p));
   g_variant_builder_add(&attrs, "{sv}", "weights_grad", g_variant_new_boolean(dweights != NULL));
-  QkvNode *node = qkv_graph_add_node(g->graph, "additive_attention_backward", inputs, n,
+
+  QkvNode *node = qkv_graph_add_node(g->graph, "additive_attention_backward", inputs, bw.n_inputs,
                                      g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return FALSE;
@@ -577,48 +575,33 @@ aa_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef aa_def = {
-    QKV_OP_DEF_INIT,
-    .name = "additive_attention",
-    .doc = "the book's AdditiveAttention: softmax over keys (masked by valid_lens) of "
-           "w_v · tanh(W_q q + W_k k), dropout, weighted sum of v; outputs the result, the "
-           "weights, the tanh features and (dropout > 0) the dropout mask",
-    .min_inputs = 6,
-    .max_inputs = 7,
-    .input_names = aa_input_names,
-    .output_names = aa_output_names,
-    .attrs = aa_attrs,
-    .n_attrs = G_N_ELEMENTS(aa_attrs),
-    .no_grad_inputs = 1 << 6,
-    .flags = QKV_OP_RANDOM,
-    .shape = aa_shape,
-    .forward = aa_forward,
-    .gradient = aa_grad,
-    .scratch_size = aa_scratch,
+const QkvOpDef qkv_ops_additive_attention[] = {
+    QKV_OP(.name = "additive_attention",
+           .doc = "the book's AdditiveAttention: softmax over keys (masked by valid_lens) of w_v · "
+                  "tanh(W_q q + W_k k), dropout, weighted sum of v; outputs the result, the "
+                  "weights, the tanh features and (dropout > 0) the dropout mask",
+           QKV_INPUTS_OPT(AA_VALID_LENS, "q", "k", "v", "w_q", "w_k", "w_v", "valid_lens"),
+           QKV_OUTPUTS("out", "weights", "features", "mask"),
+           QKV_ATTRS(QKV_FLOAT_ATTR("dropout", 0.0,
+                                    "dropout probability on the attention weights, in [0, 1)")),
+           .no_grad_inputs = 1 << AA_VALID_LENS, .flags = QKV_OP_RANDOM, .shape = aa_shape,
+           .forward = aa_forward, .gradient = aa_grad, .scratch_size = aa_scratch),
+    QKV_OP(.name = "additive_attention_backward",
+           .doc = "dq, dk, dv, dw_q, dw_k, dw_v of additive_attention from dout and the saved "
+                  "weights, features and dropout mask (optionally a gradient reaching the weights "
+                  "directly)",
+           QKV_INPUTS_OPT(BW_FIRST_OPTIONAL, "dout", "q", "k", "v", "w_q", "w_k", "w_v", "weights",
+                          "features", "mask", "dweights", "valid_lens"),
+           QKV_OUTPUTS("dq", "dk", "dv", "dw_q", "dw_k", "dw_v"),
+           QKV_ATTRS(
+               QKV_FLOAT_ATTR("dropout", 0.0,
+                              "the forward's dropout; > 0: input 9 is the saved mask"),
+               QKV_BOOL_ATTR("weights_grad", FALSE,
+                             "a gradient reaching the weights output directly follows (dweights)")),
+           .shape = aa_backward_shape, .forward = aa_backward_forward,
+           .scratch_size = aa_backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef aa_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "additive_attention_backward",
-    .doc = "dq, dk, dv, dw_q, dw_k, dw_v of additive_attention from dout and the saved weights, "
-           "features and dropout mask (optionally a gradient reaching the weights directly)",
-    .min_inputs = 9,
-    .max_inputs = 12,
-    .input_names = aa_backward_input_names,
-    .output_names = aa_backward_output_names,
-    .attrs = aa_backward_attrs,
-    .n_attrs = G_N_ELEMENTS(aa_backward_attrs),
-    .shape = aa_backward_shape,
-    .forward = aa_backward_forward,
-    .scratch_size = aa_backward_scratch,
-};
-
-void
-qkv_register_ops_additive_attention(void)
-{
-  qkv_register_builtin(&aa_def);
-  qkv_register_builtin(&aa_backward_def);
-}
 
 /* ---- typed function ----------------------------------------------------- */
 
@@ -632,10 +615,10 @@ qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *w_q, Qkv
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
-  QkvValue *inputs[] = {q, k, v, w_q, w_k, w_v, valid_lens};
-  QkvNode *node =
-      qkv_graph_add_node(qkv_value_graph(q), "additive_attention", inputs,
-                         valid_lens != NULL ? 7 : 6, g_variant_builder_end(&attrs), error);
+  QkvValue *inputs[AA_MAX_INPUTS] = {q, k, v, w_q, w_k, w_v, valid_lens};
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "additive_attention", inputs,
+                                     valid_lens != NULL ? AA_MAX_INPUTS : AA_VALID_LENS,
+                                     g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return NULL;
   if (weights != NULL)

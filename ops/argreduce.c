@@ -14,20 +14,9 @@
  * inner loop vectorises. */
 #define ARG_COL_BLOCK 256
 
-static const gchar *const x_input[] = {"x", NULL};
-static const gchar *const values_outputs[] = {"values", "indices", NULL};
-static const gchar *const indices_output[] = {"indices", NULL};
-
 static const QkvAttrSpec arg_attrs[] = {
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the axis to reduce (negative counts from the end)"},
-    {.name = "keepdims",
-     .type = QKV_ATTR_BOOL,
-     .required = FALSE,
-     .default_int = FALSE,
-     .doc = "keep the reduced axis as size 1"},
+    QKV_REQUIRED_ATTR("axis", INT, "the axis to reduce (negative counts from the end)"),
+    QKV_BOOL_ATTR("keepdims", FALSE, "keep the reduced axis as size 1"),
 };
 
 static gint
@@ -216,37 +205,24 @@ values_grad(QkvGradCtx *g, GError **error)
 }
 
 #define VALUES_DEF(NAME, DOC)                                                                      \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 1, .max_inputs = 1,                  \
-                     .input_names = x_input, .output_names = values_outputs, .attrs = arg_attrs,   \
-                     .n_attrs = G_N_ELEMENTS(arg_attrs), .shape = values_shape,                    \
-                     .forward = NAME##_forward, .gradient = values_grad,                           \
-  }
+  QKV_OP(.name = #NAME, .doc = DOC, QKV_INPUTS("x"), QKV_OUTPUTS("values", "indices"),             \
+         QKV_ATTR_TABLE(arg_attrs), .shape = values_shape, .forward = NAME##_forward,              \
+         .gradient = values_grad)
 
 /* The output is i32: autodiff never asks these for a gradient. */
 #define INDICES_DEF(NAME, DOC)                                                                     \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 1, .max_inputs = 1,                  \
-                     .input_names = x_input, .output_names = indices_output, .attrs = arg_attrs,   \
-                     .n_attrs = G_N_ELEMENTS(arg_attrs), .shape = indices_shape,                   \
-                     .forward = NAME##_forward,                                                    \
-  }
+  QKV_OP(.name = #NAME, .doc = DOC, QKV_INPUTS("x"), QKV_OUTPUTS("indices"),                       \
+         QKV_ATTR_TABLE(arg_attrs), .shape = indices_shape, .forward = NAME##_forward)
 
-static const QkvOpDef argreduce_ops[] = {
+const QkvOpDef qkv_ops_argreduce[] = {
     VALUES_DEF(max, "largest element along axis and its index (i32; first of ties, NaN wins); "
                     "gradient to the picked element"),
     VALUES_DEF(min, "smallest element along axis and its index (i32; first of ties, NaN wins); "
                     "gradient to the picked element"),
     INDICES_DEF(argmax, "index (i32) of the largest element along axis (first of ties, NaN wins)"),
     INDICES_DEF(argmin, "index (i32) of the smallest element along axis (first of ties, NaN wins)"),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_argreduce(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(argreduce_ops); i++)
-    qkv_register_builtin(&argreduce_ops[i]);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

@@ -69,32 +69,112 @@ typedef struct {
   const QkvAttnScoreMask *values;
 } QkvAttnMask;
 
-/* Where the optional trailing inputs are, from index first on: valid_lens,
- * then the mask when has_mask (the mask_kind attribute is not "none"); -1
- * when absent. FALSE when the count does not fit. (Telling them apart by
- * the attribute rather than by dtype keeps an f32 valid_lens an error.) */
-static inline gboolean
-qkv_attn_trailing_inputs(guint n_inputs, guint first, gboolean has_mask, gint *valid_lens,
-                         gint *mask)
+/* ---- the optional valid_lens and mask inputs -------------------------------
+ *
+ * Every attention op ends with optional valid lengths (i32), then, when the
+ * mask_kind attribute is not "none", a mask (f32). For dot_product_attention
+ * and masked_softmax(_backward) these are the only optional inputs, and
+ * QkvAttnSlots is their layout (op-def.h); the other ops have slots structs
+ * of their own that end with the same pair. */
+
+/* Where valid_lens and the mask sit (-1: absent) and how many inputs the
+ * node has, with the optional ones starting at slot first. */
+typedef struct {
+  gint valid_lens, mask;
+  guint n_inputs;
+} QkvAttnSlots;
+
+static inline QkvAttnSlots
+qkv_attn_slots(guint first, gboolean valid_lens, gboolean mask)
 {
-  *valid_lens = *mask = -1;
-  if (n_inputs < first + (has_mask ? 1 : 0) || n_inputs > first + 1 + (has_mask ? 1 : 0))
-    return FALSE;
-  if (has_mask)
-    *mask = (gint)n_inputs - 1;
-  if (n_inputs - first == (has_mask ? 2u : 1u))
-    *valid_lens = (gint)first;
-  return TRUE;
+  QkvAttnSlots s = {.n_inputs = first};
+  s.valid_lens = qkv_slot_next(&s.n_inputs, valid_lens, 1);
+  s.mask = qkv_slot_next(&s.n_inputs, mask, 1);
+  return s;
+}
+
+/* Whether the mask_kind attribute says a mask input is there. */
+static inline gboolean
+qkv_attn_has_mask(const QkvAttrs *attrs)
+{
+  return g_strcmp0(qkv_attrs_get_string(attrs, "mask_kind"), "none") != 0;
+}
+
+/* The layout of a node of n_inputs inputs: mask_kind says whether there is
+ * a mask, the count whether there are valid lengths; FALSE when the count
+ * fits neither. (Telling them apart by the attribute rather than by dtype
+ * keeps an f32 valid_lens an error.) */
+static inline gboolean
+qkv_attn_slots_of(guint first, guint n_inputs, const QkvAttrs *attrs, QkvAttnSlots *s)
+{
+  for (gint valid_lens = 0; valid_lens < 2; valid_lens++) {
+    *s = qkv_attn_slots(first, valid_lens, qkv_attn_has_mask(attrs));
+    if (s->n_inputs == n_inputs)
+      return TRUE;
+  }
+  return FALSE;
+}
+
+/* Adds to a backward node's attributes those it takes over unchanged from
+ * the forward node: causal, mask_kind and the flash ones. */
+static inline void
+qkv_attn_pass_on_attrs(GVariantBuilder *b, const QkvAttrs *forward)
+{
+  g_variant_builder_add(b, "{sv}", "causal",
+                        g_variant_new_boolean(qkv_attrs_get_bool(forward, "causal")));
+  g_variant_builder_add(b, "{sv}", "mask_kind",
+                        g_variant_new_string(qkv_attrs_get_string(forward, "mask_kind")));
+  g_variant_builder_add(b, "{sv}", "flash",
+                        g_variant_new_boolean(qkv_attrs_get_bool(forward, "flash")));
+  g_variant_builder_add(b, "{sv}", "block_q",
+                        g_variant_new_int64(qkv_attrs_get_int(forward, "block_q")));
+  g_variant_builder_add(b, "{sv}", "block_k",
+                        g_variant_new_int64(qkv_attrs_get_int(forward, "block_k")));
 }
 
 /* The score value that a masked key gets (the book's). */
 #define QKV_ATTN_MASKED_SCORE (-1e6f)
 
-/* The names of the mask kinds (the ops' mask_kind attribute). */
-#define QKV_ATTN_MASK_KIND_DOC                                                                     \
-  "\"none\" (no mask input), \"boolean\" (the last input is a mask: 0 = masked out, its score "    \
-  "becomes -1e6; nonzero = kept) or \"additive\" (the last input is added to the scores before "   \
-  "the softmax; differentiable)"
+/* ---- attribute specs the attention ops share -------------------------------
+ *
+ * Written once here; each op's schema (op-def.h) lists those it takes. */
+
+/* dot_product_attention and multi_head_attention. */
+#define QKV_ATTN_CAUSAL_ATTR QKV_BOOL_ATTR("causal", FALSE, "mask key j > query i")
+#define QKV_ATTN_DROPOUT_ATTR                                                                      \
+  QKV_FLOAT_ATTR("dropout", 0.0,                                                                   \
+                 "dropout probability on the attention weights (training only), in [0, 1)")
+/* STATS is the shape of the row statistics, KEY_OUTPUT the index of the
+ * dropout output, both as string literals. */
+#define QKV_ATTN_FLASH_ATTR(STATS, KEY_OUTPUT)                                                     \
+  QKV_BOOL_ATTR("flash", FALSE,                                                                    \
+                "memory-efficient kernel (the typed builder's choice when no weights are asked "   \
+                "for): output 1 is the row statistics " STATS " of the masked scores (maximum m, " \
+                "log Σ exp(s − m)) instead of the weights, and output " KEY_OUTPUT                 \
+                " (dropout > 0) the dropout key, i32 (3), instead of the mask")
+/* The flash kernels' block sizes, forward and backward. */
+#define QKV_ATTN_FLASH_BLOCK_ATTRS                                                                 \
+  QKV_INT_ATTR("block_q", 0, "flash: query rows per block (0: 128)"),                              \
+      QKV_INT_ATTR("block_k", 0, "flash: keys per block (0: 128)")
+
+/* Those two and masked_softmax: which mask input there is. */
+#define QKV_ATTN_MASK_KIND_ATTR                                                                    \
+  QKV_STRING_ATTR("mask_kind", "none",                                                             \
+                  "\"none\" (no mask input), \"boolean\" (the last input is a mask: 0 = masked "   \
+                  "out, its score becomes -1e6; nonzero = kept) or \"additive\" (the last input "  \
+                  "is added to the scores before the softmax; differentiable)")
+
+/* Their backward ops. SCORES is the shape of the scores, a string literal. */
+#define QKV_ATTN_GRAD_OUT_ATTR                                                                     \
+  QKV_BOOL_ATTR("grad_out", TRUE, "dout (the gradient of out) is an input")
+#define QKV_ATTN_GRAD_WEIGHTS_ATTR                                                                 \
+  QKV_BOOL_ATTR("grad_weights", FALSE,                                                             \
+                "dweights (a gradient reaching the weights output) is an input")
+#define QKV_ATTN_FORWARD_MASK_KIND_ATTR QKV_STRING_ATTR("mask_kind", "none", "the forward op's")
+#define QKV_ATTN_GRAD_MASK_ATTR(SCORES)                                                            \
+  QKV_BOOL_ATTR("grad_mask", FALSE,                                                                \
+                "also output dscores " SCORES ", the gradient of the scores, from which an "       \
+                "additive mask's gradient is summed")
 
 /* The mask_kind attribute for a QkvMaskKind; an unknown value gives a name
  * the shape rule refuses. */
@@ -108,13 +188,6 @@ qkv_attn_mask_kind_name(QkvMaskKind kind)
     return "additive";
   }
   return "unknown";
-}
-
-/* Whether the mask_kind attribute says a mask input is there. */
-static inline gboolean
-qkv_attn_has_mask(const QkvAttrs *attrs)
-{
-  return g_strcmp0(qkv_attrs_get_string(attrs, "mask_kind"), "none") != 0;
 }
 
 /* mask_kind as a boolean: TRUE for "additive". */

@@ -1,8 +1,9 @@
 /* broadcast-common.h: walking an output that up to three inputs broadcast
  * to (NumPy rules), for the comparison and selection ops (not installed).
  *
- * elementwise.c keeps its own specialised paths for the arithmetic ops; the
- * ops here are rarer and take one general walker: adjacent axes that every
+ * elementwise.c keeps its own specialised kernels for the arithmetic ops
+ * and takes only the shape rule and gradient helpers at the end; the ops
+ * here are rarer and take one general walker: adjacent axes that every
  * input steps through alike are merged first, so equal shapes and scalars
  * come down to one long row, and a bias-like operand to rows of the last
  * axis. Kernels get a row at a time with each input's offset and step (0 or
@@ -138,11 +139,10 @@ qkv_bcast_run(const QkvKernelCtx *ctx, const QkvBcast *b, QkvBcastRowFunc row, g
   qkv_parallel_for(qkv_kernel_threads(ctx, b->numel), b->numel, qkv_bcast_range, &job);
 }
 
-/* Shape rule helper: the broadcast of n shapes into out, or an error naming
- * the first two inputs (by names) whose dims clash. */
+/* Shape rule helper: the broadcast of the first n inputs' shapes into out,
+ * or an error naming the first two inputs whose dims clash. */
 static inline gboolean
-qkv_bcast_shapes(QkvShapeCtx *ctx, const gchar *const *names, guint n, QkvShape *out,
-                 GError **error)
+qkv_bcast_shapes(QkvShapeCtx *ctx, guint n, QkvShape *out, GError **error)
 {
   *out = ctx->in_shapes[0];
   for (guint i = 1; i < n; i++) {
@@ -158,7 +158,7 @@ qkv_bcast_shapes(QkvShapeCtx *ctx, const gchar *const *names, guint n, QkvShape 
             return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                                    "%s and %s do not broadcast (axis -%d: %" G_GINT64_FORMAT
                                    " vs %" G_GINT64_FORMAT ")",
-                                   names[j], names[i], axis, da, db);
+                                   qkv_input_name(ctx, j), qkv_input_name(ctx, i), axis, da, db);
         }
       }
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "the inputs do not broadcast");

@@ -11,13 +11,6 @@
  */
 #include "ops-common.h"
 
-static const gchar *const x_input[] = {"x", NULL};
-static const gchar *const y_output[] = {"y", NULL};
-
-static const QkvAttrSpec cast_attrs[] = {
-    {.name = "dtype", .type = QKV_ATTR_STRING, .required = TRUE, .doc = "\"f32\" or \"i32\""},
-};
-
 /* The dtype an attribute string names; FALSE if none. */
 static gboolean
 parse_dtype(const gchar *name, QkvDType *dtype)
@@ -101,28 +94,16 @@ cast_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static const QkvOpDef cast_def = {
-    QKV_OP_DEF_INIT,
-    .name = "cast",
-    .doc = "x converted to dtype (\"f32\" or \"i32\"); f32 → i32 truncates toward zero, NaN gives "
-           "0 and values beyond i32 saturate",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = x_input,
-    .output_names = y_output,
-    .attrs = cast_attrs,
-    .n_attrs = G_N_ELEMENTS(cast_attrs),
-    .flags = QKV_OP_INPLACE,
-    .shape = cast_shape,
-    .forward = cast_forward,
-    .gradient = cast_grad,
+const QkvOpDef qkv_ops_cast[] = {
+    QKV_OP(.name = "cast",
+           .doc = "x converted to dtype (\"f32\" or \"i32\"); f32 → i32 truncates toward zero, NaN "
+                  "gives 0 and values beyond i32 saturate",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("dtype", STRING, "\"f32\" or \"i32\"")),
+           .flags = QKV_OP_INPLACE, .shape = cast_shape, .forward = cast_forward,
+           .gradient = cast_grad),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_cast(void)
-{
-  qkv_register_builtin(&cast_def);
-}
 
 /* A NULL input is an earlier call's failure: it is passed on, leaving the
  * first error the one the caller sees. */

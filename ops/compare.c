@@ -16,9 +16,6 @@
  */
 #include "broadcast-common.h"
 
-static const gchar *const binary_inputs[] = {"a", "b", NULL};
-static const gchar *const single_output[] = {"y", NULL};
-
 typedef enum {
   CMP_EQ,
   CMP_NE,
@@ -121,12 +118,12 @@ compare_shape(QkvShapeCtx *ctx, GError **error)
   for (guint i = 0; i < 2; i++)
     if (ctx->in_dtypes[i] != QKV_F32 && ctx->in_dtypes[i] != QKV_I32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32 or i32",
-                             binary_inputs[i], qkv_dtype_name(ctx->in_dtypes[i]));
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
   if (ctx->in_dtypes[0] != ctx->in_dtypes[1])
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE,
                            "a is %s but b is %s (cast one of them first)",
                            qkv_dtype_name(ctx->in_dtypes[0]), qkv_dtype_name(ctx->in_dtypes[1]));
-  return qkv_bcast_shapes(ctx, binary_inputs, 2, &ctx->out_shapes[0], error);
+  return qkv_bcast_shapes(ctx, 2, &ctx->out_shapes[0], error);
 }
 
 static gboolean
@@ -135,8 +132,8 @@ select_shape(QkvShapeCtx *ctx, GError **error)
   for (guint i = 0; i < 2; i++)
     if (ctx->in_dtypes[i] != QKV_F32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32",
-                             binary_inputs[i], qkv_dtype_name(ctx->in_dtypes[i]));
-  return qkv_bcast_shapes(ctx, binary_inputs, 2, &ctx->out_shapes[0], error);
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
+  return qkv_bcast_shapes(ctx, 2, &ctx->out_shapes[0], error);
 }
 
 /* A comparison is flat almost everywhere: no gradient reaches a or b. */
@@ -188,21 +185,14 @@ minimum_grad(QkvGradCtx *g, GError **error)
 }
 
 #define COMPARE_DEF(NAME, DOC)                                                                     \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 2, .max_inputs = 2,                  \
-                     .input_names = binary_inputs, .output_names = single_output,                  \
-                     .shape = compare_shape, .forward = NAME##_forward, .gradient = compare_grad,  \
-  }
-
+  QKV_OP(.name = #NAME, .doc = DOC, QKV_INPUTS("a", "b"), QKV_OUTPUTS("y"),                        \
+         .shape = compare_shape, .forward = NAME##_forward, .gradient = compare_grad)
 #define SELECT_DEF(NAME, DOC)                                                                      \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 2, .max_inputs = 2,                  \
-                     .input_names = binary_inputs, .output_names = single_output,                  \
-                     .flags = QKV_OP_INPLACE, .shape = select_shape, .forward = NAME##_forward,    \
-                     .gradient = NAME##_grad,                                                      \
-  }
+  QKV_OP(.name = #NAME, .doc = DOC, QKV_INPUTS("a", "b"), QKV_OUTPUTS("y"),                        \
+         .flags = QKV_OP_INPLACE, .shape = select_shape, .forward = NAME##_forward,                \
+         .gradient = NAME##_grad)
 
-static const QkvOpDef compare_ops[] = {
+const QkvOpDef qkv_ops_compare[] = {
     COMPARE_DEF(eq, "1 where a == b, else 0 (f32; inputs f32 or i32, broadcast); no gradient"),
     COMPARE_DEF(ne, "1 where a != b, else 0 (f32; inputs f32 or i32, broadcast); no gradient"),
     COMPARE_DEF(lt, "1 where a < b, else 0 (f32; inputs f32 or i32, broadcast); no gradient"),
@@ -213,14 +203,8 @@ static const QkvOpDef compare_ops[] = {
                         "the larger, split in half on ties"),
     SELECT_DEF(minimum, "the smaller of a and b elementwise (NaN wins), broadcast; gradient to "
                         "the smaller, split in half on ties"),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_compare(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(compare_ops); i++)
-    qkv_register_builtin(&compare_ops[i]);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

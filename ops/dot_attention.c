@@ -7,79 +7,59 @@
  */
 #include "flash-attention.h"
 
-static const gchar *const forward_input_names[] = {"q", "k", "v", "valid_lens", "mask", NULL};
-static const gchar *const forward_output_names[] = {"out", "weights", "dropout_mask", NULL};
-static const gchar *const backward_input_names[] = {
-    "q", "k", "v", "weights", "dropout_mask", "dout", "dweights", "valid_lens", "mask", NULL};
-static const gchar *const backward_output_names[] = {"dq", "dk", "dv", "dscores", NULL};
+/* ---- where the optional inputs sit -----------------------------------------
+ *
+ * dot_product_attention: q, k, v, then valid_lens and the mask
+ * (QkvAttnSlots from DOT_FIRST_OPTIONAL on). */
+#define DOT_FIRST_OPTIONAL 3
+#define DOT_MAX_INPUTS 5
 
-static const QkvAttrSpec forward_attrs[] = {
-    {.name = "causal", .type = QKV_ATTR_BOOL, .default_int = FALSE, .doc = "mask key j > query i"},
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability on the attention weights (training only), in [0, 1)"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = QKV_ATTN_MASK_KIND_DOC},
-    {.name = "flash",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "memory-efficient kernel (the typed builder's choice when no weights are asked "
-            "for): output 1 is the row statistics (B, n_q, 2) of the masked scores (maximum m, log "
-            "Σ exp(s − m)) instead of the "
-            "weights, and output 2 (dropout > 0) the dropout key, i32 (3), instead of the mask"},
-    {.name = "block_q",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: query rows per block (0: 128)"},
-    {.name = "block_k",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: keys per block (0: 128)"},
-};
+/* dot_product_attention_backward: q, k, v, the forward weights (with flash
+ * its row statistics), then out (flash only), the dropout mask (with flash
+ * the dropout key), dout, dweights, valid_lens and the mask. Where each sits
+ * (-1: absent): dot_backward_slots() takes the struct with each field saying
+ * whether that input is present (nonzero) and lays them out in order. */
+enum { BW_WEIGHTS = 3 };
+#define DOT_MAX_BACKWARD_INPUTS 10
+typedef struct {
+  gint out, dropout_mask, dout, dweights, valid_lens, mask;
+  guint n_inputs;
+} DotBackwardSlots;
 
-static const QkvAttrSpec backward_attrs[] = {
-    {.name = "causal",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "the forward op's causal"},
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "the forward op's dropout; > 0: the dropout mask is an input"},
-    {.name = "grad_out",
-     .type = QKV_ATTR_BOOL,
-     .default_int = TRUE,
-     .doc = "dout (the gradient of out) is an input"},
-    {.name = "grad_weights",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "dweights (a gradient reaching the weights output) is an input"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = "the forward op's"},
-    {.name = "grad_mask",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "also output dscores (B, n_q, n_k), the gradient of the scores, from which an "
-            "additive mask's gradient is summed"},
-    {.name = "flash",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "the forward op's: input 3 is its row statistics, input 4 its out, and the dropout "
-            "key replaces the dropout mask"},
-    {.name = "block_q",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: query rows per block (0: 128)"},
-    {.name = "block_k",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "flash: keys per block (0: 128)"},
-};
+static DotBackwardSlots
+dot_backward_slots(DotBackwardSlots present)
+{
+  DotBackwardSlots s = {.n_inputs = BW_WEIGHTS + 1};
+  s.out = qkv_slot_next(&s.n_inputs, present.out, 1);
+  s.dropout_mask = qkv_slot_next(&s.n_inputs, present.dropout_mask, 1);
+  s.dout = qkv_slot_next(&s.n_inputs, present.dout, 1);
+  s.dweights = qkv_slot_next(&s.n_inputs, present.dweights, 1);
+  s.valid_lens = qkv_slot_next(&s.n_inputs, present.valid_lens, 1);
+  s.mask = qkv_slot_next(&s.n_inputs, present.mask, 1);
+  return s;
+}
+
+/* An existing node's: the attributes say which inputs there are, but for
+ * valid_lens, which the count says. */
+static gboolean
+dot_backward_slots_of(guint n_inputs, const QkvAttrs *attrs, DotBackwardSlots *s)
+{
+  for (gint valid_lens = 0; valid_lens < 2; valid_lens++) {
+    *s = dot_backward_slots((DotBackwardSlots){
+        .out = qkv_attrs_get_bool(attrs, "flash"),
+        .dropout_mask = qkv_attrs_get_float(attrs, "dropout") > 0.0,
+        .dout = qkv_attrs_get_bool(attrs, "grad_out"),
+        .dweights = qkv_attrs_get_bool(attrs, "grad_weights"),
+        .valid_lens = valid_lens,
+        .mask = qkv_attn_has_mask(attrs),
+    });
+    if (s->n_inputs == n_inputs)
+      return TRUE;
+  }
+  return FALSE;
+}
+
+/* ---- forward ------------------------------------------------------------ */
 
 /* q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), all f32. */
 static gboolean
@@ -88,11 +68,11 @@ check_qkv(QkvShapeCtx *ctx, GError **error)
   for (guint i = 0; i < 3; i++) {
     if (ctx->in_dtypes[i] != QKV_F32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s must be f32, got %s",
-                             forward_input_names[i], qkv_dtype_name(ctx->in_dtypes[i]));
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
     if (ctx->in_shapes[i].rank != 3)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                              "%s must have rank 3 (batch, positions, features), got rank %d",
-                             forward_input_names[i], ctx->in_shapes[i].rank);
+                             qkv_input_name(ctx, i), ctx->in_shapes[i].rank);
   }
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
   if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0])
@@ -112,19 +92,19 @@ forward_shape(QkvShapeCtx *ctx, GError **error)
   if (!check_qkv(ctx, error) || !qkv_attn_check_dropout(ctx, "dropout", error))
     return FALSE;
   const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
-  gint vl, mask;
+  QkvAttnSlots in;
   if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
-  if (!qkv_attn_trailing_inputs(ctx->n_inputs, 3, qkv_attn_has_mask(ctx->attrs), &vl, &mask))
+  if (!qkv_attn_slots_of(DOT_FIRST_OPTIONAL, ctx->n_inputs, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected q, k, v, then optional valid_lens, then a mask when "
                            "mask_kind is not \"none\"");
   gboolean per_query;
-  if (vl >= 0 &&
-      !qkv_attn_check_valid_lens(ctx, (guint)vl, q->dims[0], q->dims[1], &per_query, error))
+  if (in.valid_lens >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, q->dims[0],
+                                                       q->dims[1], &per_query, error))
     return FALSE;
   QkvShape scores = QKV_SHAPE(q->dims[0], q->dims[1], k->dims[1]);
-  if (mask >= 0 && !qkv_attn_check_mask(ctx, (guint)mask, &scores, FALSE, error))
+  if (in.mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.mask, &scores, FALSE, error))
     return FALSE;
   gboolean flash = qkv_attrs_get_bool(ctx->attrs, "flash");
   ctx->out_shapes[0] = QKV_SHAPE(q->dims[0], q->dims[1], v->dims[2]);
@@ -227,11 +207,11 @@ static void
 forward_kernel(const QkvKernelCtx *ctx)
 {
   const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
-  gint vl, mi;
-  qkv_attn_trailing_inputs(ctx->n_inputs, 3, qkv_attn_has_mask(ctx->attrs), &vl, &mi);
+  QkvAttnSlots in;
+  qkv_attn_slots_of(DOT_FIRST_OPTIONAL, ctx->n_inputs, ctx->attrs, &in);
   QkvAttnScoreMask values;
-  QkvAttnProblem pb = problem_of(qs, ks, vs, vl >= 0 ? &ctx->in[vl] : NULL,
-                                 mi >= 0 ? &ctx->in[mi] : NULL, &values, ctx->attrs);
+  QkvAttnProblem pb = problem_of(qs, ks, vs, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                                 in.mask >= 0 ? &ctx->in[in.mask] : NULL, &values, ctx->attrs);
   gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
   const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
   float *out = ctx->out[0].data, *p = ctx->out[1].data;
@@ -253,29 +233,13 @@ forward_kernel(const QkvKernelCtx *ctx)
   qkv_parallel_for(nt, batch, dot_forward_problems, &job);
 }
 
-/* Where the optional inputs of the backward op are; -1 when absent. */
-typedef struct {
-  gint mask, dout, dweights, valid_lens, score_mask;
-} BackwardInputs;
-
-static gboolean
-backward_layout(guint n_inputs, const QkvDType *dtypes, const QkvAttrs *attrs,
-                BackwardInputs *layout)
-{
-  guint next = qkv_attrs_get_bool(attrs, "flash") ? 5 : 4;
-  layout->valid_lens = layout->score_mask = -1;
-  layout->mask = qkv_attrs_get_float(attrs, "dropout") > 0.0 ? (gint)next++ : -1;
-  layout->dout = qkv_attrs_get_bool(attrs, "grad_out") ? (gint)next++ : -1;
-  layout->dweights = qkv_attrs_get_bool(attrs, "grad_weights") ? (gint)next++ : -1;
-  return next <= n_inputs && qkv_attn_trailing_inputs(n_inputs, next, qkv_attn_has_mask(attrs),
-                                                      &layout->valid_lens, &layout->score_mask);
-}
+/* ---- backward ----------------------------------------------------------- */
 
 static gboolean
 backward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  BackwardInputs in;
-  if (!backward_layout(ctx->n_inputs, ctx->in_dtypes, ctx->attrs, &in))
+  DotBackwardSlots in;
+  if (!dot_backward_slots_of(ctx->n_inputs, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected q, k, v, weights (with flash: the row statistics and "
                            "out), then dropout_mask (dropout > 0; with flash the dropout key), "
@@ -297,12 +261,13 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
     const gchar *name;
     const QkvShape *shape;
     QkvDType dtype;
-  } checks[] = {{3, flash ? "row_stats" : "weights", flash ? &lse_shape : &wshape, QKV_F32},
-                {flash ? 4 : -1, "out", &oshape, QKV_F32},
-                {in.mask, flash ? "dropout_key" : "dropout_mask", flash ? &key_shape : &wshape,
-                 flash ? QKV_I32 : QKV_F32},
-                {in.dout, "dout", &oshape, QKV_F32},
-                {in.dweights, "dweights", &wshape, QKV_F32}};
+  } checks[] = {
+      {BW_WEIGHTS, flash ? "row_stats" : "weights", flash ? &lse_shape : &wshape, QKV_F32},
+      {in.out, "out", &oshape, QKV_F32},
+      {in.dropout_mask, flash ? "dropout_key" : "dropout_mask", flash ? &key_shape : &wshape,
+       flash ? QKV_I32 : QKV_F32},
+      {in.dout, "dout", &oshape, QKV_F32},
+      {in.dweights, "dweights", &wshape, QKV_F32}};
   for (guint c = 0; c < G_N_ELEMENTS(checks); c++) {
     gint i = checks[c].index;
     if (i >= 0 && (ctx->in_dtypes[i] != checks[c].dtype ||
@@ -316,7 +281,7 @@ backward_shape(QkvShapeCtx *ctx, GError **error)
   if (in.valid_lens >= 0 && !qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, q->dims[0],
                                                        q->dims[1], &per_query, error))
     return FALSE;
-  if (in.score_mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.score_mask, &wshape, FALSE, error))
+  if (in.mask >= 0 && !qkv_attn_check_mask(ctx, (guint)in.mask, &wshape, FALSE, error))
     return FALSE;
   if (!qkv_attn_check_mask_kind(ctx, error) || !qkv_flash_check_blocks(ctx, error))
     return FALSE;
@@ -376,28 +341,24 @@ dot_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
 static void
 backward_kernel(const QkvKernelCtx *ctx)
 {
-  BackwardInputs in;
-  QkvDType dtypes[10] = {0};
-  for (guint i = 0; i < ctx->n_inputs && i < 10; i++)
-    dtypes[i] = ctx->in[i].dtype;
-  backward_layout(ctx->n_inputs, dtypes, ctx->attrs, &in);
+  DotBackwardSlots in;
+  dot_backward_slots_of(ctx->n_inputs, ctx->attrs, &in);
   const QkvShape *qs = &ctx->in[0].shape, *ks = &ctx->in[1].shape, *vs = &ctx->in[2].shape;
   QkvAttnScoreMask values;
-  QkvAttnProblem pb =
-      problem_of(qs, ks, vs, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
-                 in.score_mask >= 0 ? &ctx->in[in.score_mask] : NULL, &values, ctx->attrs);
+  QkvAttnProblem pb = problem_of(qs, ks, vs, in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                                 in.mask >= 0 ? &ctx->in[in.mask] : NULL, &values, ctx->attrs);
   gint64 batch = qs->dims[0], nn = pb.n_q * pb.n_k;
   const float *q = ctx->in[0].data, *k = ctx->in[1].data, *v = ctx->in[2].data;
-  const float *p = ctx->in[3].data;
-  const float *drop = in.mask >= 0 ? ctx->in[in.mask].data : NULL;
+  const float *p = ctx->in[BW_WEIGHTS].data;
+  const float *drop = in.dropout_mask >= 0 ? ctx->in[in.dropout_mask].data : NULL;
   const float *dout = in.dout >= 0 ? ctx->in[in.dout].data : NULL;
   const float *dw = in.dweights >= 0 ? ctx->in[in.dweights].data : NULL;
   float *dq = ctx->out[0].data, *dk = ctx->out[1].data, *dv = ctx->out[2].data;
   if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
     QkvFlashLayout L = flash_layout_of(&pb, batch, ctx->attrs);
-    if (in.mask >= 0)
-      qkv_flash_read_key(&L, ctx->in[in.mask].data);
-    qkv_flash_backward(ctx, &L, q, k, v, ctx->in[4].data, p, dout, dq, dk, dv,
+    if (in.dropout_mask >= 0)
+      qkv_flash_read_key(&L, ctx->in[in.dropout_mask].data);
+    qkv_flash_backward(ctx, &L, q, k, v, ctx->in[in.out].data, p, dout, dq, dk, dv,
                        ctx->n_outputs > 3 ? ctx->out[3].data : NULL);
     return;
   }
@@ -417,10 +378,10 @@ static gboolean
 forward_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dout = g->out_grads[0], *dw = g->out_grads[1];
-  gint vl, mi;
-  qkv_attn_trailing_inputs(g->n_inputs, 3, qkv_attn_has_mask(g->attrs), &vl, &mi);
-  gboolean additive = qkv_attn_mask_additive(g->attrs);
-  gboolean mask_grad = mi >= 0 && additive && g->needs_grad[mi];
+  QkvAttnSlots in;
+  qkv_attn_slots_of(DOT_FIRST_OPTIONAL, g->n_inputs, g->attrs, &in);
+  gint mi = in.mask;
+  gboolean mask_grad = mi >= 0 && qkv_attn_mask_additive(g->attrs) && g->needs_grad[mi];
   if ((dout == NULL && dw == NULL) ||
       !(g->needs_grad[0] || g->needs_grad[1] || g->needs_grad[2] || mask_grad))
     return TRUE;
@@ -432,38 +393,31 @@ forward_grad(QkvGradCtx *g, GError **error)
     if (dout == NULL)
       return TRUE;
   }
-  QkvValue *inputs[10];
-  guint n = 0;
-  for (guint i = 0; i < 3; i++)
-    inputs[n++] = g->inputs[i];
-  inputs[n++] = g->outputs[1];
-  if (flash)
-    inputs[n++] = g->outputs[0];
-  if (dropout > 0.0)
-    inputs[n++] = g->outputs[2];
-  if (dout != NULL)
-    inputs[n++] = dout;
-  if (dw != NULL)
-    inputs[n++] = dw;
-  for (guint i = 3; i < g->n_inputs; i++)
-    inputs[n++] = g->inputs[i];
+  DotBackwardSlots bw = dot_backward_slots((DotBackwardSlots){
+      .out = flash,
+      .dropout_mask = dropout > 0.0,
+      .dout = dout != NULL,
+      .dweights = dw != NULL,
+      .valid_lens = in.valid_lens >= 0,
+      .mask = in.mask >= 0,
+  });
+  QkvValue *inputs[DOT_MAX_BACKWARD_INPUTS] = {g->inputs[0], g->inputs[1], g->inputs[2],
+                                               g->outputs[1]};
+  qkv_slot_put(inputs, bw.out, g->outputs[0]);
+  qkv_slot_put(inputs, bw.dropout_mask, g->outputs[2]);
+  qkv_slot_put(inputs, bw.dout, dout);
+  qkv_slot_put(inputs, bw.dweights, dw);
+  qkv_slot_put(inputs, bw.valid_lens, in.valid_lens >= 0 ? g->inputs[in.valid_lens] : NULL);
+  qkv_slot_put(inputs, bw.mask, in.mask >= 0 ? g->inputs[in.mask] : NULL);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
-  g_variant_builder_add(&attrs, "{sv}", "causal",
-                        g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
+  qkv_attn_pass_on_attrs(&attrs, g->attrs);
   g_variant_builder_add(&attrs, "{sv}", "dropout", g_variant_new_double(dropout));
   g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(dout != NULL));
   g_variant_builder_add(&attrs, "{sv}", "grad_weights", g_variant_new_boolean(dw != NULL));
-  g_variant_builder_add(&attrs, "{sv}", "mask_kind",
-                        g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
   g_variant_builder_add(&attrs, "{sv}", "grad_mask", g_variant_new_boolean(mask_grad));
-  g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(flash));
-  g_variant_builder_add(&attrs, "{sv}", "block_q",
-                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_q")));
-  g_variant_builder_add(&attrs, "{sv}", "block_k",
-                        g_variant_new_int64(qkv_attrs_get_int(g->attrs, "block_k")));
-  QkvNode *node = qkv_graph_add_node(g->graph, "dot_product_attention_backward", inputs, n,
-                                     g_variant_builder_end(&attrs), error);
+  QkvNode *node = qkv_graph_add_node(g->graph, "dot_product_attention_backward", inputs,
+                                     bw.n_inputs, g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return FALSE;
   for (guint i = 0; i < 3; i++)
@@ -477,58 +431,49 @@ forward_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static const QkvOpDef forward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "dot_product_attention",
-    .doc = "d2l's DotProductAttention: out = dropout(masked_softmax(q kᵀ / √d)) v for q (B, n_q, "
-           "d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, n_q) and "
-           "optional mask f32 broadcasting to (B, n_q, n_k) (mask_kind), as for masked_softmax. "
-           "Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
-           "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
-           "1/(1-p), all ones in evaluation, saved for the backward (no gradient). With flash "
-           "(the typed builder's choice when no weights are asked for) the weights are never "
-           "stored: output 1 is the row statistics (B, n_q, 2) of the masked scores (maximum m, "
-           "log Σ exp(s − m)) and output 2 "
-           "the dropout key, i32 (3), neither with a gradient.",
-    .min_inputs = 3,
-    .max_inputs = 5,
-    .input_names = forward_input_names,
-    .output_names = forward_output_names,
-    .attrs = forward_attrs,
-    .n_attrs = G_N_ELEMENTS(forward_attrs),
-    .flags = QKV_OP_RANDOM,
-    .shape = forward_shape,
-    .forward = forward_kernel,
-    .gradient = forward_grad,
-    .scratch_size = forward_scratch,
+const QkvOpDef qkv_ops_dot_attention[] = {
+    QKV_OP(.name = "dot_product_attention",
+           .doc = "d2l's DotProductAttention: out = dropout(masked_softmax(q kᵀ / √d)) v for q (B, "
+                  "n_q, d), k (B, n_k, d), v (B, n_k, d_v), optional valid_lens i32 (B) or (B, "
+                  "n_q) and optional mask f32 broadcasting to (B, n_q, n_k) (mask_kind), as for "
+                  "masked_softmax. Outputs: 0 out (B, n_q, d_v); 1 weights (B, n_q, n_k) before "
+                  "dropout (differentiable); 2 (only when dropout > 0) the dropout mask, 0 or "
+                  "1/(1-p), all ones in evaluation, saved for the backward (no gradient). With "
+                  "flash (the typed builder's choice when no weights are asked for) the weights "
+                  "are never stored: output 1 is the row statistics (B, n_q, 2) of the masked "
+                  "scores (maximum m, log Σ exp(s − m)) and output 2 the dropout key, i32 (3), "
+                  "neither with a gradient.",
+           QKV_INPUTS_OPT(3, "q", "k", "v", "valid_lens", "mask"),
+           QKV_OUTPUTS("out", "weights", "dropout_mask"),
+           QKV_ATTRS(QKV_ATTN_CAUSAL_ATTR, QKV_ATTN_DROPOUT_ATTR, QKV_ATTN_MASK_KIND_ATTR,
+                     QKV_ATTN_FLASH_ATTR("(B, n_q, 2)", "2"), QKV_ATTN_FLASH_BLOCK_ATTRS),
+           .flags = QKV_OP_RANDOM, .shape = forward_shape, .forward = forward_kernel,
+           .gradient = forward_grad, .scratch_size = forward_scratch),
+    QKV_OP(.name = "dot_product_attention_backward",
+           .doc =
+               "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
+               "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
+               "and valid_lens (i32) and mask (f32) when given to the forward op. Outputs dq, dk, "
+               "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask). "
+               "With flash: q, k, v, the row statistics, out, the dropout key when dropout > 0, "
+               "dout, then valid_lens and mask; the weights are made again block by block.",
+           /* the flash layout has out after the statistics: one input more than named */
+           .min_inputs = 4, .max_inputs = DOT_MAX_BACKWARD_INPUTS,
+           .input_names = QKV_NAMES("q", "k", "v", "weights", "dropout_mask", "dout", "dweights",
+                                    "valid_lens", "mask"),
+           QKV_OUTPUTS("dq", "dk", "dv", "dscores"),
+           QKV_ATTRS(QKV_BOOL_ATTR("causal", FALSE, "the forward op's causal"),
+                     QKV_FLOAT_ATTR("dropout", 0.0,
+                                    "the forward op's dropout; > 0: the dropout mask is an input"),
+                     QKV_ATTN_GRAD_OUT_ATTR, QKV_ATTN_GRAD_WEIGHTS_ATTR,
+                     QKV_ATTN_FORWARD_MASK_KIND_ATTR, QKV_ATTN_GRAD_MASK_ATTR("(B, n_q, n_k)"),
+                     QKV_BOOL_ATTR("flash", FALSE,
+                                   "the forward op's: input 3 is its row statistics, input 4 its "
+                                   "out, and the dropout key replaces the dropout mask"),
+                     QKV_ATTN_FLASH_BLOCK_ATTRS),
+           .shape = backward_shape, .forward = backward_kernel, .scratch_size = backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "dot_product_attention_backward",
-    .doc = "dq, dk, dv of dot_product_attention. Inputs: q, k, v, the forward weights, then "
-           "the dropout mask when dropout > 0, dout when grad_out, dweights when grad_weights, "
-           "and valid_lens (i32) and mask (f32) when given to the forward op. Outputs dq, dk, "
-           "dv, and with grad_mask dscores (B, n_q, n_k), the gradient of q kᵀ/√d (+ mask). With "
-           "flash: q, k, v, the row statistics, out, the dropout key when dropout > 0, dout, "
-           "then valid_lens and mask; the weights are made again block by block.",
-    .min_inputs = 4,
-    .max_inputs = 10,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .attrs = backward_attrs,
-    .n_attrs = G_N_ELEMENTS(backward_attrs),
-    .shape = backward_shape,
-    .forward = backward_kernel,
-    .scratch_size = backward_scratch,
-};
-
-void
-qkv_register_ops_dot_attention(void)
-{
-  qkv_register_builtin(&forward_def);
-  qkv_register_builtin(&backward_def);
-}
 
 QkvValue *
 qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
@@ -544,12 +489,10 @@ qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
                                  QkvValue **weights, GError **error)
 {
   QKV_RETURN_IF_MISSING("dot_product_attention", error, q, k, v);
-  QkvValue *inputs[5] = {q, k, v};
-  guint n = 3;
-  if (valid_lens != NULL)
-    inputs[n++] = valid_lens;
-  if (mask != NULL)
-    inputs[n++] = mask;
+  QkvAttnSlots in = qkv_attn_slots(DOT_FIRST_OPTIONAL, valid_lens != NULL, mask != NULL);
+  QkvValue *inputs[DOT_MAX_INPUTS] = {q, k, v};
+  qkv_slot_put(inputs, in.valid_lens, valid_lens);
+  qkv_slot_put(inputs, in.mask, mask);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
@@ -565,8 +508,8 @@ qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
   if (weights == NULL && qs->rank == 3 && ks->rank == 3 &&
       qkv_flash_wanted(qs->dims[0] * qs->dims[1] * ks->dims[1] * (gint64)sizeof(float)))
     g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
-  QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs, n,
-                                     g_variant_builder_end(&attrs), error);
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs,
+                                     in.n_inputs, g_variant_builder_end(&attrs), error);
   if (node == NULL)
     return NULL;
   if (weights != NULL)

@@ -10,18 +10,6 @@
  */
 #include "attention-common.h"
 
-static const gchar *const dropout_input_names[] = {"x", NULL};
-static const gchar *const dropout_output_names[] = {"y", "mask", NULL};
-static const gchar *const backward_input_names[] = {"dy", "mask", NULL};
-static const gchar *const backward_output_names[] = {"dx", NULL};
-
-static const QkvAttrSpec dropout_attrs[] = {
-    {.name = "p",
-     .type = QKV_ATTR_FLOAT,
-     .required = TRUE,
-     .doc = "probability of zeroing an element, in [0, 1)"},
-};
-
 /* Elements per parallel chunk. */
 #define DROPOUT_CHUNK 4096
 
@@ -117,43 +105,20 @@ dropout_backward_forward(const QkvKernelCtx *ctx)
   qkv_mul_floats(ctx, dx, dy, mask, n);
 }
 
-static const QkvOpDef dropout_def = {
-    QKV_OP_DEF_INIT,
-    .name = "dropout",
-    .doc = "training: zero each element with probability p, scale the rest by 1/(1-p); "
-           "evaluation: the identity. Output 1 (only when p > 0) is the mask, 0 or 1/(1-p) "
-           "(all ones in evaluation), saved for the backward; it carries no gradient.",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = dropout_input_names,
-    .output_names = dropout_output_names,
-    .attrs = dropout_attrs,
-    .n_attrs = G_N_ELEMENTS(dropout_attrs),
-    .flags = QKV_OP_INPLACE | QKV_OP_RANDOM,
-    .shape = dropout_shape,
-    .forward = dropout_forward,
-    .gradient = dropout_grad,
+const QkvOpDef qkv_ops_dropout[] = {
+    QKV_OP(.name = "dropout",
+           .doc = "training: zero each element with probability p, scale the rest by 1/(1-p); "
+                  "evaluation: the identity. Output 1 (only when p > 0) is the mask, 0 or 1/(1-p) "
+                  "(all ones in evaluation), saved for the backward; it carries no gradient.",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y", "mask"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("p", FLOAT, "probability of zeroing an element, in [0, 1)")),
+           .flags = QKV_OP_INPLACE | QKV_OP_RANDOM, .shape = dropout_shape,
+           .forward = dropout_forward, .gradient = dropout_grad),
+    QKV_OP(.name = "dropout_backward", .doc = "dy · mask, with the mask that dropout saved",
+           QKV_INPUTS("dy", "mask"), QKV_OUTPUTS("dx"), .flags = QKV_OP_INPLACE,
+           .shape = dropout_backward_shape, .forward = dropout_backward_forward),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef dropout_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "dropout_backward",
-    .doc = "dy · mask, with the mask that dropout saved",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .flags = QKV_OP_INPLACE,
-    .shape = dropout_backward_shape,
-    .forward = dropout_backward_forward,
-};
-
-void
-qkv_register_ops_dropout(void)
-{
-  qkv_register_builtin(&dropout_def);
-  qkv_register_builtin(&dropout_backward_def);
-}
 
 QkvValue *
 qkv_dropout(QkvValue *x, double p, GError **error)

@@ -8,7 +8,7 @@
  * element i, which is what lets the unary ops (and the binary ops, whose output
  * lays out like input 0 whenever the two have the same size) run in place.
  */
-#include "ops-common.h"
+#include "broadcast-common.h"
 
 #include <math.h>
 
@@ -49,12 +49,6 @@ ew_parallel(const QkvKernelCtx *ctx, gint64 n, EwChunkFunc chunk, gconstpointer 
   EwJob job = {ctx, chunk, data, n};
   qkv_parallel_for(nt, (n + EW_CHUNK_ALIGN - 1) / EW_CHUNK_ALIGN, ew_blocks, &job);
 }
-
-static const gchar *const unary_inputs[] = {"x", NULL};
-static const gchar *const binary_inputs[] = {"a", "b", NULL};
-static const gchar *const backward_inputs[] = {"dy", "y", NULL};
-static const gchar *const single_output[] = {"y", NULL};
-static const gchar *const backward_output[] = {"dx", NULL};
 
 /* ---------------------------------------------------------------------------
  * Binary ops with broadcasting
@@ -282,49 +276,20 @@ DEFINE_BINARY_KERNEL(sub)
 DEFINE_BINARY_KERNEL(mul)
 DEFINE_BINARY_KERNEL(div)
 
-/* names: the op's input names, for the message. */
 static gboolean
-check_f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GError **error)
+check_f32_inputs(QkvShapeCtx *ctx, GError **error)
 {
   for (guint i = 0; i < ctx->n_inputs; i++)
     if (ctx->in_dtypes[i] != QKV_F32)
-      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32", names[i],
-                             qkv_dtype_name(ctx->in_dtypes[i]));
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32",
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
   return TRUE;
 }
 
 static gboolean
 binary_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, binary_inputs, error))
-    return FALSE;
-  const QkvShape *a = &ctx->in_shapes[0], *b = &ctx->in_shapes[1];
-  if (!qkv_shape_broadcast(a, b, &ctx->out_shapes[0])) {
-    /* Name the first axis (from the right, as NumPy aligns them) that clashes. */
-    gint axis = 1;
-    while (axis <= MIN(a->rank, b->rank)) {
-      gint64 da = a->dims[a->rank - axis], db = b->dims[b->rank - axis];
-      if (da != db && da != 1 && db != 1)
-        return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
-                               "a and b do not broadcast (axis -%d: %" G_GINT64_FORMAT
-                               " vs %" G_GINT64_FORMAT ")",
-                               axis, da, db);
-      axis++;
-    }
-    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "a and b do not broadcast");
-  }
-  return TRUE;
-}
-
-/* grad summed down to input's shape where input was broadcast. */
-static QkvValue *
-reduce_to_input(QkvValue *grad, QkvValue *input, GError **error)
-{
-  if (grad == NULL)
-    return NULL;
-  if (qkv_shape_equal(qkv_value_shape(grad), qkv_value_shape(input)))
-    return grad;
-  return qkv_sum_to(grad, qkv_value_shape(input), error);
+  return check_f32_inputs(ctx, error) && qkv_bcast_shapes(ctx, 2, &ctx->out_shapes[0], error);
 }
 
 static gboolean
@@ -333,7 +298,7 @@ add_grad(QkvGradCtx *g, GError **error)
   for (guint i = 0; i < 2; i++) {
     if (!g->needs_grad[i])
       continue;
-    g->in_grads[i] = reduce_to_input(g->out_grads[0], g->inputs[i], error);
+    g->in_grads[i] = qkv_grad_to_input(g->out_grads[0], g->inputs[i], error);
     if (g->in_grads[i] == NULL)
       return FALSE;
   }
@@ -345,13 +310,13 @@ sub_grad(QkvGradCtx *g, GError **error)
 {
   QkvValue *dy = g->out_grads[0];
   if (g->needs_grad[0]) {
-    g->in_grads[0] = reduce_to_input(dy, g->inputs[0], error);
+    g->in_grads[0] = qkv_grad_to_input(dy, g->inputs[0], error);
     if (g->in_grads[0] == NULL)
       return FALSE;
   }
   if (g->needs_grad[1]) {
     /* Negate after reducing: the reduced tensor is the smaller one. */
-    QkvValue *db = reduce_to_input(dy, g->inputs[1], error);
+    QkvValue *db = qkv_grad_to_input(dy, g->inputs[1], error);
     if (db == NULL || (g->in_grads[1] = qkv_neg(db, error)) == NULL)
       return FALSE;
   }
@@ -366,7 +331,7 @@ mul_grad(QkvGradCtx *g, GError **error)
     if (!g->needs_grad[i])
       continue;
     QkvValue *prod = qkv_mul(dy, g->inputs[1 - i], error);
-    if (prod == NULL || (g->in_grads[i] = reduce_to_input(prod, g->inputs[i], error)) == NULL)
+    if (prod == NULL || (g->in_grads[i] = qkv_grad_to_input(prod, g->inputs[i], error)) == NULL)
       return FALSE;
   }
   return TRUE;
@@ -378,14 +343,15 @@ div_grad(QkvGradCtx *g, GError **error)
   QkvValue *dy = g->out_grads[0], *b = g->inputs[1], *y = g->outputs[0];
   if (g->needs_grad[0]) {
     QkvValue *q = qkv_div(dy, b, error);
-    if (q == NULL || (g->in_grads[0] = reduce_to_input(q, g->inputs[0], error)) == NULL)
+    if (q == NULL || (g->in_grads[0] = qkv_grad_to_input(q, g->inputs[0], error)) == NULL)
       return FALSE;
   }
   if (g->needs_grad[1]) {
     /* d(a/b)/db = -a/b² = -y/b: reuse the forward output instead of a. */
     QkvValue *t = qkv_mul(dy, y, error);
     if (t == NULL || (t = qkv_div(t, b, error)) == NULL ||
-        (t = reduce_to_input(t, b, error)) == NULL || (g->in_grads[1] = qkv_neg(t, error)) == NULL)
+        (t = qkv_grad_to_input(t, b, error)) == NULL ||
+        (g->in_grads[1] = qkv_neg(t, error)) == NULL)
       return FALSE;
   }
   return TRUE;
@@ -398,7 +364,7 @@ div_grad(QkvGradCtx *g, GError **error)
 static gboolean
 unary_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, unary_inputs, error))
+  if (!check_f32_inputs(ctx, error))
     return FALSE;
   ctx->out_shapes[0] = ctx->in_shapes[0];
   return TRUE;
@@ -497,47 +463,20 @@ log_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin, gint64 en
     y[i] = logf(x[i]);
 }
 
-static void
-scale_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, scale_chunk);
-}
+/* NAME_forward runs NAME_chunk over the whole output. */
+#define DEFINE_UNARY_FORWARD(NAME)                                                                 \
+  static void NAME##_forward(const QkvKernelCtx *ctx)                                              \
+  {                                                                                                \
+    unary_run(ctx, NAME##_chunk);                                                                  \
+  }
 
-static void
-neg_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, neg_chunk);
-}
-
-static void
-relu_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, relu_chunk);
-}
-
-static void
-sigmoid_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, sigmoid_chunk);
-}
-
-static void
-tanh_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, tanh_chunk);
-}
-
-static void
-exp_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, exp_chunk);
-}
-
-static void
-log_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, log_chunk);
-}
+DEFINE_UNARY_FORWARD(scale)
+DEFINE_UNARY_FORWARD(neg)
+DEFINE_UNARY_FORWARD(relu)
+DEFINE_UNARY_FORWARD(sigmoid)
+DEFINE_UNARY_FORWARD(tanh)
+DEFINE_UNARY_FORWARD(exp)
+DEFINE_UNARY_FORWARD(log)
 
 static gboolean
 scale_grad(QkvGradCtx *g, GError **error)
@@ -598,7 +537,7 @@ log_grad(QkvGradCtx *g, GError **error)
 static gboolean
 backward_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_f32_inputs(ctx, backward_inputs, error))
+  if (!check_f32_inputs(ctx, error))
     return FALSE;
   if (!qkv_shape_equal(&ctx->in_shapes[0], &ctx->in_shapes[1]))
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "dy and y must have the same shape");
@@ -639,23 +578,9 @@ tanh_backward_chunk(const QkvKernelCtx *ctx, gconstpointer unused, gint64 begin,
     dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
-static void
-relu_backward_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, relu_backward_chunk);
-}
-
-static void
-sigmoid_backward_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, sigmoid_backward_chunk);
-}
-
-static void
-tanh_backward_forward(const QkvKernelCtx *ctx)
-{
-  unary_run(ctx, tanh_backward_chunk);
-}
+DEFINE_UNARY_FORWARD(relu_backward)
+DEFINE_UNARY_FORWARD(sigmoid_backward)
+DEFINE_UNARY_FORWARD(tanh_backward)
 
 /* Second derivatives, so that a gradient of a gradient works too. Each op is
  * linear in dy, so d/d(dy) is the same op applied to the incoming gradient. */
@@ -714,58 +639,28 @@ tanh_backward_grad(QkvGradCtx *g, GError **error)
  * Registration
  * ------------------------------------------------------------------------- */
 
-static const QkvAttrSpec scale_attrs[] = {
-    {.name = "factor",
-     .type = QKV_ATTR_FLOAT,
-     .required = TRUE,
-     .default_float = 1.0,
-     .doc = "the multiplier"},
-};
-
+/* Every op here may run in place: kernels read element i before writing it. */
+#define ELEMENTWISE_OP(NAME, DOC, KIND, ...)                                                       \
+  QKV_OP(.name = #NAME, .doc = DOC, __VA_ARGS__, .flags = QKV_OP_INPLACE, .shape = KIND##_shape,   \
+         .forward = NAME##_forward, .gradient = NAME##_grad)
 #define BINARY_DEF(NAME, DOC)                                                                      \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 2, .max_inputs = 2,                  \
-                     .input_names = binary_inputs, .output_names = single_output,                  \
-                     .flags = QKV_OP_INPLACE, .shape = binary_shape, .forward = NAME##_forward,    \
-                     .gradient = NAME##_grad,                                                      \
-  }
-
-#define UNARY_DEF(NAME, DOC)                                                                       \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 1, .max_inputs = 1,                  \
-                     .input_names = unary_inputs, .output_names = single_output,                   \
-                     .flags = QKV_OP_INPLACE, .shape = unary_shape, .forward = NAME##_forward,     \
-                     .gradient = NAME##_grad,                                                      \
-  }
-
+  ELEMENTWISE_OP(NAME, DOC, binary, QKV_INPUTS("a", "b"), QKV_OUTPUTS("y"))
+#define UNARY_DEF(NAME, DOC) ELEMENTWISE_OP(NAME, DOC, unary, QKV_INPUTS("x"), QKV_OUTPUTS("y"))
 #define BACKWARD_DEF(NAME, DOC)                                                                    \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 2, .max_inputs = 2,                  \
-                     .input_names = backward_inputs, .output_names = backward_output,              \
-                     .flags = QKV_OP_INPLACE, .shape = backward_shape, .forward = NAME##_forward,  \
-                     .gradient = NAME##_grad,                                                      \
-  }
+  ELEMENTWISE_OP(NAME, DOC, backward, QKV_INPUTS("dy", "y"), QKV_OUTPUTS("dx"))
 
-static const QkvOpDef elementwise_ops[] = {
+const QkvOpDef qkv_ops_elementwise[] = {
     BINARY_DEF(add, "a + b, with NumPy broadcasting"),
     BINARY_DEF(sub, "a - b, with NumPy broadcasting"),
     BINARY_DEF(mul, "a · b elementwise, with NumPy broadcasting"),
     BINARY_DEF(div, "a / b elementwise, with NumPy broadcasting"),
-    {
-        QKV_OP_DEF_INIT,
-        .name = "scale",
-        .doc = "x · factor",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = unary_inputs,
-        .output_names = single_output,
-        .attrs = scale_attrs,
-        .n_attrs = G_N_ELEMENTS(scale_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = unary_shape,
-        .forward = scale_forward,
-        .gradient = scale_grad,
-    },
+    /* factor is required: its default of 1 is never read */
+    ELEMENTWISE_OP(scale, "x · factor", unary, QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+                   QKV_ATTRS({.name = "factor",
+                              .type = QKV_ATTR_FLOAT,
+                              .required = TRUE,
+                              .default_float = 1.0,
+                              .doc = "the multiplier"})),
     UNARY_DEF(neg, "-x"),
     UNARY_DEF(relu, "max(x, 0)"),
     UNARY_DEF(sigmoid, "1 / (1 + exp(-x))"),
@@ -775,14 +670,8 @@ static const QkvOpDef elementwise_ops[] = {
     BACKWARD_DEF(relu_backward, "dy · (y > 0), given relu's output y"),
     BACKWARD_DEF(sigmoid_backward, "dy · y · (1 - y), given sigmoid's output y"),
     BACKWARD_DEF(tanh_backward, "dy · (1 - y²), given tanh's output y"),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_elementwise(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(elementwise_ops); i++)
-    qkv_register_builtin(&elementwise_ops[i]);
-}
 
 /* ---------------------------------------------------------------------------
  * Typed functions

@@ -7,18 +7,6 @@
  */
 #include "ops-common.h"
 
-static const gchar *const embedding_input_names[] = {"ids", "weight", NULL};
-static const gchar *const embedding_output_names[] = {"y", NULL};
-static const gchar *const backward_input_names[] = {"dy", "ids", NULL};
-static const gchar *const backward_output_names[] = {"dweight", NULL};
-
-static const QkvAttrSpec backward_attrs[] = {
-    {.name = "num_embeddings",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "V, the number of rows of the table"},
-};
-
 static gboolean
 embedding_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -162,44 +150,22 @@ embedding_backward_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-static const QkvOpDef embedding_def = {
-    QKV_OP_DEF_INIT,
-    .name = "embedding",
-    .doc = "rows of weight (V, D) picked by i32 ids of any shape → (…, D); an id outside [0, V) "
-           "gives a zero row",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = embedding_input_names,
-    .output_names = embedding_output_names,
-    .no_grad_inputs = 1 << 0,
-    .shape = embedding_shape,
-    .forward = embedding_forward,
-    .gradient = embedding_grad,
+const QkvOpDef qkv_ops_embedding[] = {
+    QKV_OP(.name = "embedding",
+           .doc = "rows of weight (V, D) picked by i32 ids of any shape → (…, D); an id outside "
+                  "[0, V) gives a zero row",
+           QKV_INPUTS("ids", "weight"), QKV_OUTPUTS("y"), .no_grad_inputs = 1 << 0,
+           .shape = embedding_shape, .forward = embedding_forward, .gradient = embedding_grad),
+    QKV_OP(.name = "embedding_backward",
+           .doc = "scatter-add the rows of dy (…, D) into a (num_embeddings, D) gradient at ids; "
+                  "ids outside [0, num_embeddings) are skipped",
+           QKV_INPUTS("dy", "ids"), QKV_OUTPUTS("dweight"),
+           QKV_ATTRS(
+               QKV_REQUIRED_ATTR("num_embeddings", INT, "V, the number of rows of the table")),
+           .no_grad_inputs = 1 << 1, .shape = embedding_backward_shape,
+           .forward = embedding_backward_forward, .gradient = embedding_backward_grad),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef embedding_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "embedding_backward",
-    .doc = "scatter-add the rows of dy (…, D) into a (num_embeddings, D) gradient at ids; ids "
-           "outside [0, num_embeddings) are skipped",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .attrs = backward_attrs,
-    .n_attrs = G_N_ELEMENTS(backward_attrs),
-    .no_grad_inputs = 1 << 1,
-    .shape = embedding_backward_shape,
-    .forward = embedding_backward_forward,
-    .gradient = embedding_backward_grad,
-};
-
-void
-qkv_register_ops_embedding(void)
-{
-  qkv_register_builtin(&embedding_def);
-  qkv_register_builtin(&embedding_backward_def);
-}
 
 QkvValue *
 qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)

@@ -12,11 +12,6 @@
 
 #include <cblas.h>
 
-static const gchar *const ffn_input_names[] = {"x", "w1", "b1", "w2", "b2", NULL};
-static const gchar *const ffn_output_names[] = {"y", "hidden", NULL};
-static const gchar *const ffn_backward_input_names[] = {"dy", "x", "w1", "w2", "hidden", NULL};
-static const gchar *const ffn_backward_output_names[] = {"dx", "dw1", "db1", "dw2", "db2", NULL};
-
 /* The sizes of one FFN: N rows of D inputs, F hidden units, O outputs. */
 typedef struct {
   gint64 n, d, f, o;
@@ -269,40 +264,20 @@ ffn_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef ffn_def = {
-    QKV_OP_DEF_INIT,
-    .name = "position_wise_ffn",
-    .doc = "relu(x · w1ᵀ + b1) · w2ᵀ + b2 over the last axis (w1 (F, D), w2 (O, F)); outputs y "
-           "and the ReLU activation that the backward reads",
-    .min_inputs = 5,
-    .max_inputs = 5,
-    .input_names = ffn_input_names,
-    .output_names = ffn_output_names,
-    .shape = ffn_shape,
-    .forward = ffn_forward,
-    .gradient = ffn_grad,
+const QkvOpDef qkv_ops_ffn[] = {
+    QKV_OP(.name = "position_wise_ffn",
+           .doc = "relu(x · w1ᵀ + b1) · w2ᵀ + b2 over the last axis (w1 (F, D), w2 (O, F)); "
+                  "outputs y and the ReLU activation that the backward reads",
+           QKV_INPUTS("x", "w1", "b1", "w2", "b2"), QKV_OUTPUTS("y", "hidden"), .shape = ffn_shape,
+           .forward = ffn_forward, .gradient = ffn_grad),
+    QKV_OP(.name = "position_wise_ffn_backward",
+           .doc = "dx, dw1, db1, dw2, db2 of position_wise_ffn from dy, x, w1, w2 and the saved "
+                  "ReLU activation",
+           QKV_INPUTS("dy", "x", "w1", "w2", "hidden"),
+           QKV_OUTPUTS("dx", "dw1", "db1", "dw2", "db2"), .shape = ffn_backward_shape,
+           .forward = ffn_backward_forward, .scratch_size = ffn_backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef ffn_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "position_wise_ffn_backward",
-    .doc = "dx, dw1, db1, dw2, db2 of position_wise_ffn from dy, x, w1, w2 and the saved ReLU "
-           "activation",
-    .min_inputs = 5,
-    .max_inputs = 5,
-    .input_names = ffn_backward_input_names,
-    .output_names = ffn_backward_output_names,
-    .shape = ffn_backward_shape,
-    .forward = ffn_backward_forward,
-    .scratch_size = ffn_backward_scratch,
-};
-
-void
-qkv_register_ops_ffn(void)
-{
-  qkv_register_builtin(&ffn_def);
-  qkv_register_builtin(&ffn_backward_def);
-}
 
 /* ---- typed function ----------------------------------------------------- */
 

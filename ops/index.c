@@ -17,35 +17,11 @@
 /* Columns per task: a block of the positions after the axis. */
 #define INDEX_COL_BLOCK 256
 
-static const gchar *const gather_inputs[] = {"x", "index", NULL};
-static const gchar *const gather_backward_inputs[] = {"dy", "index", NULL};
-static const gchar *const y_output[] = {"y", NULL};
-static const gchar *const dx_output[] = {"dx", NULL};
+/* Every op's here. */
+#define AXIS_ATTR QKV_REQUIRED_ATTR("axis", INT, "the axis indexed (negative counts from the end)")
 
 static const QkvAttrSpec axis_attrs[] = {
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the axis indexed (negative counts from the end)"},
-};
-
-static const QkvAttrSpec gather_backward_attrs[] = {
-    {.name = "shape", .type = QKV_ATTR_INTS, .required = TRUE, .doc = "the gathered input's shape"},
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the axis indexed (negative counts from the end)"},
-};
-
-static const QkvAttrSpec index_select_backward_attrs[] = {
-    {.name = "size",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the length of the selected input's axis"},
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the axis indexed (negative counts from the end)"},
+    AXIS_ATTR,
 };
 
 static gint
@@ -509,79 +485,36 @@ index_select_backward_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef index_ops[] = {
-    {
-        QKV_OP_DEF_INIT,
-        .name = "gather",
-        .doc = "y[…, k, …] = x[…, index[…, k, …], …] along axis (torch.gather); y has index's "
-               "shape; an index out of range gives 0",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = gather_inputs,
-        .output_names = y_output,
-        .attrs = axis_attrs,
-        .n_attrs = G_N_ELEMENTS(axis_attrs),
-        .no_grad_inputs = 1 << 1,
-        .shape = gather_shape,
-        .forward = gather_forward,
-        .gradient = gather_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "gather_backward",
-        .doc = "zeros of shape with dy scatter-added at index along axis (the gradient of "
-               "gather); indices out of range are skipped",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = gather_backward_inputs,
-        .output_names = dx_output,
-        .attrs = gather_backward_attrs,
-        .n_attrs = G_N_ELEMENTS(gather_backward_attrs),
-        .no_grad_inputs = 1 << 1,
-        .shape = gather_backward_shape,
-        .forward = gather_backward_forward,
-        .gradient = gather_backward_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "index_select",
-        .doc = "the slices of x at the positions index (i32, rank 1) along axis; an index out of "
-               "range gives a zero slice",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = gather_inputs,
-        .output_names = y_output,
-        .attrs = axis_attrs,
-        .n_attrs = G_N_ELEMENTS(axis_attrs),
-        .no_grad_inputs = 1 << 1,
-        .shape = index_select_shape,
-        .forward = index_select_forward,
-        .gradient = index_select_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "index_select_backward",
-        .doc = "zeros with size along axis, the slices of dy added at index (the gradient of "
-               "index_select); indices out of range are skipped",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = gather_backward_inputs,
-        .output_names = dx_output,
-        .attrs = index_select_backward_attrs,
-        .n_attrs = G_N_ELEMENTS(index_select_backward_attrs),
-        .no_grad_inputs = 1 << 1,
-        .shape = index_select_backward_shape,
-        .forward = index_select_backward_forward,
-        .gradient = index_select_backward_grad,
-    },
+const QkvOpDef qkv_ops_index[] = {
+    QKV_OP(.name = "gather",
+           .doc = "y[…, k, …] = x[…, index[…, k, …], …] along axis (torch.gather); y has index's "
+                  "shape; an index out of range gives 0",
+           QKV_INPUTS("x", "index"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(axis_attrs),
+           .no_grad_inputs = 1 << 1, .shape = gather_shape, .forward = gather_forward,
+           .gradient = gather_grad),
+    QKV_OP(.name = "gather_backward",
+           .doc = "zeros of shape with dy scatter-added at index along axis (the gradient of "
+                  "gather); indices out of range are skipped",
+           QKV_INPUTS("dy", "index"), QKV_OUTPUTS("dx"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("shape", INTS, "the gathered input's shape"), AXIS_ATTR),
+           .no_grad_inputs = 1 << 1, .shape = gather_backward_shape,
+           .forward = gather_backward_forward, .gradient = gather_backward_grad),
+    QKV_OP(.name = "index_select",
+           .doc = "the slices of x at the positions index (i32, rank 1) along axis; an index out "
+                  "of range gives a zero slice",
+           QKV_INPUTS("x", "index"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(axis_attrs),
+           .no_grad_inputs = 1 << 1, .shape = index_select_shape, .forward = index_select_forward,
+           .gradient = index_select_grad),
+    QKV_OP(.name = "index_select_backward",
+           .doc = "zeros with size along axis, the slices of dy added at index (the gradient of "
+                  "index_select); indices out of range are skipped",
+           QKV_INPUTS("dy", "index"), QKV_OUTPUTS("dx"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("size", INT, "the length of the selected input's axis"),
+                     AXIS_ATTR),
+           .no_grad_inputs = 1 << 1, .shape = index_select_backward_shape,
+           .forward = index_select_backward_forward, .gradient = index_select_backward_grad),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_index(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(index_ops); i++)
-    qkv_register_builtin(&index_ops[i]);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

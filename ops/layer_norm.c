@@ -11,18 +11,6 @@
 
 #include <math.h>
 
-static const gchar *const ln_input_names[] = {"x", "gamma", "beta", NULL};
-static const gchar *const ln_output_names[] = {"y", "mean", "rstd", NULL};
-static const gchar *const ln_backward_input_names[] = {"dy", "x", "gamma", "mean", "rstd", NULL};
-static const gchar *const ln_backward_output_names[] = {"dx", "dgamma", "dbeta", NULL};
-
-static const QkvAttrSpec ln_attrs[] = {
-    {.name = "eps",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 1e-5,
-     .doc = "added to the variance before the square root"},
-};
-
 /* The shape of x without its last axis: one entry per row. */
 static QkvShape
 rows_shape(const QkvShape *x)
@@ -244,41 +232,21 @@ layer_norm_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef layer_norm_def = {
-    QKV_OP_DEF_INIT,
-    .name = "layer_norm",
-    .doc = "(x − mean) / √(var + eps) · gamma + beta over the last axis (biased variance); "
-           "outputs y and the per-row mean and rstd that the backward reads",
-    .min_inputs = 3,
-    .max_inputs = 3,
-    .input_names = ln_input_names,
-    .output_names = ln_output_names,
-    .attrs = ln_attrs,
-    .n_attrs = G_N_ELEMENTS(ln_attrs),
-    .shape = layer_norm_shape,
-    .forward = layer_norm_forward,
-    .gradient = layer_norm_grad,
+const QkvOpDef qkv_ops_layer_norm[] = {
+    QKV_OP(.name = "layer_norm",
+           .doc = "(x − mean) / √(var + eps) · gamma + beta over the last axis (biased variance); "
+                  "outputs y and the per-row mean and rstd that the backward reads",
+           QKV_INPUTS("x", "gamma", "beta"), QKV_OUTPUTS("y", "mean", "rstd"),
+           QKV_ATTRS(QKV_FLOAT_ATTR("eps", 1e-5, "added to the variance before the square root")),
+           .shape = layer_norm_shape, .forward = layer_norm_forward, .gradient = layer_norm_grad),
+    QKV_OP(.name = "layer_norm_backward",
+           .doc =
+               "dx, dgamma and dbeta of layer_norm from dy, x, gamma and the saved mean and rstd",
+           QKV_INPUTS("dy", "x", "gamma", "mean", "rstd"), QKV_OUTPUTS("dx", "dgamma", "dbeta"),
+           .shape = layer_norm_backward_shape, .forward = layer_norm_backward_forward,
+           .scratch_size = layer_norm_backward_scratch),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef layer_norm_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "layer_norm_backward",
-    .doc = "dx, dgamma and dbeta of layer_norm from dy, x, gamma and the saved mean and rstd",
-    .min_inputs = 5,
-    .max_inputs = 5,
-    .input_names = ln_backward_input_names,
-    .output_names = ln_backward_output_names,
-    .shape = layer_norm_backward_shape,
-    .forward = layer_norm_backward_forward,
-    .scratch_size = layer_norm_backward_scratch,
-};
-
-void
-qkv_register_ops_layer_norm(void)
-{
-  qkv_register_builtin(&layer_norm_def);
-  qkv_register_builtin(&layer_norm_backward_def);
-}
 
 /* ---- typed function ----------------------------------------------------- */
 

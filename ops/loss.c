@@ -15,22 +15,17 @@
 
 #include <math.h>
 
-static const QkvAttrSpec reduction_attrs[] = {
-    {.name = "reduction",
-     .type = QKV_ATTR_STRING,
-     .default_string = "mean",
-     .doc = "\"none\", \"sum\" or \"mean\""},
-};
+/* cross_entropy's inputs are logits, targets and the optional weight, in
+ * fixed slots; cross_entropy_backward's are dloss and the same three. */
+#define CE_WEIGHT 2
+#define CE_BACKWARD_WEIGHT (1 + CE_WEIGHT)
+
+/* Every loss op's. */
+#define REDUCTION_ATTR QKV_STRING_ATTR("reduction", "mean", "\"none\", \"sum\" or \"mean\"")
 
 static const QkvAttrSpec ce_attrs[] = {
-    {.name = "reduction",
-     .type = QKV_ATTR_STRING,
-     .default_string = "mean",
-     .doc = "\"none\", \"sum\" or \"mean\""},
-    {.name = "label_smoothing",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "ε in [0, 1]: the target is (1 − ε) onehot + ε / C"},
+    REDUCTION_ATTR,
+    QKV_FLOAT_ATTR("label_smoothing", 0.0, "ε in [0, 1]: the target is (1 − ε) onehot + ε / C"),
 };
 
 static const gchar *
@@ -104,12 +99,6 @@ check_label_smoothing(QkvShapeCtx *ctx, GError **error)
 
 /* ---- cross_entropy ------------------------------------------------------ */
 
-static const gchar *const ce_input_names[] = {"logits", "targets", "weight", NULL};
-static const gchar *const ce_output_names[] = {"loss", NULL};
-static const gchar *const ce_backward_input_names[] = {"dloss", "logits", "targets", "weight",
-                                                       NULL};
-static const gchar *const ce_backward_output_names[] = {"dlogits", NULL};
-
 /* Check logits (…, C), targets i32 (…) and the optional weight f32 (…). */
 static gboolean
 check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
@@ -130,11 +119,11 @@ check_ce_inputs(QkvShapeCtx *ctx, guint first, GError **error)
   if (!fits)
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "targets must have the shape of logits without its last axis");
-  if (ctx->n_inputs > first + 2) {
-    if (ctx->in_dtypes[first + 2] != QKV_F32)
+  if (ctx->n_inputs > first + CE_WEIGHT) {
+    if (ctx->in_dtypes[first + CE_WEIGHT] != QKV_F32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "weight must be f32, got %s",
-                             qkv_dtype_name(ctx->in_dtypes[first + 2]));
-    if (!qkv_shape_equal(&ctx->in_shapes[first + 2], targets))
+                             qkv_dtype_name(ctx->in_dtypes[first + CE_WEIGHT]));
+    if (!qkv_shape_equal(&ctx->in_shapes[first + CE_WEIGHT], targets))
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "weight must have the shape of targets");
   }
   return TRUE;
@@ -210,7 +199,7 @@ ce_forward(const QkvKernelCtx *ctx)
 {
   const float *logits = ctx->in[0].data;
   const gint32 *targets = ctx->in[1].data;
-  const float *weight = ctx->n_inputs > 2 ? ctx->in[2].data : NULL;
+  const float *weight = ctx->n_inputs > CE_WEIGHT ? ctx->in[CE_WEIGHT].data : NULL;
   float *out = ctx->out[0].data;
   gint64 c = ctx->in[0].shape.dims[ctx->in[0].shape.rank - 1];
   gint64 tokens = qkv_shape_numel(&ctx->in[1].shape);
@@ -253,7 +242,8 @@ ce_grad(QkvGradCtx *g, GError **error)
     return TRUE;
   reduction_parse(g->attrs, &reduction);
   g->in_grads[0] = qkv_cross_entropy_backward_smoothed(
-      g->out_grads[0], g->inputs[0], g->inputs[1], g->n_inputs > 2 ? g->inputs[2] : NULL, reduction,
+      g->out_grads[0], g->inputs[0], g->inputs[1],
+      g->n_inputs > CE_WEIGHT ? g->inputs[CE_WEIGHT] : NULL, reduction,
       qkv_attrs_get_float(g->attrs, "label_smoothing"), error);
   return g->in_grads[0] != NULL;
 }
@@ -335,7 +325,8 @@ ce_backward_forward(const QkvKernelCtx *ctx)
   const float *dloss = ctx->in[0].data;
   const float *logits = ctx->in[1].data;
   const gint32 *targets = ctx->in[2].data;
-  const float *weight = ctx->n_inputs > 3 ? ctx->in[3].data : NULL;
+  const float *weight =
+      ctx->n_inputs > CE_BACKWARD_WEIGHT ? ctx->in[CE_BACKWARD_WEIGHT].data : NULL;
   float *dx = ctx->out[0].data;
   gint64 c = ctx->in[1].shape.dims[ctx->in[1].shape.rank - 1];
   gint64 tokens = qkv_shape_numel(&ctx->in[2].shape);
@@ -351,9 +342,6 @@ ce_backward_forward(const QkvKernelCtx *ctx)
 }
 
 /* ---- mse ---------------------------------------------------------------- */
-
-static const gchar *const mse_input_names[] = {"pred", "target", NULL};
-static const gchar *const mse_output_names[] = {"loss", NULL};
 
 static gboolean
 mse_shape(QkvShapeCtx *ctx, GError **error)
@@ -436,67 +424,28 @@ mse_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef cross_entropy_def = {
-    QKV_OP_DEF_INIT,
-    .name = "cross_entropy",
-    .doc =
-        "−log softmax(logits)[target] per token (label_smoothing ε: (1 − ε) of that plus ε "
-        "times the mean of −log softmax over the classes), times the optional weight, reduced by "
-        "\"none\", \"sum\" or \"mean\" (sum / number of tokens); a target outside [0, C) adds "
-        "0 and gets no gradient",
-    .min_inputs = 2,
-    .max_inputs = 3,
-    .input_names = ce_input_names,
-    .output_names = ce_output_names,
-    .attrs = ce_attrs,
-    .n_attrs = G_N_ELEMENTS(ce_attrs),
-    .no_grad_inputs = (1 << 1) | (1 << 2),
-    .shape = ce_shape,
-    .forward = ce_forward,
-    .gradient = ce_grad,
-    .scratch_size = ce_scratch_size,
+const QkvOpDef qkv_ops_loss[] = {
+    QKV_OP(.name = "cross_entropy",
+           .doc = "−log softmax(logits)[target] per token (label_smoothing ε: (1 − ε) of that plus "
+                  "ε times the mean of −log softmax over the classes), times the optional weight, "
+                  "reduced by \"none\", \"sum\" or \"mean\" (sum / number of tokens); a target "
+                  "outside [0, C) adds 0 and gets no gradient",
+           QKV_INPUTS_OPT(CE_WEIGHT, "logits", "targets", "weight"), QKV_OUTPUTS("loss"),
+           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 1) | (1 << 2), .shape = ce_shape,
+           .forward = ce_forward, .gradient = ce_grad, .scratch_size = ce_scratch_size),
+    QKV_OP(.name = "cross_entropy_backward",
+           .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight "
+                  "· dloss, / N for \"mean\"",
+           QKV_INPUTS_OPT(CE_BACKWARD_WEIGHT, "dloss", "logits", "targets", "weight"),
+           QKV_OUTPUTS("dlogits"), QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 2) | (1 << 3),
+           .shape = ce_backward_shape, .forward = ce_backward_forward),
+    QKV_OP(.name = "mse",
+           .doc = "(pred − target)² over inputs of the same shape, reduced by \"none\", \"sum\" or "
+                  "\"mean\"",
+           QKV_INPUTS("pred", "target"), QKV_OUTPUTS("loss"), QKV_ATTRS(REDUCTION_ATTR),
+           .shape = mse_shape, .forward = mse_forward, .gradient = mse_grad),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef cross_entropy_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "cross_entropy_backward",
-    .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight · "
-           "dloss, / N for "
-           "\"mean\"",
-    .min_inputs = 3,
-    .max_inputs = 4,
-    .input_names = ce_backward_input_names,
-    .output_names = ce_backward_output_names,
-    .attrs = ce_attrs,
-    .n_attrs = G_N_ELEMENTS(ce_attrs),
-    .no_grad_inputs = (1 << 2) | (1 << 3),
-    .shape = ce_backward_shape,
-    .forward = ce_backward_forward,
-};
-
-static const QkvOpDef mse_def = {
-    QKV_OP_DEF_INIT,
-    .name = "mse",
-    .doc = "(pred − target)² over inputs of the same shape, reduced by \"none\", \"sum\" or "
-           "\"mean\"",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = mse_input_names,
-    .output_names = mse_output_names,
-    .attrs = reduction_attrs,
-    .n_attrs = G_N_ELEMENTS(reduction_attrs),
-    .shape = mse_shape,
-    .forward = mse_forward,
-    .gradient = mse_grad,
-};
-
-void
-qkv_register_ops_loss(void)
-{
-  qkv_register_builtin(&cross_entropy_def);
-  qkv_register_builtin(&cross_entropy_backward_def);
-  qkv_register_builtin(&mse_def);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 
@@ -507,7 +456,7 @@ qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight
   QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {logits, targets, weight};
-  return qkv_op_call("cross_entropy", inputs, weight != NULL ? 3 : 2,
+  return qkv_op_call("cross_entropy", inputs, weight != NULL ? CE_WEIGHT + 1 : CE_WEIGHT,
                      ce_attrs_variant(reduction, label_smoothing), error);
 }
 
@@ -526,7 +475,8 @@ qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue 
   QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {dloss, logits, targets, weight};
-  return qkv_op_call("cross_entropy_backward", inputs, weight != NULL ? 4 : 3,
+  return qkv_op_call("cross_entropy_backward", inputs,
+                     weight != NULL ? CE_BACKWARD_WEIGHT + 1 : CE_BACKWARD_WEIGHT,
                      ce_attrs_variant(reduction, label_smoothing), error);
 }
 

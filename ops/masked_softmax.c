@@ -10,20 +10,15 @@
 
 #define BLOCK_ELEMENTS 1024
 
-static const gchar *const forward_input_names[] = {"x", "valid_lens", "mask", NULL};
-static const gchar *const forward_output_names[] = {"y", NULL};
-static const gchar *const backward_input_names[] = {"dy", "y", "valid_lens", "mask", NULL};
-static const gchar *const backward_output_names[] = {"dx", NULL};
+/* The inputs: x, or dy and y for the backward op, then valid_lens and the
+ * mask (QkvAttnSlots from the first optional slot on). */
+#define FIRST_OPTIONAL 1
+#define BACKWARD_FIRST_OPTIONAL 2
 
 static const QkvAttrSpec masked_softmax_attrs[] = {
-    {.name = "causal",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "also mask key j > query i (i: the row's index along the n_q axis)"},
-    {.name = "mask_kind",
-     .type = QKV_ATTR_STRING,
-     .default_string = "none",
-     .doc = QKV_ATTN_MASK_KIND_DOC},
+    QKV_BOOL_ATTR("causal", FALSE,
+                  "also mask key j > query i (i: the row's index along the n_q axis)"),
+    QKV_ATTN_MASK_KIND_ATTR,
 };
 
 /* Checks x (rank ≥ 2, f32) and the optional valid_lens (i32) and mask (f32)
@@ -38,26 +33,26 @@ check_scores(QkvShapeCtx *ctx, guint x_index, guint first, GError **error)
   if (x->rank < 2)
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "x must have rank 2 or more (…, queries, keys), got rank %d", x->rank);
-  gint vl, mask;
+  QkvAttnSlots in;
   if (!qkv_attn_check_mask_kind(ctx, error))
     return FALSE;
-  if (!qkv_attn_trailing_inputs(ctx->n_inputs, first, qkv_attn_has_mask(ctx->attrs), &vl, &mask))
+  if (!qkv_attn_slots_of(first, ctx->n_inputs, ctx->attrs, &in))
     return qkv_shape_error(ctx, error, QKV_ERROR_ARITY,
                            "expected optional valid_lens, then a mask when mask_kind is not "
                            "\"none\"");
-  if (vl >= 0) {
+  if (in.valid_lens >= 0) {
     gboolean per_query;
-    if (!qkv_attn_check_valid_lens(ctx, (guint)vl, x->dims[0], x->dims[x->rank - 2], &per_query,
-                                   error))
+    if (!qkv_attn_check_valid_lens(ctx, (guint)in.valid_lens, x->dims[0], x->dims[x->rank - 2],
+                                   &per_query, error))
       return FALSE;
   }
-  return mask < 0 || qkv_attn_check_mask(ctx, (guint)mask, x, FALSE, error);
+  return in.mask < 0 || qkv_attn_check_mask(ctx, (guint)in.mask, x, FALSE, error);
 }
 
 static gboolean
 masked_softmax_shape(QkvShapeCtx *ctx, GError **error)
 {
-  if (!check_scores(ctx, 0, 1, error))
+  if (!check_scores(ctx, 0, FIRST_OPTIONAL, error))
     return FALSE;
   ctx->out_shapes[0] = ctx->in_shapes[0];
   return TRUE;
@@ -68,17 +63,18 @@ masked_softmax_shape(QkvShapeCtx *ctx, GError **error)
 static QkvAttnMask
 kernel_mask(const QkvKernelCtx *ctx, const QkvShape *x, guint first, QkvAttnScoreMask *values)
 {
-  gint vl, mi;
-  qkv_attn_trailing_inputs(ctx->n_inputs, first, qkv_attn_has_mask(ctx->attrs), &vl, &mi);
+  QkvAttnSlots in;
+  qkv_attn_slots_of(first, ctx->n_inputs, ctx->attrs, &in);
   gint64 rows = 1;
   for (gint i = 0; i < x->rank - 1; i++)
     rows *= x->dims[i];
   gint64 batch = x->dims[0];
-  QkvAttnMask m =
-      qkv_attn_mask_from_view(vl >= 0 ? &ctx->in[vl] : NULL, batch > 0 ? rows / batch : 1,
-                              x->dims[x->rank - 2], qkv_attrs_get_bool(ctx->attrs, "causal"));
-  if (mi >= 0) {
-    qkv_attn_score_mask_init(values, &ctx->in[mi], x, FALSE, qkv_attn_mask_additive(ctx->attrs));
+  QkvAttnMask m = qkv_attn_mask_from_view(in.valid_lens >= 0 ? &ctx->in[in.valid_lens] : NULL,
+                                          batch > 0 ? rows / batch : 1, x->dims[x->rank - 2],
+                                          qkv_attrs_get_bool(ctx->attrs, "causal"));
+  if (in.mask >= 0) {
+    qkv_attn_score_mask_init(values, &ctx->in[in.mask], x, FALSE,
+                             qkv_attn_mask_additive(ctx->attrs));
     m.values = values;
   }
   return m;
@@ -126,7 +122,7 @@ masked_softmax_forward(const QkvKernelCtx *ctx)
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[0], &rows, &cols);
   QkvAttnScoreMask values;
-  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[0].shape, 1, &values);
+  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[0].shape, FIRST_OPTIONAL, &values);
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   /* Blocks of rows of about BLOCK_ELEMENTS scores share one exp call. */
@@ -144,22 +140,23 @@ masked_softmax_forward(const QkvKernelCtx *ctx)
 static gboolean
 masked_softmax_grad(QkvGradCtx *g, GError **error)
 {
-  gint vl, mi;
-  qkv_attn_trailing_inputs(g->n_inputs, 1, qkv_attn_has_mask(g->attrs), &vl, &mi);
-  gboolean additive = qkv_attn_mask_additive(g->attrs);
-  gboolean mask_grad = mi >= 0 && additive && g->needs_grad[mi];
+  QkvAttnSlots in;
+  qkv_attn_slots_of(FIRST_OPTIONAL, g->n_inputs, g->attrs, &in);
+  gint mi = in.mask;
+  gboolean mask_grad = mi >= 0 && qkv_attn_mask_additive(g->attrs) && g->needs_grad[mi];
   if (g->out_grads[0] == NULL || !(g->needs_grad[0] || mask_grad))
     return TRUE;
+  QkvAttnSlots bw = qkv_attn_slots(BACKWARD_FIRST_OPTIONAL, in.valid_lens >= 0, mi >= 0);
   QkvValue *inputs[4] = {g->out_grads[0], g->outputs[0]};
-  for (guint i = 1; i < g->n_inputs; i++)
-    inputs[i + 1] = g->inputs[i];
+  qkv_slot_put(inputs, bw.valid_lens, in.valid_lens >= 0 ? g->inputs[in.valid_lens] : NULL);
+  qkv_slot_put(inputs, bw.mask, mi >= 0 ? g->inputs[mi] : NULL);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal",
                         g_variant_new_boolean(qkv_attrs_get_bool(g->attrs, "causal")));
   g_variant_builder_add(&attrs, "{sv}", "mask_kind",
                         g_variant_new_string(qkv_attrs_get_string(g->attrs, "mask_kind")));
-  QkvValue *dx = qkv_op_call("masked_softmax_backward", inputs, g->n_inputs + 1,
+  QkvValue *dx = qkv_op_call("masked_softmax_backward", inputs, bw.n_inputs,
                              g_variant_builder_end(&attrs), error);
   if (dx == NULL)
     return FALSE;
@@ -181,7 +178,7 @@ masked_softmax_backward_shape(QkvShapeCtx *ctx, GError **error)
   if (ctx->in_dtypes[0] != QKV_F32)
     return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "dy must be f32, got %s",
                            qkv_dtype_name(ctx->in_dtypes[0]));
-  if (!check_scores(ctx, 1, 2, error))
+  if (!check_scores(ctx, 1, BACKWARD_FIRST_OPTIONAL, error))
     return FALSE;
   if (!qkv_shape_equal(&ctx->in_shapes[0], &ctx->in_shapes[1]))
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "dy and y must have the same shape");
@@ -195,7 +192,7 @@ masked_softmax_backward_forward(const QkvKernelCtx *ctx)
   gint64 rows, cols;
   qkv_view_rows(&ctx->in[1], &rows, &cols);
   QkvAttnScoreMask values;
-  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[1].shape, 2, &values);
+  QkvAttnMask mask = kernel_mask(ctx, &ctx->in[1].shape, BACKWARD_FIRST_OPTIONAL, &values);
   const float *dy = ctx->in[0].data, *y = ctx->in[1].data;
   float *dx = ctx->out[0].data;
   MaskedSoftmaxJob job = {&mask, dy, y, dx, rows, cols, 1};
@@ -206,53 +203,31 @@ masked_softmax_backward_forward(const QkvKernelCtx *ctx)
 
 /* ---- registration -------------------------------------------------------- */
 
-static const QkvOpDef masked_softmax_def = {
-    QKV_OP_DEF_INIT,
-    .name = "masked_softmax",
-    .doc = "softmax over the last axis of x (…, n_q, n_k) after replacing masked scores by -1e6 "
-           "(d2l's masked_softmax). Optional valid_lens i32 (B) or (B, n_q), B = x's first "
-           "axis: keys at positions ≥ the valid length are masked (length 0 gives a uniform "
-           "row). causal masks key j > query i. Optional mask f32 (after valid_lens when both "
-           "are given), broadcasting to x (right-aligned, each axis 1 or full): with mask_kind "
-           "\"boolean\" a 0 masks the key like the valid length does; with \"additive\" it is "
-           "added to the scores first (and takes a gradient). Masked scores get no gradient.",
-    .min_inputs = 1,
-    .max_inputs = 3,
-    .input_names = forward_input_names,
-    .output_names = forward_output_names,
-    .attrs = masked_softmax_attrs,
-    .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
-    /* Each row is read (its maximum) before it is written. */
-    .flags = QKV_OP_INPLACE,
-    .shape = masked_softmax_shape,
-    .forward = masked_softmax_forward,
-    .gradient = masked_softmax_grad,
+const QkvOpDef qkv_ops_masked_softmax[] = {
+    /* In place: each row is read (its maximum) before it is written. */
+    QKV_OP(.name = "masked_softmax",
+           .doc = "softmax over the last axis of x (…, n_q, n_k) after replacing masked scores by "
+                  "-1e6 (d2l's masked_softmax). Optional valid_lens i32 (B) or (B, n_q), B = x's "
+                  "first axis: keys at positions ≥ the valid length are masked (length 0 gives a "
+                  "uniform row). causal masks key j > query i. Optional mask f32 (after valid_lens "
+                  "when both are given), broadcasting to x (right-aligned, each axis 1 or full): "
+                  "with mask_kind \"boolean\" a 0 masks the key like the valid length does; with "
+                  "\"additive\" it is added to the scores first (and takes a gradient). Masked "
+                  "scores get no gradient.",
+           QKV_INPUTS_OPT(FIRST_OPTIONAL, "x", "valid_lens", "mask"), QKV_OUTPUTS("y"),
+           QKV_ATTR_TABLE(masked_softmax_attrs), .flags = QKV_OP_INPLACE,
+           .shape = masked_softmax_shape, .forward = masked_softmax_forward,
+           .gradient = masked_softmax_grad),
+    /* In place: each row's dot product is taken before the row is written. */
+    QKV_OP(.name = "masked_softmax_backward",
+           .doc = "y · (dy − Σ dy·y) over the last axis, given the masked_softmax output y; 0 at "
+                  "masked keys (valid_lens, mask and causal as for the forward op)",
+           QKV_INPUTS_OPT(BACKWARD_FIRST_OPTIONAL, "dy", "y", "valid_lens", "mask"),
+           QKV_OUTPUTS("dx"), QKV_ATTR_TABLE(masked_softmax_attrs),
+           .no_grad_inputs = 1 << 2 | 1 << 3, .flags = QKV_OP_INPLACE,
+           .shape = masked_softmax_backward_shape, .forward = masked_softmax_backward_forward),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef masked_softmax_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "masked_softmax_backward",
-    .doc = "y · (dy − Σ dy·y) over the last axis, given the masked_softmax output y; 0 at "
-           "masked keys (valid_lens, mask and causal as for the forward op)",
-    .min_inputs = 2,
-    .max_inputs = 4,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .attrs = masked_softmax_attrs,
-    .n_attrs = G_N_ELEMENTS(masked_softmax_attrs),
-    .no_grad_inputs = 1 << 2 | 1 << 3,
-    /* Each row's dot product is taken before the row is written. */
-    .flags = QKV_OP_INPLACE,
-    .shape = masked_softmax_backward_shape,
-    .forward = masked_softmax_backward_forward,
-};
-
-void
-qkv_register_ops_masked_softmax(void)
-{
-  qkv_register_builtin(&masked_softmax_def);
-  qkv_register_builtin(&masked_softmax_backward_def);
-}
 
 /* ---- typed function ------------------------------------------------------ */
 
@@ -267,17 +242,15 @@ qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *mask, QkvMa
                         gboolean causal, GError **error)
 {
   QKV_RETURN_IF_MISSING("masked_softmax", error, x);
+  QkvAttnSlots in = qkv_attn_slots(FIRST_OPTIONAL, valid_lens != NULL, mask != NULL);
   QkvValue *inputs[3] = {x};
-  guint n = 1;
-  if (valid_lens != NULL)
-    inputs[n++] = valid_lens;
-  if (mask != NULL)
-    inputs[n++] = mask;
+  qkv_slot_put(inputs, in.valid_lens, valid_lens);
+  qkv_slot_put(inputs, in.mask, mask);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "causal", g_variant_new_boolean(causal));
   if (mask != NULL)
     g_variant_builder_add(&attrs, "{sv}", "mask_kind",
                           g_variant_new_string(qkv_attn_mask_kind_name(kind)));
-  return qkv_op_call("masked_softmax", inputs, n, g_variant_builder_end(&attrs), error);
+  return qkv_op_call("masked_softmax", inputs, in.n_inputs, g_variant_builder_end(&attrs), error);
 }

@@ -11,9 +11,6 @@
 
 #include <math.h>
 
-static const gchar *const x_input[] = {"x", NULL};
-static const gchar *const y_output[] = {"y", NULL};
-
 typedef enum {
   MATH_ABS,
   MATH_SIGN,
@@ -141,10 +138,6 @@ unary_shape(QkvShapeCtx *ctx, GError **error)
   return TRUE;
 }
 
-static const QkvAttrSpec pow_attrs[] = {
-    {.name = "exponent", .type = QKV_ATTR_FLOAT, .required = TRUE, .doc = "p in x^p"},
-};
-
 static gboolean
 pow_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -208,10 +201,6 @@ pow_grad(QkvGradCtx *g, GError **error)
 
 /* ---- pow_tensor ---------------------------------------------------------- */
 
-static const gchar *const pow_tensor_inputs[] = {"x", "exponent", NULL};
-static const gchar *const pow_tensor_backward_inputs[] = {"dy", "x", "exponent", NULL};
-static const gchar *const pow_tensor_backward_outputs[] = {"dx", "dexponent", NULL};
-
 typedef struct {
   const float *x, *e, *dy;
   float *y, *dx, *de;
@@ -270,20 +259,19 @@ pow_tensor_backward_forward(const QkvKernelCtx *ctx)
 }
 
 static gboolean
-f32_inputs(QkvShapeCtx *ctx, const gchar *const *names, GError **error)
+f32_inputs(QkvShapeCtx *ctx, GError **error)
 {
   for (guint i = 0; i < ctx->n_inputs; i++)
     if (ctx->in_dtypes[i] != QKV_F32)
-      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32", names[i],
-                             qkv_dtype_name(ctx->in_dtypes[i]));
+      return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "%s is %s, expected f32",
+                             qkv_input_name(ctx, i), qkv_dtype_name(ctx->in_dtypes[i]));
   return TRUE;
 }
 
 static gboolean
 pow_tensor_shape(QkvShapeCtx *ctx, GError **error)
 {
-  return f32_inputs(ctx, pow_tensor_inputs, error) &&
-         qkv_bcast_shapes(ctx, pow_tensor_inputs, 2, &ctx->out_shapes[0], error);
+  return f32_inputs(ctx, error) && qkv_bcast_shapes(ctx, 2, &ctx->out_shapes[0], error);
 }
 
 /* dx and dexponent come out in dy's (the broadcast) shape; the gradient rule
@@ -292,8 +280,7 @@ static gboolean
 pow_tensor_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
   QkvShape out;
-  if (!f32_inputs(ctx, pow_tensor_backward_inputs, error) ||
-      !qkv_bcast_shapes(ctx, pow_tensor_backward_inputs, 3, &out, error))
+  if (!f32_inputs(ctx, error) || !qkv_bcast_shapes(ctx, 3, &out, error))
     return FALSE;
   if (!qkv_shape_equal(&out, &ctx->in_shapes[0])) {
     g_autofree gchar *want = qkv_shape_to_string(&out);
@@ -320,66 +307,32 @@ pow_tensor_grad(QkvGradCtx *g, GError **error)
 }
 
 #define MATH_DEF(NAME, DOC)                                                                        \
-  {                                                                                                \
-    QKV_OP_DEF_INIT, .name = #NAME, .doc = DOC, .min_inputs = 1, .max_inputs = 1,                  \
-                     .input_names = x_input, .output_names = y_output, .flags = QKV_OP_INPLACE,    \
-                     .shape = unary_shape, .forward = NAME##_forward, .gradient = NAME##_grad,     \
-  }
+  QKV_OP(.name = #NAME, .doc = DOC, QKV_INPUTS("x"), QKV_OUTPUTS("y"), .flags = QKV_OP_INPLACE,    \
+         .shape = unary_shape, .forward = NAME##_forward, .gradient = NAME##_grad)
 
-static const QkvOpDef math_ops[] = {
+const QkvOpDef qkv_ops_math[] = {
     MATH_DEF(abs, "|x|; gradient sign(x) (0 at 0)"),
     MATH_DEF(sign, "-1, 0 or 1 by the sign of x (NaN stays NaN); no gradient"),
     MATH_DEF(sqrt, "square root of x (NaN below 0)"),
     MATH_DEF(square, "x · x"),
-    {
-        QKV_OP_DEF_INIT,
-        .name = "pow",
-        .doc = "x to the power exponent (a scalar); gradient exponent · x^(exponent - 1), 0 for "
-               "exponent 0",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = pow_attrs,
-        .n_attrs = G_N_ELEMENTS(pow_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = pow_shape,
-        .forward = pow_forward,
-        .gradient = pow_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "pow_tensor",
-        .doc = "x to the power exponent elementwise, both f32 tensors broadcast together "
-               "(torch.pow(x, y)); gradients as PyTorch's, 0 where exponent is 0 (for x) or where "
-               "x is 0 and exponent ≥ 0 (for exponent)",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = pow_tensor_inputs,
-        .output_names = y_output,
-        .shape = pow_tensor_shape,
-        .forward = pow_tensor_forward,
-        .gradient = pow_tensor_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "pow_tensor_backward",
-        .doc = "d loss / d x and d loss / d exponent of pow_tensor, in dy's shape",
-        .min_inputs = 3,
-        .max_inputs = 3,
-        .input_names = pow_tensor_backward_inputs,
-        .output_names = pow_tensor_backward_outputs,
-        .shape = pow_tensor_backward_shape,
-        .forward = pow_tensor_backward_forward,
-    },
+    QKV_OP(.name = "pow",
+           .doc = "x to the power exponent (a scalar); gradient exponent · x^(exponent - 1), 0 for "
+                  "exponent 0",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("exponent", FLOAT, "p in x^p")), .flags = QKV_OP_INPLACE,
+           .shape = pow_shape, .forward = pow_forward, .gradient = pow_grad),
+    QKV_OP(.name = "pow_tensor",
+           .doc = "x to the power exponent elementwise, both f32 tensors broadcast together "
+                  "(torch.pow(x, y)); gradients as PyTorch's, 0 where exponent is 0 (for x) or "
+                  "where x is 0 and exponent ≥ 0 (for exponent)",
+           QKV_INPUTS("x", "exponent"), QKV_OUTPUTS("y"), .shape = pow_tensor_shape,
+           .forward = pow_tensor_forward, .gradient = pow_tensor_grad),
+    QKV_OP(.name = "pow_tensor_backward",
+           .doc = "d loss / d x and d loss / d exponent of pow_tensor, in dy's shape",
+           QKV_INPUTS("dy", "x", "exponent"), QKV_OUTPUTS("dx", "dexponent"),
+           .shape = pow_tensor_backward_shape, .forward = pow_tensor_backward_forward),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_math(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(math_ops); i++)
-    qkv_register_builtin(&math_ops[i]);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 
@@ -420,11 +373,11 @@ qkv_square(QkvValue *x, GError **error)
 QkvValue *
 qkv_pow(QkvValue *x, double exponent, GError **error)
 {
-  if (x == NULL)
-    return NULL; /* before building attrs that nothing would free */
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "exponent", g_variant_new_double(exponent));
+  if (x == NULL)
+    return NULL; /* before building attrs that nothing would free */
   return unary_call("pow", x, g_variant_builder_end(&attrs), error);
 }
 

@@ -8,20 +8,6 @@
 
 #include <cblas.h>
 
-static const gchar *const matmul_input_names[] = {"a", "b", NULL};
-static const gchar *const matmul_output_names[] = {"c", NULL};
-
-static const QkvAttrSpec matmul_attrs[] = {
-    {.name = "transpose_a",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "use the transpose of a's last two axes"},
-    {.name = "transpose_b",
-     .type = QKV_ATTR_BOOL,
-     .default_int = FALSE,
-     .doc = "use the transpose of b's last two axes"},
-};
-
 /* Below this many multiply-adds per product, splitting each product costs
  * more than it gains, so batches of such products are split across the pool
  * instead (qkv_sgemm then runs on the calling thread inside each chunk).
@@ -224,27 +210,16 @@ matmul_grad(QkvGradCtx *g, GError **error)
   return TRUE;
 }
 
-static const QkvOpDef matmul_def = {
-    QKV_OP_DEF_INIT,
-    .name = "matmul",
-    .doc = "a (…, M, K) · b (…, K, N) with optional transposes of the last two axes; the batch "
-           "axes are equal or one side is a shared rank-2 matrix",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = matmul_input_names,
-    .output_names = matmul_output_names,
-    .attrs = matmul_attrs,
-    .n_attrs = G_N_ELEMENTS(matmul_attrs),
-    .shape = matmul_shape,
-    .forward = matmul_forward,
-    .gradient = matmul_grad,
+const QkvOpDef qkv_ops_matmul[] = {
+    QKV_OP(.name = "matmul",
+           .doc = "a (…, M, K) · b (…, K, N) with optional transposes of the last two axes; the "
+                  "batch axes are equal or one side is a shared rank-2 matrix",
+           QKV_INPUTS("a", "b"), QKV_OUTPUTS("c"),
+           QKV_ATTRS(QKV_BOOL_ATTR("transpose_a", FALSE, "use the transpose of a's last two axes"),
+                     QKV_BOOL_ATTR("transpose_b", FALSE, "use the transpose of b's last two axes")),
+           .shape = matmul_shape, .forward = matmul_forward, .gradient = matmul_grad),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_matmul(void)
-{
-  qkv_register_builtin(&matmul_def);
-}
 
 QkvValue *
 qkv_matmul(QkvValue *a, QkvValue *b, gboolean transpose_a, gboolean transpose_b, GError **error)

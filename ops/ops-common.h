@@ -1,37 +1,20 @@
 /* ops-common.h: what the built-in op families share (not installed).
  *
  * Ops see only the op ABI (qkv-plugin.h), the public graph API for their
- * typed builders and gradient rules, and the small helpers below.
+ * typed builders and gradient rules, and the small helpers below; op-def.h
+ * says how a family writes its table of op definitions.
  */
 #pragma once
 
 #include <string.h>
 #include "qkv/qkv.h"
 #include "builtins.h"
+#include "op-def.h"
 
-/* One registration function per op family (ops/<family>.c). */
-void qkv_register_ops_matmul(void);
-void qkv_register_ops_elementwise(void);
-void qkv_register_ops_reduce(void);
-void qkv_register_ops_shape(void);
-void qkv_register_ops_softmax(void);
-void qkv_register_ops_embedding(void);
-void qkv_register_ops_loss(void);
-void qkv_register_ops_masked_softmax(void);
-void qkv_register_ops_dot_attention(void);
-void qkv_register_ops_mha(void);
-void qkv_register_ops_dropout(void);
-void qkv_register_ops_layer_norm(void);
-void qkv_register_ops_ffn(void);
-void qkv_register_ops_positional(void);
-void qkv_register_ops_additive_attention(void);
-void qkv_register_ops_compare(void);
-void qkv_register_ops_select(void);
-void qkv_register_ops_math(void);
-void qkv_register_ops_argreduce(void);
-void qkv_register_ops_index(void);
-void qkv_register_ops_cast(void);
-void qkv_register_ops_view(void);
+/* The op table of each family (builtins.h lists them). */
+#define QKV_DECLARE_OP_TABLE(family) G_GNUC_INTERNAL extern const QkvOpDef qkv_ops_##family[];
+QKV_BUILTIN_FAMILIES(QKV_DECLARE_OP_TABLE)
+#undef QKV_DECLARE_OP_TABLE
 
 /* Add a node with inputs[0]'s graph and return its output 0. */
 static inline QkvValue *

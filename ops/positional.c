@@ -21,19 +21,8 @@
 
 #include <math.h>
 
-static const gchar *const pe_input_names[] = {"x", "positions", NULL};
-static const gchar *const pe_output_names[] = {"y", "mask", NULL};
-
-static const QkvAttrSpec pe_attrs[] = {
-    {.name = "dropout",
-     .type = QKV_ATTR_FLOAT,
-     .default_float = 0.0,
-     .doc = "dropout probability after the addition, in [0, 1)"},
-    {.name = "offset",
-     .type = QKV_ATTR_INT,
-     .default_int = 0,
-     .doc = "position of the first row (for decoding one step at a time)"},
-};
+/* The optional positions input sits in a fixed slot after x. */
+#define PE_POSITIONS 1
 
 static gboolean
 pe_shape(QkvShapeCtx *ctx, GError **error)
@@ -51,12 +40,12 @@ pe_shape(QkvShapeCtx *ctx, GError **error)
   if (offset < 0 || offset > G_MAXINT32)
     return qkv_shape_error(ctx, error, QKV_ERROR_ATTRIBUTE,
                            "offset must be in [0, 2^31), got %" G_GINT64_FORMAT, offset);
-  if (ctx->n_inputs > 1) {
-    const QkvShape *ps = &ctx->in_shapes[1];
+  if (ctx->n_inputs > PE_POSITIONS) {
+    const QkvShape *ps = &ctx->in_shapes[PE_POSITIONS];
     gint64 batch = x->rank == 3 ? x->dims[0] : 1;
-    if (ctx->in_dtypes[1] != QKV_I32)
+    if (ctx->in_dtypes[PE_POSITIONS] != QKV_I32)
       return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE, "positions must be i32, got %s",
-                             qkv_dtype_name(ctx->in_dtypes[1]));
+                             qkv_dtype_name(ctx->in_dtypes[PE_POSITIONS]));
     if (ps->rank != 1 || ps->dims[0] != batch) {
       g_autofree gchar *have = qkv_shape_to_string(ps);
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
@@ -80,7 +69,7 @@ pe_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   const QkvShape *x = &ctx->in_shapes[0];
   gint64 t = x->dims[x->rank - 2], d = x->dims[x->rank - 1];
-  gint64 rows = ctx->n_inputs > 1 && x->rank == 3 ? x->dims[0] * t : t;
+  gint64 rows = ctx->n_inputs > PE_POSITIONS && x->rank == 3 ? x->dims[0] * t : t;
   return (gsize)(rows * d + d) * sizeof(float);
 }
 
@@ -164,7 +153,7 @@ pe_forward(const QkvKernelCtx *ctx)
   const float *x = ctx->in[0].data;
   float *y = ctx->out[0].data;
   float *mask = ctx->n_outputs > 1 ? ctx->out[1].data : NULL;
-  const gint32 *positions = ctx->n_inputs > 1 ? ctx->in[1].data : NULL;
+  const gint32 *positions = ctx->n_inputs > PE_POSITIONS ? ctx->in[PE_POSITIONS].data : NULL;
   const gint64 table_rows = positions != NULL ? batch * t : t;
   float *table = ctx->scratch, *div = table + table_rows * d;
 
@@ -196,30 +185,20 @@ pe_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-static const QkvOpDef pe_def = {
-    QKV_OP_DEF_INIT,
-    .name = "positional_encoding",
-    .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, computed "
-           "for any T and d; the optional input positions (i32 (B)) adds a start per batch "
-           "element; output 1 (only when dropout > 0) is the dropout mask",
-    .min_inputs = 1,
-    .max_inputs = 2,
-    .input_names = pe_input_names,
-    .output_names = pe_output_names,
-    .attrs = pe_attrs,
-    .n_attrs = G_N_ELEMENTS(pe_attrs),
-    .flags = QKV_OP_INPLACE | QKV_OP_RANDOM,
-    .shape = pe_shape,
-    .forward = pe_forward,
-    .gradient = pe_grad,
-    .scratch_size = pe_scratch,
+const QkvOpDef qkv_ops_positional[] = {
+    QKV_OP(.name = "positional_encoding",
+           .doc = "dropout(x + P[offset : offset + T]) with the book's sine/cosine table P, "
+                  "computed for any T and d; the optional input positions (i32 (B)) adds a start "
+                  "per batch element; output 1 (only when dropout > 0) is the dropout mask",
+           QKV_INPUTS_OPT(PE_POSITIONS, "x", "positions"), QKV_OUTPUTS("y", "mask"),
+           QKV_ATTRS(
+               QKV_FLOAT_ATTR("dropout", 0.0, "dropout probability after the addition, in [0, 1)"),
+               QKV_INT_ATTR("offset", 0,
+                            "position of the first row (for decoding one step at a time)")),
+           .flags = QKV_OP_INPLACE | QKV_OP_RANDOM, .shape = pe_shape, .forward = pe_forward,
+           .gradient = pe_grad, .scratch_size = pe_scratch),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_positional(void)
-{
-  qkv_register_builtin(&pe_def);
-}
 
 QkvValue *
 qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error)

@@ -18,9 +18,6 @@
  * accumulator this wide stays in L1 and the inner loop vectorises. */
 #define REDUCE_COL_BLOCK 256
 
-static const gchar *const x_input[] = {"x", NULL};
-static const gchar *const y_output[] = {"y", NULL};
-
 /* ---------------------------------------------------------------------------
  * The shared reduction kernel
  * ------------------------------------------------------------------------- */
@@ -215,15 +212,8 @@ reduce_sum(const QkvKernelCtx *ctx, const float *x, const QkvShape *in_shape,
  * ------------------------------------------------------------------------- */
 
 static const QkvAttrSpec reduce_attrs[] = {
-    {.name = "axes",
-     .type = QKV_ATTR_INTS,
-     .required = FALSE,
-     .doc = "axes to reduce, negative ones counted from the end; empty: all axes"},
-    {.name = "keepdims",
-     .type = QKV_ATTR_BOOL,
-     .required = FALSE,
-     .default_int = FALSE,
-     .doc = "keep reduced axes as size 1"},
+    QKV_INTS_ATTR("axes", "axes to reduce, negative ones counted from the end; empty: all axes"),
+    QKV_BOOL_ATTR("keepdims", FALSE, "keep reduced axes as size 1"),
 };
 
 /* Flag the axes named by the "axes" attribute (all when it is empty). Returns
@@ -320,20 +310,6 @@ reduce_grad(QkvGradCtx *g, gboolean mean, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-static const gchar *const reduce_backward_inputs[] = {"dy", "x", NULL};
-
-static const QkvAttrSpec reduce_backward_attrs[] = {
-    {.name = "axes",
-     .type = QKV_ATTR_INTS,
-     .required = FALSE,
-     .doc = "the reduced axes, as given to sum or mean"},
-    {.name = "mean",
-     .type = QKV_ATTR_BOOL,
-     .required = FALSE,
-     .default_int = FALSE,
-     .doc = "divide by the number of elements reduced"},
-};
-
 static gboolean
 reduce_backward_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -414,7 +390,7 @@ mean_grad(QkvGradCtx *g, GError **error)
  * ------------------------------------------------------------------------- */
 
 static const QkvAttrSpec shape_attrs[] = {
-    {.name = "shape", .type = QKV_ATTR_INTS, .required = TRUE, .doc = "the target shape"},
+    QKV_REQUIRED_ATTR("shape", INTS, "the target shape"),
 };
 
 /* The "shape" attribute as a QkvShape, or an error. */
@@ -617,87 +593,31 @@ broadcast_to_grad(QkvGradCtx *g, GError **error)
  * Registration
  * ------------------------------------------------------------------------- */
 
-static const QkvOpDef reduce_ops[] = {
-    {
-        QKV_OP_DEF_INIT,
-        .name = "reduce_backward",
-        .doc = "gradient of sum or mean: dy repeated along x's reduced axes (divided by their "
-               "size for mean); x gives only the shape",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = reduce_backward_inputs,
-        .output_names = y_output,
-        .attrs = reduce_backward_attrs,
-        .n_attrs = G_N_ELEMENTS(reduce_backward_attrs),
-        .no_grad_inputs = 1 << 1,
-        .shape = reduce_backward_shape,
-        .forward = reduce_backward_forward,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "sum",
-        .doc = "sum of x over axes (all axes when none are given)",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = reduce_attrs,
-        .n_attrs = G_N_ELEMENTS(reduce_attrs),
-        .shape = reduce_shape,
-        .forward = sum_forward,
-        .gradient = sum_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "mean",
-        .doc = "mean of x over axes (all axes when none are given)",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = reduce_attrs,
-        .n_attrs = G_N_ELEMENTS(reduce_attrs),
-        .shape = reduce_shape,
-        .forward = mean_forward,
-        .gradient = mean_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "sum_to",
-        .doc = "sum x down to a shape that broadcasts to x's (the adjoint of broadcast_to)",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = shape_attrs,
-        .n_attrs = G_N_ELEMENTS(shape_attrs),
-        .shape = sum_to_shape,
-        .forward = sum_to_forward,
-        .gradient = sum_to_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "broadcast_to",
-        .doc = "repeat x up to a shape it broadcasts to (NumPy rules)",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = shape_attrs,
-        .n_attrs = G_N_ELEMENTS(shape_attrs),
-        .flags = QKV_OP_STATIC_SHAPE,
-        .shape = broadcast_to_shape,
-        .forward = broadcast_to_forward,
-        .gradient = broadcast_to_grad,
-    },
+const QkvOpDef qkv_ops_reduce[] = {
+    QKV_OP(.name = "reduce_backward",
+           .doc = "gradient of sum or mean: dy repeated along x's reduced axes (divided by their "
+                  "size for mean); x gives only the shape",
+           QKV_INPUTS("dy", "x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_INTS_ATTR("axes", "the reduced axes, as given to sum or mean"),
+                     QKV_BOOL_ATTR("mean", FALSE, "divide by the number of elements reduced")),
+           .no_grad_inputs = 1 << 1, .shape = reduce_backward_shape,
+           .forward = reduce_backward_forward),
+    QKV_OP(.name = "sum", .doc = "sum of x over axes (all axes when none are given)",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(reduce_attrs), .shape = reduce_shape,
+           .forward = sum_forward, .gradient = sum_grad),
+    QKV_OP(.name = "mean", .doc = "mean of x over axes (all axes when none are given)",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(reduce_attrs), .shape = reduce_shape,
+           .forward = mean_forward, .gradient = mean_grad),
+    QKV_OP(.name = "sum_to",
+           .doc = "sum x down to a shape that broadcasts to x's (the adjoint of broadcast_to)",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(shape_attrs), .shape = sum_to_shape,
+           .forward = sum_to_forward, .gradient = sum_to_grad),
+    QKV_OP(.name = "broadcast_to", .doc = "repeat x up to a shape it broadcasts to (NumPy rules)",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(shape_attrs),
+           .flags = QKV_OP_STATIC_SHAPE, .shape = broadcast_to_shape,
+           .forward = broadcast_to_forward, .gradient = broadcast_to_grad),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_reduce(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(reduce_ops); i++)
-    qkv_register_builtin(&reduce_ops[i]);
-}
 
 /* ---------------------------------------------------------------------------
  * Typed functions

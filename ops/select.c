@@ -10,8 +10,6 @@
 
 #include <math.h>
 
-static const gchar *const single_output[] = {"y", NULL};
-
 static gboolean
 check_cond_dtype(QkvShapeCtx *ctx, guint i, const gchar *name, GError **error)
 {
@@ -31,8 +29,6 @@ check_f32(QkvShapeCtx *ctx, guint i, const gchar *name, GError **error)
 }
 
 /* ---- where -------------------------------------------------------------- */
-
-static const gchar *const where_inputs[] = {"cond", "a", "b", NULL};
 
 typedef struct {
   float *out;
@@ -72,7 +68,7 @@ where_shape(QkvShapeCtx *ctx, GError **error)
   if (!check_cond_dtype(ctx, 0, "cond", error) || !check_f32(ctx, 1, "a", error) ||
       !check_f32(ctx, 2, "b", error))
     return FALSE;
-  return qkv_bcast_shapes(ctx, where_inputs, 3, &ctx->out_shapes[0], error);
+  return qkv_bcast_shapes(ctx, 3, &ctx->out_shapes[0], error);
 }
 
 static void
@@ -106,15 +102,6 @@ where_grad(QkvGradCtx *g, GError **error)
 }
 
 /* ---- masked_fill -------------------------------------------------------- */
-
-static const gchar *const masked_fill_inputs[] = {"x", "mask", NULL};
-
-static const QkvAttrSpec masked_fill_attrs[] = {
-    {.name = "value",
-     .type = QKV_ATTR_FLOAT,
-     .required = TRUE,
-     .doc = "what the output holds where mask is nonzero"},
-};
 
 typedef struct {
   float *out;
@@ -156,7 +143,7 @@ masked_fill_shape(QkvShapeCtx *ctx, GError **error)
   if (!check_f32(ctx, 0, "x", error) || !check_cond_dtype(ctx, 1, "mask", error))
     return FALSE;
   QkvShape out;
-  if (!qkv_bcast_shapes(ctx, masked_fill_inputs, 2, &out, error))
+  if (!qkv_bcast_shapes(ctx, 2, &out, error))
     return FALSE;
   /* The output is x's shape: the mask may repeat over x, not widen it. */
   if (!qkv_shape_equal(&out, &ctx->in_shapes[0])) {
@@ -191,23 +178,17 @@ masked_fill_grad(QkvGradCtx *g, GError **error)
 
 /* ---- sequence_mask ------------------------------------------------------ */
 
-static const gchar *const sequence_mask_inputs[] = {"valid_lens", "like", NULL};
-
-static const QkvAttrSpec sequence_mask_attrs[] = {
-    {.name = "maxlen",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "T, the length of the new last axis"},
-};
+/* sequence_mask's optional input like sits in a fixed slot after valid_lens. */
+#define SEQUENCE_MASK_LIKE 1
 
 static gboolean
 sequence_mask_shape(QkvShapeCtx *ctx, GError **error)
 {
   const QkvShape *lens = &ctx->in_shapes[0];
   gint64 maxlen = qkv_attrs_get_int(ctx->attrs, "maxlen");
-  if (ctx->n_inputs > 1) {
+  if (ctx->n_inputs > SEQUENCE_MASK_LIKE) {
     /* T from like's last axis, so that it follows a plan's bound shapes */
-    const QkvShape *like = &ctx->in_shapes[1];
+    const QkvShape *like = &ctx->in_shapes[SEQUENCE_MASK_LIKE];
     if (like->rank < 1)
       return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE, "like must have at least one axis");
     maxlen = like->dims[like->rank - 1];
@@ -262,21 +243,9 @@ sequence_mask_forward(const QkvKernelCtx *ctx)
 
 /* ---- clamp and clamp_backward ------------------------------------------ */
 
-static const gchar *const clamp_inputs[] = {"x", NULL};
-static const gchar *const clamp_backward_inputs[] = {"dy", "x", NULL};
-static const gchar *const clamp_backward_output[] = {"dx", NULL};
-
 static const QkvAttrSpec clamp_attrs[] = {
-    {.name = "min",
-     .type = QKV_ATTR_FLOAT,
-     .required = FALSE,
-     .default_float = -INFINITY,
-     .doc = "lower bound (-inf: none)"},
-    {.name = "max",
-     .type = QKV_ATTR_FLOAT,
-     .required = FALSE,
-     .default_float = INFINITY,
-     .doc = "upper bound (+inf: none)"},
+    QKV_FLOAT_ATTR("min", -INFINITY, "lower bound (-inf: none)"),
+    QKV_FLOAT_ATTR("max", INFINITY, "upper bound (+inf: none)"),
 };
 
 /* PyTorch takes min > max and returns max everywhere; here it is refused,
@@ -402,91 +371,38 @@ clamp_backward_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef select_ops[] = {
-    {
-        QKV_OP_DEF_INIT,
-        .name = "where",
-        .doc = "a where cond is nonzero, else b (cond f32 or i32; all three broadcast); gradient "
-               "to a and b",
-        .min_inputs = 3,
-        .max_inputs = 3,
-        .input_names = where_inputs,
-        .output_names = single_output,
-        .no_grad_inputs = 1 << 0,
-        .shape = where_shape,
-        .forward = where_forward,
-        .gradient = where_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "masked_fill",
-        .doc = "x with value where mask (f32 or i32, broadcast to x) is nonzero; zero gradient "
-               "there",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = masked_fill_inputs,
-        .output_names = single_output,
-        .attrs = masked_fill_attrs,
-        .n_attrs = G_N_ELEMENTS(masked_fill_attrs),
-        .no_grad_inputs = 1 << 1,
-        .flags = QKV_OP_INPLACE,
-        .shape = masked_fill_shape,
-        .forward = masked_fill_forward,
-        .gradient = masked_fill_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "sequence_mask",
-        .doc = "f32 mask (…, maxlen) from i32 valid_lens (…): 1 where t < valid_lens, else 0; "
-               "with a second input like, maxlen is like's last dim",
-        .min_inputs = 1,
-        .max_inputs = 2,
-        .input_names = sequence_mask_inputs,
-        .output_names = single_output,
-        .attrs = sequence_mask_attrs,
-        .n_attrs = G_N_ELEMENTS(sequence_mask_attrs),
-        .no_grad_inputs = (1 << 0) | (1 << 1),
-        .shape = sequence_mask_shape,
-        .forward = sequence_mask_forward,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "clamp",
-        .doc = "x limited to [min, max] (NaN passes through); gradient where min ≤ x ≤ max",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = clamp_inputs,
-        .output_names = single_output,
-        .attrs = clamp_attrs,
-        .n_attrs = G_N_ELEMENTS(clamp_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = clamp_shape,
-        .forward = clamp_forward,
-        .gradient = clamp_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "clamp_backward",
-        .doc = "dy where min ≤ x ≤ max, else 0 (the gradient of clamp)",
-        .min_inputs = 2,
-        .max_inputs = 2,
-        .input_names = clamp_backward_inputs,
-        .output_names = clamp_backward_output,
-        .attrs = clamp_attrs,
-        .n_attrs = G_N_ELEMENTS(clamp_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = clamp_backward_shape,
-        .forward = clamp_backward_forward,
-        .gradient = clamp_backward_grad,
-    },
+const QkvOpDef qkv_ops_select[] = {
+    QKV_OP(.name = "where",
+           .doc = "a where cond is nonzero, else b (cond f32 or i32; all three broadcast); "
+                  "gradient to a and b",
+           QKV_INPUTS("cond", "a", "b"), QKV_OUTPUTS("y"), .no_grad_inputs = 1 << 0,
+           .shape = where_shape, .forward = where_forward, .gradient = where_grad),
+    QKV_OP(.name = "masked_fill",
+           .doc = "x with value where mask (f32 or i32, broadcast to x) is nonzero; zero gradient "
+                  "there",
+           QKV_INPUTS("x", "mask"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(
+               QKV_REQUIRED_ATTR("value", FLOAT, "what the output holds where mask is nonzero")),
+           .no_grad_inputs = 1 << 1, .flags = QKV_OP_INPLACE, .shape = masked_fill_shape,
+           .forward = masked_fill_forward, .gradient = masked_fill_grad),
+    QKV_OP(.name = "sequence_mask",
+           .doc = "f32 mask (…, maxlen) from i32 valid_lens (…): 1 where t < valid_lens, else 0; "
+                  "with a second input like, maxlen is like's last dim",
+           QKV_INPUTS_OPT(SEQUENCE_MASK_LIKE, "valid_lens", "like"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("maxlen", INT, "T, the length of the new last axis")),
+           .no_grad_inputs = (1 << 0) | (1 << 1), .shape = sequence_mask_shape,
+           .forward = sequence_mask_forward),
+    QKV_OP(.name = "clamp",
+           .doc = "x limited to [min, max] (NaN passes through); gradient where min ≤ x ≤ max",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(clamp_attrs), .flags = QKV_OP_INPLACE,
+           .shape = clamp_shape, .forward = clamp_forward, .gradient = clamp_grad),
+    QKV_OP(.name = "clamp_backward",
+           .doc = "dy where min ≤ x ≤ max, else 0 (the gradient of clamp)", QKV_INPUTS("dy", "x"),
+           QKV_OUTPUTS("dx"), QKV_ATTR_TABLE(clamp_attrs), .flags = QKV_OP_INPLACE,
+           .shape = clamp_backward_shape, .forward = clamp_backward_forward,
+           .gradient = clamp_backward_grad),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_select(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(select_ops); i++)
-    qkv_register_builtin(&select_ops[i]);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

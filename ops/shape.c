@@ -13,9 +13,6 @@ g_int64_checked_mul_compat(gint64 *dest, gint64 a, gint64 b)
   return __builtin_mul_overflow(a, b, dest);
 }
 
-static const gchar *const x_input_names[] = {"x", NULL};
-static const gchar *const y_output_names[] = {"y", NULL};
-
 /* Element counts around an axis: dims before it, the axis, dims after it. */
 static void
 split_at_axis(const QkvShape *shape, gint axis, gint64 *outer, gint64 *len, gint64 *inner)
@@ -30,13 +27,6 @@ split_at_axis(const QkvShape *shape, gint axis, gint64 *outer, gint64 *len, gint
 }
 
 /* ---- reshape ------------------------------------------------------------ */
-
-static const QkvAttrSpec reshape_attrs[] = {
-    {.name = "shape",
-     .type = QKV_ATTR_INTS,
-     .required = TRUE,
-     .doc = "the new shape; one dimension may be -1 (inferred)"},
-};
 
 static gboolean
 reshape_shape(QkvShapeCtx *ctx, GError **error)
@@ -105,13 +95,6 @@ reshape_grad(QkvGradCtx *g, GError **error)
 }
 
 /* ---- permute ------------------------------------------------------------ */
-
-static const QkvAttrSpec permute_attrs[] = {
-    {.name = "perm",
-     .type = QKV_ATTR_INTS,
-     .required = TRUE,
-     .doc = "output axis i is input axis perm[i] (negative counts from the end)"},
-};
 
 /* Validate perm against rank and normalise it into out; FALSE if it is not a
  * permutation of the axes. */
@@ -267,21 +250,6 @@ permute_grad(QkvGradCtx *g, GError **error)
 
 /* ---- slice -------------------------------------------------------------- */
 
-static const QkvAttrSpec slice_attrs[] = {
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the axis to slice (negative counts from the end)"},
-    {.name = "start",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "first index kept (negative counts from the end)"},
-    {.name = "end",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "one past the last index kept (negative counts from the end)"},
-};
-
 /* The slice's axis and [start, end) after normalisation; FALSE with an
  * error if they are out of range (no clamping: a wrong index is a bug in the
  * caller, better reported than hidden). */
@@ -389,25 +357,6 @@ slice_grad(QkvGradCtx *g, GError **error)
 
 /* ---- slice_backward ----------------------------------------------------- */
 
-static const gchar *const slice_backward_input_names[] = {"dy", NULL};
-static const gchar *const slice_backward_output_names[] = {"dx", NULL};
-
-static const QkvAttrSpec slice_backward_attrs[] = {
-    {.name = "shape",
-     .type = QKV_ATTR_INTS,
-     .required = TRUE,
-     .doc = "the sliced input's shape at build time; only its size along axis is kept, the other "
-            "axes follow dy"},
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the sliced axis (negative counts from the end)"},
-    {.name = "start",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "where dy starts along axis (negative counts from the end)"},
-};
-
 /* The output shape, axis and start of a slice_backward; FALSE with an error
  * when dy does not fit in the shape at start. */
 static gboolean
@@ -496,15 +445,6 @@ slice_backward_grad(QkvGradCtx *g, GError **error)
 }
 
 /* ---- concat ------------------------------------------------------------- */
-
-static const gchar *const concat_input_names[] = {"xs", NULL};
-
-static const QkvAttrSpec concat_attrs[] = {
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "the axis to join along (negative counts from the end)"},
-};
 
 static gint
 concat_axis(const QkvAttrs *attrs, gint rank)
@@ -608,92 +548,47 @@ concat_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef reshape_def = {
-    QKV_OP_DEF_INIT,
-    .name = "reshape",
-    .doc = "the same elements in a new shape; one dimension may be -1",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = x_input_names,
-    .output_names = y_output_names,
-    .attrs = reshape_attrs,
-    .n_attrs = G_N_ELEMENTS(reshape_attrs),
-    .flags = QKV_OP_INPLACE,
-    .shape = reshape_shape,
-    .forward = reshape_forward,
-    .gradient = reshape_grad,
+const QkvOpDef qkv_ops_shape[] = {
+    QKV_OP(.name = "reshape", .doc = "the same elements in a new shape; one dimension may be -1",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("shape", INTS,
+                                       "the new shape; one dimension may be -1 (inferred)")),
+           .flags = QKV_OP_INPLACE, .shape = reshape_shape, .forward = reshape_forward,
+           .gradient = reshape_grad),
+    QKV_OP(.name = "permute", .doc = "reorder the axes: output axis i is input axis perm[i]",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR(
+               "perm", INTS, "output axis i is input axis perm[i] (negative counts from the end)")),
+           .shape = permute_shape, .forward = permute_forward, .gradient = permute_grad),
+    QKV_OP(.name = "slice",
+           .doc = "the elements start ≤ i < end along axis; negative indices count from the end, "
+                  "and indices out of range are an error",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(
+               QKV_REQUIRED_ATTR("axis", INT, "the axis to slice (negative counts from the end)"),
+               QKV_REQUIRED_ATTR("start", INT, "first index kept (negative counts from the end)"),
+               QKV_REQUIRED_ATTR("end", INT,
+                                 "one past the last index kept (negative counts from the end)")),
+           .shape = slice_shape, .forward = slice_forward, .gradient = slice_grad),
+    QKV_OP(.name = "slice_backward",
+           .doc = "zeros of the sliced input's shape with dy placed at start along axis",
+           QKV_INPUTS("dy"), QKV_OUTPUTS("dx"),
+           QKV_ATTRS(
+               QKV_REQUIRED_ATTR("shape", INTS,
+                                 "the sliced input's shape at build time; only its size along axis "
+                                 "is kept, the other axes follow dy"),
+               QKV_REQUIRED_ATTR("axis", INT, "the sliced axis (negative counts from the end)"),
+               QKV_REQUIRED_ATTR("start", INT,
+                                 "where dy starts along axis (negative counts from the end)")),
+           .shape = slice_backward_shape, .forward = slice_backward_forward,
+           .gradient = slice_backward_grad),
+    QKV_OP(.name = "concat", .doc = "join the inputs along axis; the other axes must agree",
+           QKV_INPUTS_VARIADIC("xs"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("axis", INT,
+                                       "the axis to join along (negative counts from the end)")),
+           .shape = concat_shape, .forward = concat_forward, .gradient = concat_grad),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef permute_def = {
-    QKV_OP_DEF_INIT,
-    .name = "permute",
-    .doc = "reorder the axes: output axis i is input axis perm[i]",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = x_input_names,
-    .output_names = y_output_names,
-    .attrs = permute_attrs,
-    .n_attrs = G_N_ELEMENTS(permute_attrs),
-    .shape = permute_shape,
-    .forward = permute_forward,
-    .gradient = permute_grad,
-};
-
-static const QkvOpDef slice_def = {
-    QKV_OP_DEF_INIT,
-    .name = "slice",
-    .doc = "the elements start ≤ i < end along axis; negative indices count from the end, and "
-           "indices out of range are an error",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = x_input_names,
-    .output_names = y_output_names,
-    .attrs = slice_attrs,
-    .n_attrs = G_N_ELEMENTS(slice_attrs),
-    .shape = slice_shape,
-    .forward = slice_forward,
-    .gradient = slice_grad,
-};
-
-static const QkvOpDef slice_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "slice_backward",
-    .doc = "zeros of the sliced input's shape with dy placed at start along axis",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = slice_backward_input_names,
-    .output_names = slice_backward_output_names,
-    .attrs = slice_backward_attrs,
-    .n_attrs = G_N_ELEMENTS(slice_backward_attrs),
-    .shape = slice_backward_shape,
-    .forward = slice_backward_forward,
-    .gradient = slice_backward_grad,
-};
-
-static const QkvOpDef concat_def = {
-    QKV_OP_DEF_INIT,
-    .name = "concat",
-    .doc = "join the inputs along axis; the other axes must agree",
-    .min_inputs = 1,
-    .max_inputs = -1,
-    .input_names = concat_input_names,
-    .output_names = y_output_names,
-    .attrs = concat_attrs,
-    .n_attrs = G_N_ELEMENTS(concat_attrs),
-    .shape = concat_shape,
-    .forward = concat_forward,
-    .gradient = concat_grad,
-};
-
-void
-qkv_register_ops_shape(void)
-{
-  qkv_register_builtin(&reshape_def);
-  qkv_register_builtin(&permute_def);
-  qkv_register_builtin(&slice_def);
-  qkv_register_builtin(&slice_backward_def);
-  qkv_register_builtin(&concat_def);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

@@ -8,11 +8,6 @@
 
 #include <math.h>
 
-static const gchar *const x_input_names[] = {"x", NULL};
-static const gchar *const y_output_names[] = {"y", NULL};
-static const gchar *const backward_input_names[] = {"dy", "y", NULL};
-static const gchar *const backward_output_names[] = {"dx", NULL};
-
 static float
 row_max(const float *x, gint64 n)
 {
@@ -228,66 +223,24 @@ log_softmax_backward_forward(const QkvKernelCtx *ctx)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef softmax_def = {
-    QKV_OP_DEF_INIT,
-    .name = "softmax",
-    .doc = "exp(x) / Σ exp(x) over the last axis",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = x_input_names,
-    .output_names = y_output_names,
-    /* Each row is read completely (its max) before it is overwritten. */
-    .flags = QKV_OP_INPLACE,
-    .shape = softmax_shape,
-    .forward = softmax_forward,
-    .gradient = softmax_grad,
+const QkvOpDef qkv_ops_softmax[] = {
+    /* In place: each row is read completely (its max) before it is overwritten. */
+    QKV_OP(.name = "softmax", .doc = "exp(x) / Σ exp(x) over the last axis", QKV_INPUTS("x"),
+           QKV_OUTPUTS("y"), .flags = QKV_OP_INPLACE, .shape = softmax_shape,
+           .forward = softmax_forward, .gradient = softmax_grad),
+    QKV_OP(.name = "log_softmax", .doc = "x − log Σ exp(x) over the last axis", QKV_INPUTS("x"),
+           QKV_OUTPUTS("y"), .shape = softmax_shape, .forward = log_softmax_forward,
+           .gradient = log_softmax_grad),
+    QKV_OP(.name = "softmax_backward",
+           .doc = "y · (dy − Σ dy·y) over the last axis, given the softmax output y",
+           QKV_INPUTS("dy", "y"), QKV_OUTPUTS("dx"), .shape = backward_shape,
+           .forward = softmax_backward_forward),
+    QKV_OP(.name = "log_softmax_backward",
+           .doc = "dy − exp(y) · Σ dy over the last axis, given the log_softmax output y",
+           QKV_INPUTS("dy", "y"), QKV_OUTPUTS("dx"), .shape = backward_shape,
+           .forward = log_softmax_backward_forward),
+    QKV_OPS_END,
 };
-
-static const QkvOpDef log_softmax_def = {
-    QKV_OP_DEF_INIT,
-    .name = "log_softmax",
-    .doc = "x − log Σ exp(x) over the last axis",
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .input_names = x_input_names,
-    .output_names = y_output_names,
-    .shape = softmax_shape,
-    .forward = log_softmax_forward,
-    .gradient = log_softmax_grad,
-};
-
-static const QkvOpDef softmax_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "softmax_backward",
-    .doc = "y · (dy − Σ dy·y) over the last axis, given the softmax output y",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .shape = backward_shape,
-    .forward = softmax_backward_forward,
-};
-
-static const QkvOpDef log_softmax_backward_def = {
-    QKV_OP_DEF_INIT,
-    .name = "log_softmax_backward",
-    .doc = "dy − exp(y) · Σ dy over the last axis, given the log_softmax output y",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .input_names = backward_input_names,
-    .output_names = backward_output_names,
-    .shape = backward_shape,
-    .forward = log_softmax_backward_forward,
-};
-
-void
-qkv_register_ops_softmax(void)
-{
-  qkv_register_builtin(&softmax_def);
-  qkv_register_builtin(&log_softmax_def);
-  qkv_register_builtin(&softmax_backward_def);
-  qkv_register_builtin(&log_softmax_backward_def);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 

@@ -9,9 +9,6 @@
  */
 #include "ops-common.h"
 
-static const gchar *const x_input[] = {"x", NULL};
-static const gchar *const y_output[] = {"y", NULL};
-
 static gboolean
 check_dtype(QkvShapeCtx *ctx, GError **error)
 {
@@ -68,14 +65,6 @@ squeeze_grad(QkvGradCtx *g, GError **error)
 
 /* ---- unsqueeze ---------------------------------------------------------- */
 
-static const QkvAttrSpec unsqueeze_attrs[] = {
-    {.name = "axis",
-     .type = QKV_ATTR_INT,
-     .required = TRUE,
-     .doc = "where the new axis goes in the output, -(rank + 1) ≤ axis ≤ rank (negative counts "
-            "from the end)"},
-};
-
 static gboolean
 unsqueeze_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -101,13 +90,6 @@ unsqueeze_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* ---- squeeze ------------------------------------------------------------ */
-
-static const QkvAttrSpec squeeze_attrs[] = {
-    {.name = "axes",
-     .type = QKV_ATTR_INTS,
-     .required = FALSE,
-     .doc = "axes of size 1 to drop (negative count from the end); empty: every axis of size 1"},
-};
 
 static gboolean
 squeeze_shape(QkvShapeCtx *ctx, GError **error)
@@ -143,13 +125,6 @@ squeeze_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* ---- expand ------------------------------------------------------------- */
-
-static const QkvAttrSpec expand_attrs[] = {
-    {.name = "shape",
-     .type = QKV_ATTR_INTS,
-     .required = TRUE,
-     .doc = "the target shape; -1 keeps x's size on that axis"},
-};
 
 /* The target shape with each -1 replaced by x's size; FALSE with an error
  * (when ctx is given) if x cannot be expanded to it. */
@@ -282,61 +257,31 @@ expand_grad(QkvGradCtx *g, GError **error)
 
 /* ---- registration ------------------------------------------------------- */
 
-static const QkvOpDef view_ops[] = {
-    {
-        QKV_OP_DEF_INIT,
-        .name = "unsqueeze",
-        .doc = "x with a new axis of size 1 at axis",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = unsqueeze_attrs,
-        .n_attrs = G_N_ELEMENTS(unsqueeze_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = unsqueeze_shape,
-        .forward = copy_forward,
-        .gradient = unsqueeze_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "squeeze",
-        .doc = "x without the given axes of size 1 (every axis of size 1 when none are given); an "
-               "axis of another size is an error",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = squeeze_attrs,
-        .n_attrs = G_N_ELEMENTS(squeeze_attrs),
-        .flags = QKV_OP_INPLACE,
-        .shape = squeeze_shape,
-        .forward = copy_forward,
-        .gradient = squeeze_grad,
-    },
-    {
-        QKV_OP_DEF_INIT,
-        .name = "expand",
-        .doc = "x repeated along its axes of size 1 and new leading axes up to shape (-1 keeps a "
-               "size), as torch.expand; gradient summed over the repeats",
-        .min_inputs = 1,
-        .max_inputs = 1,
-        .input_names = x_input,
-        .output_names = y_output,
-        .attrs = expand_attrs,
-        .n_attrs = G_N_ELEMENTS(expand_attrs),
-        .shape = expand_shape,
-        .forward = expand_forward,
-        .gradient = expand_grad,
-    },
+const QkvOpDef qkv_ops_view[] = {
+    QKV_OP(.name = "unsqueeze", .doc = "x with a new axis of size 1 at axis", QKV_INPUTS("x"),
+           QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("axis", INT,
+                                       "where the new axis goes in the output, -(rank + 1) ≤ axis "
+                                       "≤ rank (negative counts from the end)")),
+           .flags = QKV_OP_INPLACE, .shape = unsqueeze_shape, .forward = copy_forward,
+           .gradient = unsqueeze_grad),
+    QKV_OP(.name = "squeeze",
+           .doc = "x without the given axes of size 1 (every axis of size 1 when none are given); "
+                  "an axis of another size is an error",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_INTS_ATTR("axes", "axes of size 1 to drop (negative count from the end); "
+                                           "empty: every axis of size 1")),
+           .flags = QKV_OP_INPLACE, .shape = squeeze_shape, .forward = copy_forward,
+           .gradient = squeeze_grad),
+    QKV_OP(.name = "expand",
+           .doc = "x repeated along its axes of size 1 and new leading axes up to shape (-1 keeps "
+                  "a size), as torch.expand; gradient summed over the repeats",
+           QKV_INPUTS("x"), QKV_OUTPUTS("y"),
+           QKV_ATTRS(QKV_REQUIRED_ATTR("shape", INTS,
+                                       "the target shape; -1 keeps x's size on that axis")),
+           .shape = expand_shape, .forward = expand_forward, .gradient = expand_grad),
+    QKV_OPS_END,
 };
-
-void
-qkv_register_ops_view(void)
-{
-  for (gsize i = 0; i < G_N_ELEMENTS(view_ops); i++)
-    qkv_register_builtin(&view_ops[i]);
-}
 
 /* ---- typed functions ---------------------------------------------------- */
 
