@@ -10,18 +10,21 @@ gboolean
 gru_layer_params(QkvBuilder *b, const gchar *name, gint k, gint64 in, gint64 hidden,
                  GruLayer *layer, GError **error)
 {
-  g_autofree gchar *wi = g_strdup_printf("%s.weight_ih_l%d", name, k);
-  g_autofree gchar *wh = g_strdup_printf("%s.weight_hh_l%d", name, k);
-  g_autofree gchar *bi = g_strdup_printf("%s.bias_ih_l%d", name, k);
-  g_autofree gchar *bh = g_strdup_printf("%s.bias_hh_l%d", name, k);
+  /* nn.GRU's names carry the layer: "weight_ih_l0" under the GRU's name */
+  g_autofree gchar *wi = g_strdup_printf("weight_ih_l%d", k);
+  g_autofree gchar *wh = g_strdup_printf("weight_hh_l%d", k);
+  g_autofree gchar *bi = g_strdup_printf("bias_ih_l%d", k);
+  g_autofree gchar *bh = g_strdup_printf("bias_hh_l%d", k);
   QkvShape wis = QKV_SHAPE(3 * hidden, in), whs = QKV_SHAPE(3 * hidden, hidden);
   QkvShape bs = QKV_SHAPE(3 * hidden);
   /* nn.GRU draws every parameter from U(±1/√hidden); the book re-initialises
    * the weights with Xavier, which xavier_linear selects here too */
+  qkv_builder_push(b, name, error);
   layer->w_ih = qkv_build_param(b, wi, &wis, "linear_weight", hidden, error);
   layer->w_hh = qkv_build_param(b, wh, &whs, "linear_weight", hidden, error);
   layer->b_ih = qkv_build_param(b, bi, &bs, "linear_bias", hidden, error);
   layer->b_hh = qkv_build_param(b, bh, &bs, "linear_bias", hidden, error);
+  qkv_builder_pop(b);
   return qkv_values_present(
       "gru", (QkvValue *[]){layer->w_ih, layer->w_hh, layer->b_ih, layer->b_hh}, 4, error);
 }
@@ -175,12 +178,11 @@ bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, Q
 
   /* decoder parameters, in the book's order */
   QkvShape hh = QKV_SHAPE(H, H), vh = QKV_SHAPE(1, H);
-  QkvValue *w_k =
-      qkv_build_param(b, "decoder.attention.W_k.weight", &hh, "linear_weight", H, error);
-  QkvValue *w_q =
-      qkv_build_param(b, "decoder.attention.W_q.weight", &hh, "linear_weight", H, error);
-  QkvValue *w_v =
-      qkv_build_param(b, "decoder.attention.w_v.weight", &vh, "linear_weight", H, error);
+  qkv_builder_push(b, "decoder.attention", error);
+  QkvValue *w_k = qkv_build_param(b, "W_k.weight", &hh, "linear_weight", H, error);
+  QkvValue *w_q = qkv_build_param(b, "W_q.weight", &hh, "linear_weight", H, error);
+  QkvValue *w_v = qkv_build_param(b, "w_v.weight", &vh, "linear_weight", H, error);
+  qkv_builder_pop(b);
   QkvValue *demb = qkv_build_embedding(b, "decoder.embedding", dec_in, cfg->tgt_vocab, E, error);
   g_autofree GruLayer *layers = g_new0(GruLayer, L);
   for (gint k = 0; k < L; k++)

@@ -28,13 +28,13 @@ check_attention_config(const gchar *me, const gchar *field, const QkvLuongAttent
   return TRUE;
 }
 
-gboolean
-luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *cfg,
-              QkvValue *source, QkvValue *src_valid, Luong *a, GError **error)
+/* luong_prepare() under the scope of the attention's name. */
+static gboolean
+prepare(QkvBuilder *b, const QkvLuongAttentionConfig *cfg, QkvValue *source, QkvValue *src_valid,
+        Luong *a, GError **error)
 {
   const gint64 H = qkv_value_shape(source)->dims[2], S = qkv_value_shape(source)->dims[1];
   *a = (Luong){.cfg = *cfg, .hidden = H, .src_len = S, .source = source, .valid = src_valid};
-  g_autofree gchar *wa = g_strdup_printf("%s.W_a.weight", name);
   QkvShape hh = QKV_SHAPE(H, H), h2h = QKV_SHAPE(H, 2 * H), vh = QKV_SHAPE(1, H);
   switch (cfg->score) {
   case QKV_LUONG_DOT:
@@ -42,16 +42,15 @@ luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *c
     break;
   case QKV_LUONG_GENERAL: {
     /* h_tᵀ (W_a h̄_s): project the source once */
-    QkvValue *w_a = qkv_build_param(b, wa, &hh, "linear_weight", H, error);
+    QkvValue *w_a = qkv_build_param(b, "W_a.weight", &hh, "linear_weight", H, error);
     a->keys = qkv_matmul(source, w_a, FALSE, TRUE, error);
     break;
   }
   case QKV_LUONG_CONCAT: {
     /* W_a [h_t; h̄_s] = W_a[:, :H] h_t + W_a[:, H:] h̄_s: the source half
      * once, the query half per query */
-    g_autofree gchar *va = g_strdup_printf("%s.v_a.weight", name);
-    QkvValue *w_a = qkv_build_param(b, wa, &h2h, "linear_weight", 2 * H, error);
-    a->v_a = qkv_build_param(b, va, &vh, "linear_weight", H, error);
+    QkvValue *w_a = qkv_build_param(b, "W_a.weight", &h2h, "linear_weight", 2 * H, error);
+    a->v_a = qkv_build_param(b, "v_a.weight", &vh, "linear_weight", H, error);
     a->w_query = qkv_slice(w_a, -1, 0, H, error);
     a->keys = qkv_matmul(source, qkv_slice(w_a, -1, H, 2 * H, error), FALSE, TRUE, error);
     if (a->v_a == NULL)
@@ -65,10 +64,8 @@ luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *c
     return TRUE;
 
   if (cfg->align == QKV_LUONG_LOCAL_P) {
-    g_autofree gchar *wp = g_strdup_printf("%s.W_p.weight", name);
-    g_autofree gchar *vp = g_strdup_printf("%s.v_p.weight", name);
-    a->w_p = qkv_build_param(b, wp, &hh, "linear_weight", H, error);
-    a->v_p = qkv_build_param(b, vp, &vh, "linear_weight", H, error);
+    a->w_p = qkv_build_param(b, "W_p.weight", &hh, "linear_weight", H, error);
+    a->v_p = qkv_build_param(b, "v_p.weight", &vh, "linear_weight", H, error);
   }
   /* S: each sentence's valid length, (B, 1, 1) against scores (B, n, S) */
   a->length =
@@ -85,6 +82,16 @@ luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *c
   return qkv_values_present("qkv_build_luong_attention",
                             (QkvValue *[]){a->length, a->positions, a->window}, 3, error) &&
          (cfg->align != QKV_LUONG_LOCAL_P || (a->w_p != NULL && a->v_p != NULL));
+}
+
+gboolean
+luong_prepare(QkvBuilder *b, const gchar *name, const QkvLuongAttentionConfig *cfg,
+              QkvValue *source, QkvValue *src_valid, Luong *a, GError **error)
+{
+  qkv_builder_push(b, name, error);
+  gboolean prepared = prepare(b, cfg, source, src_valid, a, error);
+  qkv_builder_pop(b);
+  return prepared;
 }
 
 QkvValue *

@@ -65,17 +65,14 @@ encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src, QkvValue 
 {
   QkvValue *x = embed_and_encode_positions(b, "encoder", src, cfg->src_vocab, cfg, error);
   for (gint i = 0; i < cfg->num_layers; i++) {
-    g_autofree gchar *blk = g_strdup_printf("encoder.blks.block%d", i);
-    g_autofree gchar *att = g_strconcat(blk, ".attention", NULL);
-    g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
-    g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
-    g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
-    qkv_graph_set_scope(b->graph, blk);
-    QkvValue *a = qkv_build_mha(b, att, x, x, x, cfg->num_hiddens, cfg->num_heads, valid_lens,
-                                FALSE, cfg->dropout, self_weights ? &self_weights[i] : NULL, error);
-    QkvValue *y = qkv_build_addnorm(b, an1, x, a, cfg->dropout, error);
-    QkvValue *f = qkv_build_ffn(b, ffn, y, cfg->ffn_hiddens, cfg->num_hiddens, error);
-    x = qkv_build_addnorm(b, an2, y, f, cfg->dropout, error);
+    qkv_builder_push_printf(b, error, "encoder.blks.block%d", i);
+    QkvValue *a =
+        qkv_build_mha(b, "attention", x, x, x, cfg->num_hiddens, cfg->num_heads, valid_lens, FALSE,
+                      cfg->dropout, self_weights ? &self_weights[i] : NULL, error);
+    QkvValue *y = qkv_build_addnorm(b, "addnorm1", x, a, cfg->dropout, error);
+    QkvValue *f = qkv_build_ffn(b, "ffn", y, cfg->ffn_hiddens, cfg->num_hiddens, error);
+    x = qkv_build_addnorm(b, "addnorm2", y, f, cfg->dropout, error);
+    qkv_builder_pop(b);
   }
   return x;
 }
@@ -132,9 +129,10 @@ qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cf
 static QkvValue *
 tied_output(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, GError **error)
 {
-  g_autofree gchar *en = g_strconcat(transformer_embedding_name(cfg, "decoder"), ".weight", NULL);
   QkvShape es = QKV_SHAPE(cfg->tgt_vocab, cfg->num_hiddens), bs = QKV_SHAPE(cfg->tgt_vocab);
-  QkvValue *e = qkv_build_param(b, en, &es, "embedding", 0, error);
+  qkv_builder_push(b, transformer_embedding_name(cfg, "decoder"), error);
+  QkvValue *e = qkv_build_param(b, "weight", &es, "embedding", 0, error);
+  qkv_builder_pop(b);
   QkvValue *bias =
       e ? qkv_build_param(b, "decoder.dense.bias", &bs, "linear_bias", cfg->num_hiddens, error)
         : NULL;
@@ -150,38 +148,30 @@ transformer_output(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, 
   return x ? tied_output(b, cfg, x, error) : NULL;
 }
 
-/* outer_scope: the caller's scope, for the nodes after the blocks. */
 static QkvValue *
 decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue *enc_outputs,
-        QkvValue *enc_valid_lens, QkvValue **cross_weights, const gchar *outer_scope,
-        QkvTransformerTaps *taps, GError **error)
+        QkvValue *enc_valid_lens, QkvValue **cross_weights, QkvTransformerTaps *taps,
+        GError **error)
 {
   QkvValue *x = embed_and_encode_positions(b, "decoder", tgt, cfg->tgt_vocab, cfg, error);
   for (gint i = 0; i < cfg->num_layers; i++) {
-    g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
-    g_autofree gchar *att1 = g_strconcat(blk, ".attention1", NULL);
-    g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
-    g_autofree gchar *att2 = g_strconcat(blk, ".attention2", NULL);
-    g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
-    g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
-    g_autofree gchar *an3 = g_strconcat(blk, ".addnorm3", NULL);
-    qkv_graph_set_scope(b->graph, blk);
+    qkv_builder_push_printf(b, error, "decoder.blks.block%d", i);
     /* the book's training-time dec_valid_lens = 1..T per query is the causal mask */
     QkvValue **self_w = (taps && taps->self_weights) ? &taps->self_weights[i] : NULL;
-    QkvValue *a1 = qkv_build_mha(b, att1, x, x, x, cfg->num_hiddens, cfg->num_heads, NULL, TRUE,
-                                 cfg->dropout, self_w, error);
-    QkvValue *y = qkv_build_addnorm(b, an1, x, a1, cfg->dropout, error);
+    QkvValue *a1 = qkv_build_mha(b, "attention1", x, x, x, cfg->num_hiddens, cfg->num_heads, NULL,
+                                 TRUE, cfg->dropout, self_w, error);
+    QkvValue *y = qkv_build_addnorm(b, "addnorm1", x, a1, cfg->dropout, error);
     QkvValue **weights = (cross_weights != NULL && i == cfg->num_layers - 1) ? cross_weights : NULL;
     if (taps != NULL && taps->cross_weights != NULL)
       weights = &taps->cross_weights[i];
     QkvValue *a2 =
-        qkv_build_mha(b, att2, y, enc_outputs, enc_outputs, cfg->num_hiddens, cfg->num_heads,
-                      enc_valid_lens, FALSE, cfg->dropout, weights, error);
-    QkvValue *z = qkv_build_addnorm(b, an2, y, a2, cfg->dropout, error);
-    QkvValue *f = qkv_build_ffn(b, ffn, z, cfg->ffn_hiddens, cfg->num_hiddens, error);
-    x = qkv_build_addnorm(b, an3, z, f, cfg->dropout, error);
+        qkv_build_mha(b, "attention2", y, enc_outputs, enc_outputs, cfg->num_hiddens,
+                      cfg->num_heads, enc_valid_lens, FALSE, cfg->dropout, weights, error);
+    QkvValue *z = qkv_build_addnorm(b, "addnorm2", y, a2, cfg->dropout, error);
+    QkvValue *f = qkv_build_ffn(b, "ffn", z, cfg->ffn_hiddens, cfg->num_hiddens, error);
+    x = qkv_build_addnorm(b, "addnorm3", z, f, cfg->dropout, error);
+    qkv_builder_pop(b);
   }
-  qkv_graph_set_scope(b->graph, outer_scope);
   return transformer_output(b, cfg, x, error);
 }
 
@@ -202,7 +192,7 @@ qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, Qk
   qkv_builder_begin(b, &mark);
   QkvValue *weights = NULL;
   QkvValue *logits = decoder(b, cfg, tgt, enc_outputs, enc_valid_lens,
-                             cross_weights ? &weights : NULL, mark.scope, NULL, error);
+                             cross_weights ? &weights : NULL, NULL, error);
   logits = qkv_builder_end(b, &mark, logits);
   if (logits != NULL && cross_weights != NULL)
     *cross_weights = weights;
@@ -223,8 +213,7 @@ qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformerConfig *cf
     return NULL;
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
-  QkvValue *logits =
-      decoder(b, cfg, tgt, enc_outputs, enc_valid_lens, NULL, mark.scope, taps, error);
+  QkvValue *logits = decoder(b, cfg, tgt, enc_outputs, enc_valid_lens, NULL, taps, error);
   logits = qkv_builder_end(b, &mark, logits);
   if (logits == NULL)
     taps_clear(taps, cfg->num_layers);

@@ -33,12 +33,12 @@ static QkvValue *
 attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *valid_lens,
                   gint num_queries, gint64 key_size, QkvValue **weights, GError **error)
 {
-  g_autofree gchar *qn = g_strconcat(name, ".queries", NULL);
-  g_autofree gchar *kn = g_strconcat(name, ".W_k", NULL);
   QkvShape qs = QKV_SHAPE(num_queries, key_size);
-  QkvValue *queries = qkv_build_param(b, qn, &qs, "embedding", 0, error);
+  qkv_builder_push(b, name, error);
+  QkvValue *queries = qkv_build_param(b, "queries", &qs, "embedding", 0, error);
   /* (B, T, key_size); not tried after a failure, which would set error twice */
-  QkvValue *keys = queries ? qkv_build_linear(b, kn, x, key_size, FALSE, error) : NULL;
+  QkvValue *keys = queries ? qkv_build_linear(b, "W_k", x, key_size, FALSE, error) : NULL;
+  qkv_builder_pop(b);
   /* a (K, key) matrix against a batch of (T, key): one product per sentence */
   QkvValue *scores = qkv_matmul(queries, keys, FALSE, TRUE, error); /* (B, K, T) */
   scores = qkv_scale(scores, 1.0 / sqrt((double)key_size), error);

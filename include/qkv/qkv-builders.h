@@ -12,13 +12,37 @@
 
 #include <glib.h>
 #include "qkv-graph.h"
+#include "qkv-init.h"
 #include "qkv-nn.h"
 
 G_BEGIN_DECLS
 
+/* The initialisers a builder gives the parameters it creates, by role. A
+ * role whose kind is QKV_INIT_DEFAULT (zero) keeps the book's choice, so a
+ * zero-initialised QkvBuilderInits changes nothing. Parameters that already
+ * exist in the store are reused as they are. */
+typedef struct {
+  /* every table initialised as nn.Embedding is (init "embedding"): the
+   * embeddings, a tied output matrix, the attention pooling's queries;
+   * default N(0, 1) */
+  QkvInit embedding;
+  /* every weight matrix initialised as nn.Linear's is (init
+   * "linear_weight"): linear layers, attention projections, GRU and Luong
+   * weights; default QkvBuilder.xavier_linear's rule */
+  QkvInit weight;
+  /* every bias initialised as nn.Linear's is (init "linear_bias"): default
+   * U(±1/√fan_in) */
+  QkvInit bias;
+  gpointer reserved[2];
+} QkvBuilderInits;
+
+/* The scope stack of a builder (private; see qkv_builder_push()). */
+typedef struct _QkvBuilderScopes QkvBuilderScopes;
+
 /* Where builders put their nodes and parameters, and how they initialise new
  * parameters: each from qkv_init_seed_for_name(seed, name), so values do not
- * depend on the order of creation. */
+ * depend on the order of creation. Zero-initialise it (designated
+ * initialisers do): every field after seed is optional. */
 typedef struct {
   QkvGraph *graph;
   QkvParams *params;
@@ -26,8 +50,73 @@ typedef struct {
   /* TRUE: every linear weight starts Xavier-uniform (the book's
    * xavier_init_weights); FALSE: PyTorch's nn.Linear default. */
   gboolean xavier_linear;
-  gpointer reserved[4];
+  /* NULL, or the initialisers by role (borrowed: it must outlive the
+   * builder calls); NULL is the book's choice for every role */
+  const QkvBuilderInits *inits;
+  /* private, managed by qkv_builder_push() and qkv_builder_pop(): NULL while
+   * no scope is pushed. A builder with scopes pushed must not be copied. */
+  QkvBuilderScopes *scopes;
+  gpointer reserved[2];
 } QkvBuilder;
+
+/* ---- Name scopes ----------------------------------------------------------
+ *
+ * A builder carries a stack of names. Every parameter a builder creates or
+ * reuses is named "<scope>.<name>", where scope is the stack's names joined
+ * by "." (no scope: the name alone), so a model written as
+ *
+ *   qkv_builder_push_printf(b, &error, "blocks.%d", i);
+ *   x = qkv_build_mha(b, "attention", x, x, x, d, heads, NULL, TRUE, 0.0, NULL, &error);
+ *   qkv_builder_pop(b);
+ *
+ * gets "blocks.3.attention.W_q.weight" without assembling it. The layer
+ * builders push their own name while they run, and the graph's scope (the
+ * prefix of node names, qkv_graph_set_scope()) follows the stack: a push
+ * appends the name to the graph's scope of the moment, and the matching pop
+ * sets the graph's scope back to what it was at the push. Parameter names do
+ * not take the graph's scope, only the builder's.
+ *
+ * A step (qkv_builder_begin() … qkv_builder_end()) leaves the stack as it
+ * found it, failed or not: levels it pushed and did not pop are popped at
+ * qkv_builder_end(). */
+
+/* The longest scope (the joined names, in bytes) a push accepts. */
+#define QKV_BUILDER_SCOPE_MAX 1024
+
+/* Push name (a non-NULL UTF-8 string; "" adds a level with no name) onto b's
+ * scope stack. The stack is allocated on the first push and freed by the pop
+ * that empties it; the builder owns it.
+ *
+ * A push always adds a level, even when it fails, so that each push is
+ * matched by exactly one qkv_builder_pop() in straight-line code. It fails
+ * (FALSE, QKV_ERROR_INVALID_ARGUMENT) when name is not valid UTF-8 or the
+ * joined scope would exceed QKV_BUILDER_SCOPE_MAX bytes: the level is then
+ * refused, it keeps the scope below it, and every parameter asked for while
+ * it is on the stack fails with QKV_ERROR_INVALID_ARGUMENT, so nothing is
+ * built under a name that is not the one asked for. With an error already
+ * set (an earlier call of a chain failed) the level is pushed as above and
+ * that first error is kept. */
+gboolean qkv_builder_push(QkvBuilder *b, const gchar *name, GError **error);
+/* qkv_builder_push() with a name made from a printf format. */
+gboolean qkv_builder_push_printf(QkvBuilder *b, GError **error, const gchar *format, ...)
+    G_GNUC_PRINTF(3, 4);
+/* Remove the innermost level pushed and set the graph's scope back to what
+ * it was at its push. Popping an empty stack is a programming error: a
+ * critical warning, and nothing changes. */
+void qkv_builder_pop(QkvBuilder *b);
+/* Pop every level (the graph's scope goes back to what it was at the
+ * first push) and free the stack; nothing happens when none is pushed. For
+ * code that abandons a builder with scopes still pushed. */
+void qkv_builder_clear_scopes(QkvBuilder *b);
+/* The current scope ("blocks.0.attention"), or NULL when there is none;
+ * owned by the builder until the next push or pop. */
+const gchar *qkv_builder_get_scope(const QkvBuilder *b);
+/* How many levels are pushed (0 for none). */
+guint qkv_builder_get_scope_depth(const QkvBuilder *b);
+/* The name a parameter called name gets under the current scope, newly
+ * allocated (free with g_free()): for looking it up with qkv_params_lookup()
+ * after building. */
+gchar *qkv_builder_scoped_name(const QkvBuilder *b, const gchar *name);
 
 /* Builders are all-or-nothing: a builder that fails returns NULL with an
  * error (QKV_ERROR_INVALID_ARGUMENT, naming the builder and the field, for a
@@ -38,34 +127,60 @@ typedef struct {
  * so calls can be chained. Your own builders get the same with
  * qkv_builder_begin() and qkv_builder_end(). */
 
-/* What qkv_builder_begin() saw: the graph, the store and the graph's scope. */
+/* What qkv_builder_begin() saw: the graph, the store, the graph's scope and
+ * the depth of the builder's scope stack. */
 typedef struct {
   QkvGraphMark graph;
   QkvParamsMark params;
   gchar *scope; /* owned until qkv_builder_end() */
-  gpointer reserved[2];
+  guint scope_depth;
+  gpointer reserved[1];
 } QkvBuilderMark;
 
 /* Start a step that adds everything or nothing to b's graph and store. */
 void qkv_builder_begin(QkvBuilder *b, QkvBuilderMark *mark);
 /* End the step begun with mark: when result is NULL (it failed) roll the
  * graph and the store back to mark (qkv_graph_rollback(),
- * qkv_params_rollback()); in either case set the graph's scope back to what it
- * was at qkv_builder_begin(). Returns result. Steps nest. */
+ * qkv_params_rollback()); in either case pop the scopes the step left pushed
+ * and set the graph's scope back to what it was at qkv_builder_begin().
+ * Returns result. Steps nest. A step that popped more levels than it pushed
+ * is a programming error (a critical warning; those levels are not
+ * restored). */
 QkvValue *qkv_builder_end(QkvBuilder *b, QkvBuilderMark *mark, QkvValue *result);
 
-/* A parameter of the given shape: reused, or created and filled by init
- * ("zeros", "ones", "linear_weight", "linear_bias", "embedding", "xavier"). */
+/* A parameter "<scope>.<name>" of the given shape: reused, or created and
+ * filled by init ("zeros", "ones", "linear_weight", "linear_bias",
+ * "embedding", "xavier"); "linear_weight", "linear_bias" and "embedding"
+ * follow b->inits where it sets their role. fan_in is the layer's input size,
+ * for "linear_bias". */
 QkvValue *qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape,
                           const gchar *init, gint64 fan_in, GError **error);
+/* The same with an initialiser given as data: init must not be NULL nor
+ * QKV_INIT_DEFAULT (a bare parameter has no default), else
+ * QKV_ERROR_INVALID_ARGUMENT; the initialiser's own errors (see QkvInit) are
+ * prefixed with the parameter's name. A reused parameter keeps its values. */
+QkvValue *qkv_build_param_init(QkvBuilder *b, const gchar *name, const QkvShape *shape,
+                               const QkvInit *init, GError **error);
 
 /* nn.Linear: x (…, in) · weightᵀ (+ bias) → (…, out); "<name>.weight" (out, in),
  * "<name>.bias" (out). */
 QkvValue *qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features,
                            gboolean bias, GError **error);
+/* qkv_build_linear() with the initialisers of a new weight and bias chosen
+ * here ("linear weights Xavier, bias zeros"); NULL or QKV_INIT_DEFAULT for
+ * either keeps the builder's choice (b->inits, else the book's). A bias has
+ * rank 1: Xavier or Kaiming for it fails with QKV_ERROR_SHAPE. */
+QkvValue *qkv_build_linear_init(QkvBuilder *b, const gchar *name, QkvValue *x,
+                                gint64 out_features, gboolean bias, const QkvInit *weight_init,
+                                const QkvInit *bias_init, GError **error);
 /* nn.Embedding: ids (…) → (…, dim); "<name>.weight" (num, dim), N(0, 1). */
 QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
                               gint64 dim, GError **error);
+/* qkv_build_embedding() with the initialiser of a new table chosen here
+ * (GPT-2's N(0, 0.02²): {.kind = QKV_INIT_NORMAL, .std = 0.02}); NULL or
+ * QKV_INIT_DEFAULT keeps the builder's choice. */
+QkvValue *qkv_build_embedding_init(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
+                                   gint64 dim, const QkvInit *init, GError **error);
 /* The book's MultiHeadAttention (bias = FALSE): "<name>.W_q.weight", W_k, W_v,
  * W_o, all (num_hiddens, ·). *weights (may be NULL) gets (B, heads, n_q, n_k);
  * with NULL, long sequences take the memory-efficient kernel
