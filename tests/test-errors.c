@@ -322,6 +322,24 @@ test_error_domain_names(void)
   g_assert_cmpstr(g_quark_to_string(QKV_DIST_ERROR), ==, "qkv-dist-error-quark");
 }
 
+/* The headers' version macros agree with the library a program runs with
+ * (one build here, so they must be equal), and QKV_CHECK_VERSION orders
+ * versions by major, then minor, then micro. */
+static void
+test_version_macros(void)
+{
+  g_autofree gchar *headers = g_strdup_printf("%d.%d.%d", QKV_MAJOR_VERSION, QKV_MINOR_VERSION,
+                                              QKV_MICRO_VERSION);
+  g_assert_cmpstr(headers, ==, qkv_version());
+  g_assert_cmpstr(QKV_VERSION_STRING, ==, qkv_version());
+  g_assert_true(QKV_CHECK_VERSION(QKV_MAJOR_VERSION, QKV_MINOR_VERSION, QKV_MICRO_VERSION));
+  g_assert_true(QKV_CHECK_VERSION(QKV_MAJOR_VERSION, QKV_MINOR_VERSION, 0));
+  g_assert_true(QKV_CHECK_VERSION(QKV_MAJOR_VERSION - 1, 99, 99));
+  g_assert_false(QKV_CHECK_VERSION(QKV_MAJOR_VERSION, QKV_MINOR_VERSION, QKV_MICRO_VERSION + 1));
+  g_assert_false(QKV_CHECK_VERSION(QKV_MAJOR_VERSION, QKV_MINOR_VERSION + 1, 0));
+  g_assert_false(QKV_CHECK_VERSION(QKV_MAJOR_VERSION + 1, 0, 0));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -340,5 +358,6 @@ main(int argc, char **argv)
   ADD("/errors/overflowing-attributes", test_overflowing_attributes);
   g_test_add_func("/errors/bad-registration", test_bad_registration);
   g_test_add_func("/errors/domain-names", test_error_domain_names);
+  g_test_add_func("/errors/version-macros", test_version_macros);
   return g_test_run();
 }

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include "qkv-version.h"
 #include "qkv-error.h"
 #include "qkv-tensor.h"
 #include "qkv-params.h"
