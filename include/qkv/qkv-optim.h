@@ -271,10 +271,24 @@ typedef enum {
   QKV_SCHEDULE_STEP,
   QKV_SCHEDULE_COSINE,
   QKV_SCHEDULE_WARMUP,
+  QKV_SCHEDULE_WARMUP_COSINE,
+  QKV_SCHEDULE_WARMUP_LINEAR,
+  QKV_SCHEDULE_WARMUP_CONSTANT,
 } QkvScheduleKind;
 
-/* The constructors: rates (lr, gamma, min_lr, factor) must be finite and at
- * least 0, counts (step_size, t_max, d_model, warmup) at least 1. The
+/* What follows the linear warm-up of qkv_schedule_new_warmup_decay(). */
+typedef enum {
+  /* half a cosine from peak_lr down to min_lr */
+  QKV_DECAY_COSINE,
+  /* a straight line from peak_lr down to min_lr */
+  QKV_DECAY_LINEAR,
+  /* none: peak_lr from then on */
+  QKV_DECAY_CONSTANT,
+} QkvDecay;
+
+/* The constructors: rates (lr, gamma, min_lr, factor, peak_lr) must be
+ * finite and at least 0, counts (step_size, t_max, d_model, warmup,
+ * total_steps) at least 1, warmup_steps at least 0. The
  * qkv_schedule_try_new_*() forms report a bad value as
  * QKV_ERROR_INVALID_ARGUMENT naming it; the qkv_schedule_new_*() forms
  * return NULL for it without a message. */
@@ -296,6 +310,30 @@ QkvSchedule *qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr,
 QkvSchedule *qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup);
 QkvSchedule *qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup,
                                          GError **error);
+/* Hugging Face transformers' get_cosine_schedule_with_warmup,
+ * get_linear_schedule_with_warmup and get_constant_schedule_with_warmup (as
+ * LambdaLR steps them), decaying to a floor min_lr (as transformers'
+ * get_cosine_with_min_lr_schedule_with_warmup). With t = step - 1, the
+ * number of updates made before this one, W = warmup_steps and T =
+ * total_steps:
+ *
+ *   t < W:       peak_lr · t / W    (so the first update has lr 0 when W > 0,
+ *                                    as in transformers)
+ *   W <= t < T:  min_lr + (peak_lr - min_lr) · f, with p = (t - W) / (T - W)
+ *                (T - W at least 1) and f = (1 + cos(π·p)) / 2 for
+ *                QKV_DECAY_COSINE, 1 - p (computed (T - t) / (T - W)) for
+ *                QKV_DECAY_LINEAR;
+ *   t >= T:      min_lr (transformers' cosine would rise again);
+ *
+ * and QKV_DECAY_CONSTANT is peak_lr for every t >= W (T and min_lr are only
+ * checked). Besides the common rules, warmup_steps must be at most
+ * total_steps and min_lr at most peak_lr; decay one of the three. Kinds:
+ * QKV_SCHEDULE_WARMUP_COSINE, _LINEAR, _CONSTANT. */
+QkvSchedule *qkv_schedule_new_warmup_decay(QkvDecay decay, gint64 warmup_steps, gint64 total_steps,
+                                           double peak_lr, double min_lr);
+QkvSchedule *qkv_schedule_try_new_warmup_decay(QkvDecay decay, gint64 warmup_steps,
+                                               gint64 total_steps, double peak_lr, double min_lr,
+                                               GError **error);
 void qkv_schedule_free(QkvSchedule *schedule);
 
 /* The lr for update number step (steps below 1 count as 1). */
@@ -307,7 +345,8 @@ gint64 qkv_schedule_get_position(const QkvSchedule *schedule);
 /* A negative position counts as 0 (a new schedule's). */
 void qkv_schedule_set_position(QkvSchedule *schedule, gint64 position);
 QkvScheduleKind qkv_schedule_get_kind(const QkvSchedule *schedule);
-/* "constant", "step", "cosine", "warmup". */
+/* "constant", "step", "cosine", "warmup", "warmup_cosine", "warmup_linear",
+ * "warmup_constant". */
 const gchar *qkv_schedule_kind_name(QkvScheduleKind kind);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvOptimizer, qkv_optimizer_free)
