@@ -270,21 +270,35 @@ add_string(JsonBuilder *jb, const gchar *name, const gchar *v)
   json_builder_add_string_value(jb, v);
 }
 
-static gboolean
-run(const BenchConfig *cfg, double start_s, GError **error)
-{
-  const gint B = cfg->batch, T = cfg->num_steps;
-  /* --distributed: this rank's rows of each global batch; the graph is built
-   * for them */
-  gint64 row0 = 0, rows = B;
-  if (dist != NULL)
-    qkv_dist_shard(dist, B, &row0, &rows);
-  const double dropout = opt_dropout >= 0 ? opt_dropout : cfg->dropout;
-  const double lr = opt_lr >= 0 ? opt_lr : cfg->lr;
-  const gint total = opt_warmup + opt_steps;
+/* The model of this rank: the training graph (for its rows of the global
+ * batch), its plan, the parameters and Adam. */
+typedef struct {
+  QkvParams *params;
+  QkvGraph *graph;
+  QkvPlan *plan;
+  QkvOptimizer *optimizer;
+} Model;
 
-  g_autoptr(QkvParams) params = qkv_params_new();
-  g_autoptr(QkvGraph) g = qkv_graph_new();
+static void
+model_clear(Model *m)
+{
+  qkv_optimizer_free(m->optimizer);
+  qkv_plan_free(m->plan);
+  qkv_graph_free(m->graph);
+  qkv_params_free(m->params);
+  *m = (Model){0};
+}
+
+/* Build and compile the training graph for rows sequences, create (or
+ * --init) the weights and the optimizer, and give every rank rank 0's. */
+static gboolean
+model_build(Model *m, const BenchConfig *cfg, gint64 rows, double dropout, double lr,
+            GError **error)
+{
+  const gint T = cfg->num_steps;
+  m->params = qkv_params_new();
+  m->graph = qkv_graph_new();
+  QkvGraph *g = m->graph;
   QkvShape bt = QKV_SHAPE(rows, T), bs = QKV_SHAPE(rows);
   QkvValue *src = qkv_graph_input(g, "src", QKV_I32, &bt, error);
   QkvValue *src_valid = qkv_graph_input(g, "src_valid", QKV_I32, &bs, error);
@@ -293,7 +307,8 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   QkvValue *mask = qkv_graph_input(g, "mask", QKV_F32, &bt, error);
   if (mask == NULL)
     return FALSE;
-  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed, .xavier_linear = TRUE};
+  QkvBuilder b = {
+      .graph = g, .params = m->params, .seed = (guint64)opt_seed, .xavier_linear = TRUE};
   /* the peer's configs have as many decoder blocks as encoder blocks */
   QkvTransformerConfig tc = {
       .src_vocab = cfg->vocab,
@@ -315,18 +330,120 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   po.n_threads = opt_threads;
   /* each rank its own dropout masks */
   po.seed = (guint64)opt_seed + (dist != NULL ? 7919u * (guint64)qkv_dist_rank(dist) : 0);
-  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &po, error);
-  if (plan == NULL)
+  m->plan = qkv_graph_compile(g, &loss, 1, &po, error);
+  if (m->plan == NULL)
     return FALSE;
-  if (opt_init != NULL && !load_init_dir(params, opt_init, error))
+  if (opt_init != NULL && !load_init_dir(m->params, opt_init, error))
     return FALSE;
   QkvOptimConfig oc = qkv_optim_config_adam(lr);
-  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &oc, error);
-  if (opt == NULL)
+  m->optimizer = qkv_optimizer_new_adam(m->params, &oc, error);
+  if (m->optimizer == NULL)
     return FALSE;
-  if (dist != NULL && !qkv_dist_broadcast_params(dist, params, opt, error))
-    return FALSE;
+  return dist == NULL || qkv_dist_broadcast_params(dist, m->params, m->optimizer, error);
+}
 
+/* What the steps measured: the parts of each timed step (--steps of them,
+ * after the warm-up) and every step's loss. */
+typedef struct {
+  double *step, *run, *update;
+  double *comm, *transfer, *pack; /* --distributed */
+  double *losses;                 /* the book's metric, warm-up steps too */
+  guint64 bytes_per_step;
+  double tokens_timed, last_token_ce;
+} StepTimes;
+
+static void
+step_times_init(StepTimes *st, gint total)
+{
+  const gint n = MAX(opt_steps, 1);
+  *st = (StepTimes){
+      .step = g_new0(double, n),
+      .run = g_new0(double, n),
+      .update = g_new0(double, n),
+      .comm = g_new0(double, n),
+      .transfer = g_new0(double, n),
+      .pack = g_new0(double, n),
+      .losses = g_new0(double, MAX(total, 1)),
+      .last_token_ce = NAN,
+  };
+}
+
+static void
+step_times_clear(StepTimes *st)
+{
+  g_free(st->step);
+  g_free(st->run);
+  g_free(st->update);
+  g_free(st->comm);
+  g_free(st->transfer);
+  g_free(st->pack);
+  g_free(st->losses);
+}
+
+/* Bind this rank's rows [row0, row0 + rows) of the global batch; views
+ * gets the five borrowed tensors, which must outlive the runs. */
+static gboolean
+bind_rows(QkvPlan *plan, const Batch *batch, gint64 row0, gint64 rows, gint T, QkvTensor **views,
+          GError **error)
+{
+  QkvShape bt = QKV_SHAPE(rows, T), bs = QKV_SHAPE(rows);
+  views[0] = qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch->src) + row0 * T);
+  views[1] = qkv_tensor_new_borrowed(QKV_I32, &bs, qkv_tensor_i32(batch->src_valid) + row0);
+  views[2] = qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch->dec_in) + row0 * T);
+  views[3] = qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch->labels) + row0 * T);
+  views[4] = qkv_tensor_new_borrowed(QKV_F32, &bt, qkv_tensor_f32(batch->mask) + row0 * T);
+  return qkv_plan_bind(plan, "src", views[0], error) &&
+         qkv_plan_bind(plan, "src_valid", views[1], error) &&
+         qkv_plan_bind(plan, "dec_in", views[2], error) &&
+         qkv_plan_bind(plan, "labels", views[3], error) &&
+         qkv_plan_bind(plan, "mask", views[4], error);
+}
+
+/* One training step i on the filled batch (tokens valid target tokens):
+ * run, all-reduce (--distributed), clipped Adam update, timed in parts. */
+static gboolean
+train_step(Model *m, gint i, gint64 tokens, gint T, StepTimes *st, GError **error)
+{
+  double t0 = now_s();
+  if (!qkv_plan_run(m->plan, error))
+    return FALSE;
+  double t_run = now_s(), t_reduced = t_run; /* the update starts after the all-reduce */
+  float loss_sum = qkv_plan_output_scalar(m->plan, 0);
+  if (dist != NULL) {
+    QkvDistStats before, after;
+    qkv_dist_get_stats(dist, &before);
+    if (!qkv_dist_allreduce_grads(dist, m->params, QKV_DIST_SUM, &loss_sum, 1, error))
+      return FALSE;
+    qkv_dist_get_stats(dist, &after);
+    if (i >= opt_warmup) {
+      st->comm[i - opt_warmup] = now_s() - t_run;
+      st->transfer[i - opt_warmup] = after.seconds_reduce - before.seconds_reduce;
+      st->pack[i - opt_warmup] = after.seconds_pack - before.seconds_pack;
+    }
+    st->bytes_per_step = after.bytes_reduced - before.bytes_reduced;
+    t_reduced = now_s();
+  }
+  gboolean ok = qkv_optimizer_step_clipped(m->optimizer, 1.0, QKV_CLIP_TORCH, NULL, error);
+  double dt = now_s() - t0;
+  st->losses[i] = (double)loss_sum / (double)tokens; /* the book's metric */
+  st->last_token_ce = (double)loss_sum * T / (double)tokens;
+  if (i >= opt_warmup) {
+    st->step[i - opt_warmup] = dt;
+    st->run[i - opt_warmup] = t_run - t0;
+    st->update[i - opt_warmup] = dt - (t_reduced - t0);
+    st->tokens_timed += (double)tokens;
+  }
+  return ok;
+}
+
+/* --warmup then --steps training steps, each on the next global batch of
+ * the stream (filled outside the timer); *train_wall_s gets the time since
+ * start_s when they are done. */
+static gboolean
+train_steps(Model *m, const BenchConfig *cfg, gint64 row0, gint64 rows, gint total, double start_s,
+            StepTimes *st, double *train_wall_s, GError **error)
+{
+  const gint B = cfg->batch, T = cfg->num_steps;
   /* the whole global batch; the plan reads this rank's rows of it */
   QkvShape gbt = QKV_SHAPE(B, T), gbs = QKV_SHAPE(B);
   Batch batch = {
@@ -336,110 +453,62 @@ run(const BenchConfig *cfg, double start_s, GError **error)
       .labels = qkv_tensor_new(QKV_I32, &gbt),
       .mask = qkv_tensor_new(QKV_F32, &gbt),
   };
-  g_autoptr(QkvTensor) v_src =
-      qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch.src) + row0 * T);
-  g_autoptr(QkvTensor) v_valid =
-      qkv_tensor_new_borrowed(QKV_I32, &bs, qkv_tensor_i32(batch.src_valid) + row0);
-  g_autoptr(QkvTensor) v_dec =
-      qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch.dec_in) + row0 * T);
-  g_autoptr(QkvTensor) v_lab =
-      qkv_tensor_new_borrowed(QKV_I32, &bt, qkv_tensor_i32(batch.labels) + row0 * T);
-  g_autoptr(QkvTensor) v_mask =
-      qkv_tensor_new_borrowed(QKV_F32, &bt, qkv_tensor_f32(batch.mask) + row0 * T);
-  gboolean ok = qkv_plan_bind(plan, "src", v_src, error) &&
-                qkv_plan_bind(plan, "src_valid", v_valid, error) &&
-                qkv_plan_bind(plan, "dec_in", v_dec, error) &&
-                qkv_plan_bind(plan, "labels", v_lab, error) &&
-                qkv_plan_bind(plan, "mask", v_mask, error);
-  g_autofree double *comm_times = g_new0(double, MAX(opt_steps, 1));
-  g_autofree double *transfer_times = g_new0(double, MAX(opt_steps, 1));
-  g_autofree double *pack_times = g_new0(double, MAX(opt_steps, 1));
-  guint64 bytes_per_step = 0;
-
-  g_autofree double *times = g_new0(double, MAX(opt_steps, 1));
-  g_autofree double *run_times = g_new0(double, MAX(opt_steps, 1));
-  g_autofree double *update_times = g_new0(double, MAX(opt_steps, 1));
-  g_autofree double *losses = g_new0(double, MAX(total, 1));
-  double tokens_timed = 0, last_token_ce = NAN;
+  QkvTensor *views[5] = {NULL};
+  gboolean ok = bind_rows(m->plan, &batch, row0, rows, T, views, error);
   guint64 rng = (guint64)opt_seed;
   for (gint i = 0; ok && i < total; i++) {
     gint64 tokens = fill_batch(&rng, cfg, &batch);
     if (opt_profile && i == opt_warmup)
-      qkv_plan_set_profiling(plan, TRUE);
-    double t0 = now_s();
-    ok = qkv_plan_run(plan, error);
-    if (!ok)
-      break;
-    double t_run = now_s(), t_reduced = t_run; /* the update starts after the all-reduce */
-    float loss_sum = qkv_plan_output_scalar(plan, 0);
-    if (dist != NULL) {
-      QkvDistStats before, after;
-      qkv_dist_get_stats(dist, &before);
-      ok = qkv_dist_allreduce_grads(dist, params, QKV_DIST_SUM, &loss_sum, 1, error);
-      if (!ok)
-        break;
-      qkv_dist_get_stats(dist, &after);
-      if (i >= opt_warmup) {
-        comm_times[i - opt_warmup] = now_s() - t_run;
-        transfer_times[i - opt_warmup] = after.seconds_reduce - before.seconds_reduce;
-        pack_times[i - opt_warmup] = after.seconds_pack - before.seconds_pack;
-      }
-      bytes_per_step = after.bytes_reduced - before.bytes_reduced;
-      t_reduced = now_s();
-    }
-    ok = qkv_optimizer_step_clipped(opt, 1.0, QKV_CLIP_TORCH, NULL, error);
-    double dt = now_s() - t0;
-    losses[i] = (double)loss_sum / (double)tokens; /* the book's metric */
-    last_token_ce = (double)loss_sum * T / (double)tokens;
-    if (i >= opt_warmup) {
-      times[i - opt_warmup] = dt;
-      run_times[i - opt_warmup] = t_run - t0;
-      update_times[i - opt_warmup] = dt - (t_reduced - t0);
-      tokens_timed += (double)tokens;
-    }
+      qkv_plan_set_profiling(m->plan, TRUE);
+    ok = train_step(m, i, tokens, T, st, error);
   }
-  double train_wall_s = now_s() - start_s;
+  *train_wall_s = now_s() - start_s;
   if (opt_profile) {
-    g_autofree gchar *report = qkv_plan_profile_report(plan);
+    g_autofree gchar *report = qkv_plan_profile_report(m->plan);
     g_printerr("%s", report);
   }
+  for (guint i = 0; i < G_N_ELEMENTS(views); i++)
+    qkv_tensor_free(views[i]);
   qkv_tensor_free(batch.src);
   qkv_tensor_free(batch.src_valid);
   qkv_tensor_free(batch.dec_in);
   qkv_tensor_free(batch.labels);
   qkv_tensor_free(batch.mask);
-  if (!ok)
-    return FALSE;
+  return ok;
+}
 
-  double median = NAN, min = NAN, mean = NAN, mean_tokens = NAN;
-  double median_run = NAN, median_update = NAN, median_comm = NAN, median_transfer = NAN;
-  double median_pack = NAN;
+/* The timed steps' statistics; NaN without timed steps. */
+typedef struct {
+  double median, min, mean, mean_tokens;
+  double median_run, median_update, median_comm, median_transfer, median_pack;
+} Summary;
+
+/* Sorts the arrays of st. */
+static Summary
+summarise(StepTimes *st)
+{
+  Summary s = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
   if (opt_steps > 0) {
     double sum = 0;
     for (gint i = 0; i < opt_steps; i++)
-      sum += times[i];
-    mean = sum / opt_steps;
-    mean_tokens = tokens_timed / opt_steps;
-    median = median_of(times, opt_steps);
-    min = times[0];
-    median_run = median_of(run_times, opt_steps);
-    median_update = median_of(update_times, opt_steps);
-    median_comm = median_of(comm_times, opt_steps);
-    median_transfer = median_of(transfer_times, opt_steps);
-    median_pack = median_of(pack_times, opt_steps);
+      sum += st->step[i];
+    s.mean = sum / opt_steps;
+    s.mean_tokens = st->tokens_timed / opt_steps;
+    s.median = median_of(st->step, opt_steps);
+    s.min = st->step[0];
+    s.median_run = median_of(st->run, opt_steps);
+    s.median_update = median_of(st->update, opt_steps);
+    s.median_comm = median_of(st->comm, opt_steps);
+    s.median_transfer = median_of(st->transfer, opt_steps);
+    s.median_pack = median_of(st->pack, opt_steps);
   }
-  if (dist != NULL && !qkv_dist_is_root(dist))
-    return TRUE; /* rank 0 reports */
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  const gint64 d = cfg->d_model, f = cfg->ffn, V = cfg->vocab;
-  const gint64 p_mm =
-      cfg->n_enc * (4 * d * d + 2 * d * f) + cfg->n_dec * (8 * d * d + 2 * d * f) + d * V;
-  const gint64 f_mm = 6 * p_mm * B * T;
-  const gint64 f_att = (gint64)12 * B * T * T * d * (cfg->n_enc + 2 * cfg->n_dec);
+  return s;
+}
 
-  g_autoptr(JsonBuilder) jb = json_builder_new();
-  json_builder_begin_object(jb);
+/* The configuration's fields of the JSON line. */
+static void
+add_config(JsonBuilder *jb, const BenchConfig *cfg, double dropout, double lr)
+{
   add_string(jb, "config", cfg->name);
   add_int(jb, "threads", opt_threads);
   add_int(jb, "steps", opt_steps);
@@ -451,57 +520,45 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   add_int(jb, "n_enc", cfg->n_enc);
   add_int(jb, "n_dec", cfg->n_dec);
   add_double(jb, "dropout", dropout);
-  add_int(jb, "batch", B);
-  add_int(jb, "num_steps", T);
+  add_int(jb, "batch", cfg->batch);
+  add_int(jb, "num_steps", cfg->num_steps);
   add_int(jb, "vocab", cfg->vocab);
   add_double(jb, "lr", lr);
-  add_double(jb, "median_step_s", median);
-  add_double(jb, "median_run_s", median_run);
-  add_double(jb, "median_update_s", median_update);
-  if (dist != NULL) {
-    add_int(jb, "world_size", qkv_dist_world_size(dist));
-    add_int(jb, "bytes_allreduced_per_step", (gint64)bytes_per_step);
-    add_double(jb, "median_allreduce_s", median_comm);
-    add_double(jb, "median_transfer_s", median_transfer);
-    add_double(jb, "median_pack_s", median_pack);
-    add_double(jb, "comm_share", median_comm / median);
-    add_double(jb, "transfer_share", median_transfer / median);
-  }
-  add_double(jb, "min_step_s", min);
-  add_double(jb, "mean_step_s", mean);
-  add_double(jb, "mean_valid_tgt_tokens_per_step", mean_tokens);
-  add_double(jb, "tokens_per_s", mean_tokens / median);
-  add_double(jb, "padded_tokens_per_s", (double)B * T / median);
-  add_double(jb, "peak_rss_mib", ru.ru_maxrss / 1024.0);
-  add_int(jb, "params", qkv_params_numel(params));
-  add_int(jb, "params_matmul", p_mm);
-  add_int(jb, "flops_per_step", f_mm + f_att);
-  add_int(jb, "flops_matmul", f_mm);
-  add_int(jb, "flops_attention", f_att);
-  add_double(jb, "gflops_per_s", (double)(f_mm + f_att) / median / 1e9);
+}
+
+/* The losses' fields: the last, the mean of the last ten, and with
+ * --losses every one. */
+static void
+add_losses(JsonBuilder *jb, const StepTimes *st, gint total)
+{
   add_int(jb, "steps_trained", total);
-  add_double(jb, "final_loss", total > 0 ? losses[total - 1] : NAN);
-  add_double(jb, "final_token_ce", last_token_ce);
+  add_double(jb, "final_loss", total > 0 ? st->losses[total - 1] : NAN);
+  add_double(jb, "final_token_ce", st->last_token_ce);
   gint last = MIN(10, total);
   double tail = 0;
   for (gint i = total - last; i < total; i++)
-    tail += losses[i];
+    tail += st->losses[i];
   add_double(jb, "mean_loss_last10", last > 0 ? tail / last : NAN);
   if (opt_losses) {
     json_builder_set_member_name(jb, "losses");
     json_builder_begin_array(jb);
     for (gint i = 0; i < total; i++) {
-      if (isfinite(losses[i]))
-        json_builder_add_double_value(jb, losses[i]);
+      if (isfinite(st->losses[i]))
+        json_builder_add_double_value(jb, st->losses[i]);
       else
         json_builder_add_null_value(jb);
     }
     json_builder_end_array(jb);
   }
-  add_double(jb, "train_wall_s", train_wall_s);
-  add_int(jb, "arena_bytes", (gint64)qkv_plan_arena_size(plan));
-  add_int(jb, "intermediates_bytes", (gint64)qkv_plan_intermediates_size(plan));
-  add_int(jb, "plan_steps", qkv_plan_n_steps(plan));
+}
+
+/* The build: the plan's memory, the kernels and libraries it ran on. */
+static void
+add_build(JsonBuilder *jb, const Model *m)
+{
+  add_int(jb, "arena_bytes", (gint64)qkv_plan_arena_size(m->plan));
+  add_int(jb, "intermediates_bytes", (gint64)qkv_plan_intermediates_size(m->plan));
+  add_int(jb, "plan_steps", qkv_plan_n_steps(m->plan));
   add_string(jb, "vec_isa", qkv_vec_isa());
   static const gchar *const sparse_modes[] = {"off", "auto", "always"};
   add_string(jb, "sparse_backward", sparse_modes[qkv_get_sparse_backward()]);
@@ -511,6 +568,52 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   add_string(jb, "gemm_backend", qkv_gemm_backend());
   add_string(jb, "gemm_kernel", qkv_gemm_kernel());
   add_string(jb, "init", opt_init != NULL ? opt_init : "qkv");
+}
+
+/* The JSON line with the peer's fields (rank 0). */
+static void
+print_report(const BenchConfig *cfg, const Model *m, double dropout, double lr, const StepTimes *st,
+             const Summary *s, gint total, double train_wall_s)
+{
+  const gint B = cfg->batch, T = cfg->num_steps;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const gint64 d = cfg->d_model, f = cfg->ffn, V = cfg->vocab;
+  const gint64 p_mm =
+      cfg->n_enc * (4 * d * d + 2 * d * f) + cfg->n_dec * (8 * d * d + 2 * d * f) + d * V;
+  const gint64 f_mm = 6 * p_mm * B * T;
+  const gint64 f_att = (gint64)12 * B * T * T * d * (cfg->n_enc + 2 * cfg->n_dec);
+
+  g_autoptr(JsonBuilder) jb = json_builder_new();
+  json_builder_begin_object(jb);
+  add_config(jb, cfg, dropout, lr);
+  add_double(jb, "median_step_s", s->median);
+  add_double(jb, "median_run_s", s->median_run);
+  add_double(jb, "median_update_s", s->median_update);
+  if (dist != NULL) {
+    add_int(jb, "world_size", qkv_dist_world_size(dist));
+    add_int(jb, "bytes_allreduced_per_step", (gint64)st->bytes_per_step);
+    add_double(jb, "median_allreduce_s", s->median_comm);
+    add_double(jb, "median_transfer_s", s->median_transfer);
+    add_double(jb, "median_pack_s", s->median_pack);
+    add_double(jb, "comm_share", s->median_comm / s->median);
+    add_double(jb, "transfer_share", s->median_transfer / s->median);
+  }
+  add_double(jb, "min_step_s", s->min);
+  add_double(jb, "mean_step_s", s->mean);
+  add_double(jb, "mean_valid_tgt_tokens_per_step", s->mean_tokens);
+  add_double(jb, "tokens_per_s", s->mean_tokens / s->median);
+  add_double(jb, "padded_tokens_per_s", (double)B * T / s->median);
+  add_double(jb, "peak_rss_mib", ru.ru_maxrss / 1024.0);
+  add_int(jb, "params", qkv_params_numel(m->params));
+  add_int(jb, "params_matmul", p_mm);
+  add_int(jb, "flops_per_step", f_mm + f_att);
+  add_int(jb, "flops_matmul", f_mm);
+  add_int(jb, "flops_attention", f_att);
+  add_double(jb, "gflops_per_s", (double)(f_mm + f_att) / s->median / 1e9);
+  add_losses(jb, st, total);
+  add_double(jb, "train_wall_s", train_wall_s);
+  add_build(jb, m);
   json_builder_end_object(jb);
 
   g_autoptr(JsonGenerator) gen = json_generator_new();
@@ -518,7 +621,34 @@ run(const BenchConfig *cfg, double start_s, GError **error)
   json_generator_set_root(gen, root);
   g_autofree gchar *text = json_generator_to_data(gen, NULL);
   printf("%s\n", text);
-  return TRUE;
+}
+
+static gboolean
+run(const BenchConfig *cfg, double start_s, GError **error)
+{
+  /* --distributed: this rank's rows of each global batch; the graph is built
+   * for them */
+  gint64 row0 = 0, rows = cfg->batch;
+  if (dist != NULL)
+    qkv_dist_shard(dist, cfg->batch, &row0, &rows);
+  const double dropout = opt_dropout >= 0 ? opt_dropout : cfg->dropout;
+  const double lr = opt_lr >= 0 ? opt_lr : cfg->lr;
+  const gint total = opt_warmup + opt_steps;
+  Model m = {0};
+  StepTimes st;
+  step_times_init(&st, total);
+  double train_wall_s = 0;
+  gboolean ok = model_build(&m, cfg, rows, dropout, lr, error) &&
+                train_steps(&m, cfg, row0, rows, total, start_s, &st, &train_wall_s, error);
+  if (ok) {
+    Summary s = summarise(&st);
+    /* rank 0 reports */
+    if (dist == NULL || qkv_dist_is_root(dist))
+      print_report(cfg, &m, dropout, lr, &st, &s, total, train_wall_s);
+  }
+  step_times_clear(&st);
+  model_clear(&m);
+  return ok;
 }
 
 int

@@ -334,29 +334,11 @@ typedef struct {
   gint64 count; /* instances per model */
 } Linear;
 
-int
-main(int argc, char **argv)
+/* OpenBLAS and qkv, and with --candidates qkv's other backends and BLIS
+ * where they load; returns how many. */
+static guint
+candidates_init(Candidate *cands)
 {
-  g_autoptr(GError) error = NULL;
-  g_autoptr(GOptionContext) context =
-      g_option_context_new("- FMA peak, OpenBLAS and qkv_sgemm at the peer Transformer's GEMMs");
-  g_option_context_add_main_entries(context, entries, NULL);
-  if (!g_option_context_parse(context, &argc, &argv, &error)) {
-    g_printerr("qkv-sgemm-peak: %s\n", error->message);
-    return 2;
-  }
-  const Config *cfg = NULL;
-  for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
-    if (g_str_equal(opt_config ? opt_config : "L", configs[i].name))
-      cfg = &configs[i];
-  if (cfg == NULL || opt_threads < 1 || opt_seconds < 0) {
-    g_printerr("qkv-sgemm-peak: --config S|M|L, --threads >= 1, --seconds >= 0\n");
-    return 2;
-  }
-  qkv_set_num_threads(opt_threads);
-  const gchar *qkv_backend = qkv_gemm_backend(), *qkv_kernel = qkv_gemm_kernel();
-
-  Candidate cands[8];
   guint n_cands = 0;
   cands[n_cands++] = (Candidate){"openblas", call_openblas, NULL, 0, 0};
   cands[n_cands++] = (Candidate){"qkv", call_qkv, NULL, 0, 0};
@@ -369,10 +351,54 @@ main(int argc, char **argv)
       cands[n_cands++] = (Candidate){"blis", call_blis, NULL, 0, 0};
     qkv_set_gemm_backend("auto", NULL);
   }
+  return n_cands;
+}
 
-  double peak = fma_peak(opt_threads);
-  const char *width = cpu_has_avx512() ? "zmm" : "ymm";
+/* One GEMM of a layer (kind "fwd NT" and so on) on random matrices, every
+ * candidate in turn: a line on stderr, a shape object in json, the first
+ * candidate's rate in rates, and the totals weighted by the layer's count. */
+static void
+time_gemm(const Linear *l, const char *kind, Gemm g, gboolean first, Candidate *cands,
+          guint n_cands, guint32 *seed, GString *json, GArray *rates)
+{
+  g.A = random_matrix((gsize)g.M * g.K, seed);
+  g.B = random_matrix((gsize)g.K * g.N, seed);
+  g.C = random_matrix((gsize)g.M * g.N, seed);
+  g.lda = g.ta ? g.M : g.K;
+  g.ldb = g.tb ? g.K : g.N;
+  double flops = 2.0 * g.M * g.N * g.K;
+  g_string_append_printf(json,
+                         "%s{\"layer\": \"%s\", \"gemm\": \"%s\", \"M\": %d, \"N\": %d, "
+                         "\"K\": %d, \"count\": %" G_GINT64_FORMAT,
+                         first ? "" : ", ", l->name, kind, g.M, g.N, g.K, l->count);
+  fprintf(stderr, "%-16s %-7s %5d %5d %5d  x%-3" G_GINT64_FORMAT, l->name, kind, g.M, g.N, g.K,
+          l->count);
+  for (guint c = 0; c < n_cands; c++) {
+    double s = time_candidate(&cands[c], &g);
+    double rate = flops / s / 1e9;
+    cands[c].flops_total += flops * (double)l->count;
+    cands[c].seconds_total += s * (double)l->count;
+    if (c == 0) {
+      g_array_append_val(rates, rate);
+      g_string_append_printf(json, ", \"median_s\": %.6g, \"gflops\": %.2f", s, rate);
+    } else {
+      g_string_append_printf(json, ", \"%s_gflops\": %.2f", cands[c].name, rate);
+    }
+    fprintf(stderr, "  %s %7.1f", cands[c].name, rate);
+  }
+  fprintf(stderr, " GFLOP/s\n");
+  g_string_append(json, "}");
+  g_free(g.A);
+  g_free(g.B);
+  g_free(g.C);
+}
 
+/* The three GEMMs (forward, input gradient, weight gradient) of every
+ * linear layer of cfg's model, for a batch of tokens rows. */
+static void
+time_shapes(const Config *cfg, gint tokens, Candidate *cands, guint n_cands, GString *json,
+            GArray *rates)
+{
   const gint64 d = cfg->d_model, f = cfg->ffn;
   const Linear linears[] = {
       {"attn W_q/k/v/o", d, d, 4 * cfg->n_enc + 8 * cfg->n_dec},
@@ -380,18 +406,6 @@ main(int argc, char **argv)
       {"ffn dense2", f, d, cfg->n_enc + cfg->n_dec},
       {"out dense", d, cfg->vocab, 1},
   };
-  const gint tokens = cfg->batch * cfg->num_steps;
-  fprintf(stderr,
-          "config %s (%d tokens), %d threads; FMA peak (%s) %.1f GFLOP/s; OpenBLAS %s (%s); qkv "
-          "GEMM %s, kernel %s%s%s\n",
-          cfg->name, tokens, opt_threads, width, peak, openblas_get_corename(),
-          openblas_get_config(), qkv_backend, qkv_kernel, blis_arch ? "; BLIS " : "",
-          blis_arch ? blis_arch : "");
-  GArray *rates = g_array_new(FALSE, FALSE, sizeof(double));
-  GString *json = g_string_new(NULL);
-  g_string_append_printf(json,
-                         "{\"config\": \"%s\", \"threads\": %d, \"seconds\": %g, \"shapes\": [",
-                         cfg->name, opt_threads, opt_seconds);
   guint32 seed = 12345u;
   for (guint i = 0; i < G_N_ELEMENTS(linears); i++) {
     const Linear *l = &linears[i];
@@ -407,41 +421,19 @@ main(int argc, char **argv)
     for (guint k = 0; k < G_N_ELEMENTS(gemms); k++) {
       Gemm g = {gemms[k].M, gemms[k].N, gemms[k].K, gemms[k].ta, gemms[k].tb,
                 NULL,       NULL,       NULL,       0,           0};
-      g.A = random_matrix((gsize)g.M * g.K, &seed);
-      g.B = random_matrix((gsize)g.K * g.N, &seed);
-      g.C = random_matrix((gsize)g.M * g.N, &seed);
-      g.lda = g.ta ? g.M : g.K;
-      g.ldb = g.tb ? g.K : g.N;
-      double flops = 2.0 * g.M * g.N * g.K;
-      g_string_append_printf(json,
-                             "%s{\"layer\": \"%s\", \"gemm\": \"%s\", \"M\": %d, \"N\": %d, "
-                             "\"K\": %d, \"count\": %" G_GINT64_FORMAT,
-                             i + k ? ", " : "", l->name, gemms[k].kind, g.M, g.N, g.K, l->count);
-      fprintf(stderr, "%-16s %-7s %5d %5d %5d  x%-3" G_GINT64_FORMAT, l->name, gemms[k].kind, g.M,
-              g.N, g.K, l->count);
-      for (guint c = 0; c < n_cands; c++) {
-        double s = time_candidate(&cands[c], &g);
-        double rate = flops / s / 1e9;
-        cands[c].flops_total += flops * (double)l->count;
-        cands[c].seconds_total += s * (double)l->count;
-        if (c == 0) {
-          g_array_append_val(rates, rate);
-          g_string_append_printf(json, ", \"median_s\": %.6g, \"gflops\": %.2f", s, rate);
-        } else {
-          g_string_append_printf(json, ", \"%s_gflops\": %.2f", cands[c].name, rate);
-        }
-        fprintf(stderr, "  %s %7.1f", cands[c].name, rate);
-      }
-      fprintf(stderr, " GFLOP/s\n");
-      g_string_append(json, "}");
-      g_free(g.A);
-      g_free(g.B);
-      g_free(g.C);
+      time_gemm(l, gemms[k].kind, g, i + k == 0, cands, n_cands, &seed, json, rates);
     }
   }
+}
+
+/* The totals over a step: the end of the JSON line, and the weighted rates
+ * on stderr. */
+static void
+finish_report(GString *json, const Candidate *cands, guint n_cands, GArray *rates, double peak,
+              const char *width, const gchar *qkv_backend, const gchar *qkv_kernel)
+{
   g_array_sort(rates, compare_double);
   double median_rate = g_array_index(rates, double, rates->len / 2);
-  g_array_unref(rates);
   double ob = cands[0].flops_total / cands[0].seconds_total / 1e9;
   double qk = cands[1].flops_total / cands[1].seconds_total / 1e9;
   g_string_append_printf(json,
@@ -465,6 +457,51 @@ main(int argc, char **argv)
   fprintf(stderr, "\n");
   g_string_append_printf(json, "}%s%s%s}", blis_arch ? ", \"blis_arch\": \"" : "",
                          blis_arch ? blis_arch : "", blis_arch ? "\"" : "");
+}
+
+int
+main(int argc, char **argv)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GOptionContext) context =
+      g_option_context_new("- FMA peak, OpenBLAS and qkv_sgemm at the peer Transformer's GEMMs");
+  g_option_context_add_main_entries(context, entries, NULL);
+  if (!g_option_context_parse(context, &argc, &argv, &error)) {
+    g_printerr("qkv-sgemm-peak: %s\n", error->message);
+    return 2;
+  }
+  const Config *cfg = NULL;
+  for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
+    if (g_str_equal(opt_config ? opt_config : "L", configs[i].name))
+      cfg = &configs[i];
+  if (cfg == NULL || opt_threads < 1 || opt_seconds < 0) {
+    g_printerr("qkv-sgemm-peak: --config S|M|L, --threads >= 1, --seconds >= 0\n");
+    return 2;
+  }
+  qkv_set_num_threads(opt_threads);
+  const gchar *qkv_backend = qkv_gemm_backend(), *qkv_kernel = qkv_gemm_kernel();
+
+  Candidate cands[8];
+  guint n_cands = candidates_init(cands);
+
+  double peak = fma_peak(opt_threads);
+  const char *width = cpu_has_avx512() ? "zmm" : "ymm";
+
+  const gint tokens = cfg->batch * cfg->num_steps;
+  fprintf(stderr,
+          "config %s (%d tokens), %d threads; FMA peak (%s) %.1f GFLOP/s; OpenBLAS %s (%s); qkv "
+          "GEMM %s, kernel %s%s%s\n",
+          cfg->name, tokens, opt_threads, width, peak, openblas_get_corename(),
+          openblas_get_config(), qkv_backend, qkv_kernel, blis_arch ? "; BLIS " : "",
+          blis_arch ? blis_arch : "");
+  GArray *rates = g_array_new(FALSE, FALSE, sizeof(double));
+  GString *json = g_string_new(NULL);
+  g_string_append_printf(json,
+                         "{\"config\": \"%s\", \"threads\": %d, \"seconds\": %g, \"shapes\": [",
+                         cfg->name, opt_threads, opt_seconds);
+  time_shapes(cfg, tokens, cands, n_cands, json, rates);
+  finish_report(json, cands, n_cands, rates, peak, width, qkv_backend, qkv_kernel);
+  g_array_unref(rates);
   printf("%s\n", json->str);
   g_string_free(json, TRUE);
   return 0;

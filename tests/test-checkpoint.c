@@ -605,8 +605,25 @@ static const Corrupt corrupt_cases[] = {
      G_MAXUINT64, QKV_ERROR_CORRUPT, "'layer.weight'", "byte offset"},
     {"unknown dtype", CORE("{\"dtype\":\"Q7\",\"shape\":[3,4],\"data_offsets\":[0,48]}"), 68,
      G_MAXUINT64, QKV_ERROR_CORRUPT, "'layer.weight'", "'Q7'"},
-    {"unsupported dtype", CORE("{\"dtype\":\"F16\",\"shape\":[3,4],\"data_offsets\":[0,24]}"), 68,
-     G_MAXUINT64, QKV_ERROR_DTYPE, "'layer.weight'", "F16"},
+    {"unsupported dtype", CORE("{\"dtype\":\"I16\",\"shape\":[3,4],\"data_offsets\":[0,24]}"), 68,
+     G_MAXUINT64, QKV_ERROR_DTYPE, "'layer.weight'", "I16"},
+    {"good in BF16, F16, F64",
+     "{\"layer.weight\":{\"dtype\":\"BF16\",\"shape\":[3,4],\"data_offsets\":[16,40]},"
+     "\"layer.bias\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[8,16]},"
+     "\"scale\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]}}",
+     40, G_MAXUINT64, -1, NULL, NULL},
+    /* the size rule holds for every dtype: 2 bytes an element in BF16 and F16 */
+    {"BF16 size not dtype x shape",
+     CORE("{\"dtype\":\"BF16\",\"shape\":[3,4],\"data_offsets\":[0,48]}"), 68, G_MAXUINT64,
+     QKV_ERROR_CORRUPT, "BF16 (3, 4) needs 24 bytes", "byte offset"},
+    {"F16 size not dtype x shape",
+     CORE("{\"dtype\":\"F16\",\"shape\":[3,4],\"data_offsets\":[0,48]}"), 68, G_MAXUINT64,
+     QKV_ERROR_CORRUPT, "F16 (3, 4) needs 24 bytes", "byte offset"},
+    {"F64 size not dtype x shape",
+     CORE("{\"dtype\":\"F64\",\"shape\":[3,4],\"data_offsets\":[0,48]}"), 68, G_MAXUINT64,
+     QKV_ERROR_CORRUPT, "F64 (3, 4) needs 96 bytes", "byte offset"},
+    {"BF16 shape mismatch", CORE("{\"dtype\":\"BF16\",\"shape\":[2,12],\"data_offsets\":[0,48]}"),
+     68, G_MAXUINT64, QKV_ERROR_SHAPE, "'layer.weight'", "(2, 12)"},
     {"int dtype for a float param",
      CORE("{\"dtype\":\"I32\",\"shape\":[3,4],\"data_offsets\":[0,48]}"), 68, G_MAXUINT64,
      QKV_ERROR_DTYPE, "'layer.weight'", NULL},
@@ -811,6 +828,13 @@ test_corrupt_optimizer_state(void)
        QKV_ERROR_NOT_FOUND, "'__optim__.nope.exp_avg'"},
       {"1", "0.9", "\"__optim__.w.step\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}",
        QKV_ERROR_DTYPE, "does not fit"},
+      /* into the F32 state the first load created */
+      {"1", "0.9",
+       "\"__optim__.w.exp_avg\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[8,12]}", -1,
+       NULL},
+      {"1", "0.9",
+       "\"__optim__.w.exp_avg\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[8,16]}",
+       QKV_ERROR_SHAPE, "'__optim__.w.exp_avg'"},
   };
   guint8 data[16] = {0, 0, 128, 63, 0, 0, 0, 64, 255, 255, 255, 255, 255, 255, 255, 127};
   g_autofree gchar *bad = g_build_filename(dir, "bad.safetensors", NULL);
@@ -875,6 +899,9 @@ test_hostile_headers(void)
   const gchar *states[] = {
       "\"__optim__.w.exp_avg\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}",
       "\"__optim__.w.step\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}",
+      /* the half dtypes are f32 states' and no step count's */
+      "\"__optim__.w.exp_avg\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}",
+      "\"__optim__.w.step\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]}",
   };
   guint8 data[12] = {0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 128, 63};
   for (guint i = 0; i < G_N_ELEMENTS(states); i++) {
@@ -1105,6 +1132,453 @@ test_stale_temporaries(void)
   remove_tmpdir(dir);
 }
 
+/* ---- half precision and F64 ---- */
+
+/* A one-tensor file: name, dtype, shape (n), data. */
+static void
+write_one(const gchar *path, const gchar *name, const gchar *dtype, gsize n, const void *data,
+          gsize data_len)
+{
+  g_autofree gchar *json = g_strdup_printf("{\"%s\":{\"dtype\":\"%s\",\"shape\":[%" G_GSIZE_FORMAT
+                                           "],\"data_offsets\":[0,%" G_GSIZE_FORMAT "]}}",
+                                           name, dtype, n, data_len);
+  write_raw(path, json, data, data_len, G_MAXUINT64);
+}
+
+static guint32
+f32_bits(float x)
+{
+  guint32 u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+
+/* Every element of t has exactly the bits of want. */
+static void
+assert_bits(const QkvTensor *t, const guint32 *want, gsize n, const gchar *what)
+{
+  g_assert_cmpint(qkv_tensor_dtype(t), ==, QKV_F32);
+  g_assert_cmpint(qkv_tensor_numel(t), ==, (gint64)n);
+  const float *got = qkv_tensor_const_data(t);
+  for (gsize i = 0; i < n; i++)
+    if (f32_bits(got[i]) != want[i])
+      g_error("%s[%" G_GSIZE_FORMAT "]: 0x%08x, expected 0x%08x", what, i, f32_bits(got[i]),
+              want[i]);
+}
+
+/* 16-bit patterns, little-endian. */
+static void
+pack_le16(guint8 *out, const guint16 *v, gsize n)
+{
+  for (gsize i = 0; i < n; i++) {
+    out[2 * i] = (guint8)v[i];
+    out[2 * i + 1] = (guint8)(v[i] >> 8);
+  }
+}
+
+/* Loads path's "h" into a store holding just "h" (n), through both
+ * readers, and checks the bits. */
+static void
+assert_loads_bits(const gchar *path, const guint32 *want, gsize n, const gchar *what)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s = QKV_SHAPE((gint64)n);
+  fill_pattern(qkv_param_value(qkv_params_add(params, "h", &s, NULL)), 1, 7);
+  g_assert_true(qkv_checkpoint_load(path, params, NULL, NULL, 0, NULL, NULL, &error));
+  g_assert_no_error(error);
+  assert_bits(qkv_param_value(qkv_params_lookup(params, "h")), want, n, what);
+  g_autoptr(GHashTable) all = qkv_safetensors_read(path, NULL, &error);
+  g_assert_no_error(error);
+  assert_bits(g_hash_table_lookup(all, "h"), want, n, what);
+}
+
+/* BF16 and F16 load exactly: subnormals, signed zeros, infinities, NaN
+ * payloads. The expected f32 bits are computed apart from qkv: BF16 by
+ * shifting, F16 from a table of known values. */
+static void
+test_half_loads_exactly(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *path = g_build_filename(dir, "half.safetensors", NULL);
+
+  static const guint16 bf16[] = {
+      0x0000, 0x8000, 0x3f80, 0xbf80, 0x4049, /* 3.140625 */
+      0x0001, 0x8001, 0x007f,                 /* subnormals: min, -min, max */
+      0x0080, 0x7f7f, 0xff7f,                 /* min normal, max, -max */
+      0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81, /* +-inf, NaNs, a signalling one */
+  };
+  guint8 raw[2 * G_N_ELEMENTS(bf16)];
+  guint32 want[G_N_ELEMENTS(bf16)];
+  pack_le16(raw, bf16, G_N_ELEMENTS(bf16));
+  for (gsize i = 0; i < G_N_ELEMENTS(bf16); i++)
+    want[i] = (guint32)bf16[i] << 16;
+  write_one(path, "h", "BF16", G_N_ELEMENTS(bf16), raw, sizeof raw);
+  assert_loads_bits(path, want, G_N_ELEMENTS(bf16), "BF16");
+
+  static const struct {
+    guint16 half;
+    guint32 single;
+  } f16[] = {
+      {0x0000, 0x00000000}, /* +0 */
+      {0x8000, 0x80000000}, /* -0 */
+      {0x3c00, 0x3f800000}, /* 1 */
+      {0xc000, 0xc0000000}, /* -2 */
+      {0x3555, 0x3eaaa000}, /* 0.333251953125 */
+      {0x0001, 0x33800000}, /* 2^-24, the smallest subnormal */
+      {0x8001, 0xb3800000}, /* -2^-24 */
+      {0x0002, 0x34000000}, /* 2^-23 */
+      {0x0003, 0x34400000}, /* 3 * 2^-24 */
+      {0x0200, 0x38000000}, /* 2^-15 */
+      {0x03ff, 0x387fc000}, /* 1023 * 2^-24, the largest subnormal */
+      {0x0400, 0x38800000}, /* 2^-14, the smallest normal */
+      {0x7bff, 0x477fe000}, /* 65504, the largest */
+      {0xfbff, 0xc77fe000}, /* -65504 */
+      {0x7c00, 0x7f800000}, /* inf */
+      {0xfc00, 0xff800000}, /* -inf */
+      {0x7e00, 0x7fc00000}, /* quiet NaN */
+      {0xfe01, 0xffc02000}, /* negative quiet NaN with a payload */
+      {0x7c01, 0x7f802000}, /* signalling NaN: the payload moves, nothing quiets it */
+  };
+  guint16 halves[G_N_ELEMENTS(f16)];
+  guint32 singles[G_N_ELEMENTS(f16)];
+  for (gsize i = 0; i < G_N_ELEMENTS(f16); i++) {
+    halves[i] = f16[i].half;
+    singles[i] = f16[i].single;
+  }
+  guint8 raw16[2 * G_N_ELEMENTS(f16)];
+  pack_le16(raw16, halves, G_N_ELEMENTS(f16));
+  write_one(path, "h", "F16", G_N_ELEMENTS(f16), raw16, sizeof raw16);
+  assert_loads_bits(path, singles, G_N_ELEMENTS(f16), "F16");
+
+  /* all 65536 F16 patterns: each loads to the value it denotes (checked
+   * with floating-point arithmetic, not bits: sign * mantissa * 2^exp) */
+  g_autofree guint16 *every = g_new(guint16, 65536);
+  for (guint i = 0; i < 65536; i++)
+    every[i] = (guint16)i;
+  g_autofree guint8 *every_raw = g_malloc(2 * 65536);
+  pack_le16(every_raw, every, 65536);
+  write_one(path, "h", "F16", 65536, every_raw, 2 * 65536);
+  g_autoptr(GHashTable) all = qkv_safetensors_read(path, NULL, NULL);
+  g_assert_nonnull(all);
+  const float *got = qkv_tensor_const_data(g_hash_table_lookup(all, "h"));
+  for (guint i = 0; i < 65536; i++) {
+    guint exp = (i >> 10) & 0x1f, mant = i & 0x3ff;
+    double sign = (i & 0x8000) ? -1 : 1, want_value;
+    if (exp == 0x1f) {
+      g_assert_true(mant != 0 ? isnan(got[i]) : isinf(got[i]));
+      g_assert_cmpint(!!signbit(got[i]), ==, !!(i & 0x8000));
+      continue;
+    }
+    if (exp == 0)
+      want_value = sign * ldexp(mant, -24);
+    else
+      want_value = sign * ldexp(1024 + mant, (gint)exp - 25);
+    if ((double)got[i] != want_value || !!signbit(got[i]) != !!(i & 0x8000))
+      g_error("F16 0x%04x loaded as %a, expected %a", i, (double)got[i], want_value);
+  }
+  remove_tmpdir(dir);
+}
+
+/* The fixture that tests/reference/half_ckpt_ref.py writes with Python's own
+ * half-precision packing: each tensor loads to the F32 bits beside it. */
+static void
+test_half_reference_file(void)
+{
+  g_autofree gchar *path = qkv_test_data_path("half_ref.safetensors");
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GHashTable) all = qkv_safetensors_read(path, NULL, &error);
+  g_assert_no_error(error);
+  const gchar *names[] = {"f16", "bf16", "f64"};
+  g_autoptr(QkvParams) params = qkv_params_new();
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    g_autofree gchar *expected_name = g_strconcat(names[i], ".expected", NULL);
+    QkvTensor *expected = g_hash_table_lookup(all, expected_name);
+    g_assert_nonnull(expected);
+    const float *e = qkv_tensor_const_data(expected);
+    g_autofree guint32 *bits = g_new(guint32, qkv_tensor_numel(expected));
+    for (gint64 k = 0; k < qkv_tensor_numel(expected); k++)
+      bits[k] = f32_bits(e[k]);
+    assert_bits(g_hash_table_lookup(all, names[i]), bits, (gsize)qkv_tensor_numel(expected),
+                names[i]);
+    qkv_params_add(params, names[i], qkv_tensor_shape(expected), NULL);
+  }
+  /* and into a store */
+  g_assert_true(qkv_checkpoint_load(path, params, NULL, NULL, QKV_CHECKPOINT_ALLOW_UNEXPECTED, NULL,
+                                    NULL, &error));
+  g_assert_no_error(error);
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    g_autofree gchar *expected_name = g_strconcat(names[i], ".expected", NULL);
+    QkvTensor *got = qkv_param_value(qkv_params_lookup(params, names[i]));
+    g_assert_cmpmem(qkv_tensor_const_data(got), qkv_tensor_nbytes(got),
+                    qkv_tensor_const_data(g_hash_table_lookup(all, expected_name)),
+                    qkv_tensor_nbytes(got));
+  }
+}
+
+/* A checkpoint with Adam state in BF16, F16, F64 and F32 and step counts in
+ * I32 and I64 (tests/reference/half_ckpt_ref.py) resumes: values and states
+ * load exactly (the script chose values all dtypes hold) and the optimizer
+ * steps from them. */
+static void
+test_half_optimizer_state(void)
+{
+  g_autofree gchar *path = qkv_test_data_path("half_adam.safetensors");
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape shapes[] = {QKV_SHAPE(3, 4), QKV_SHAPE(4), qkv_shape_scalar(), QKV_SHAPE(5, 2)};
+  const gchar *names[] = {"layer.weight", "layer.bias", "scale", "emb"};
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++)
+    qkv_params_add(params, names[i], &shapes[i], NULL);
+  QkvOptimConfig c = qkv_optim_config_adam(0.5);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  g_autoptr(QkvSchedule) sched = qkv_schedule_new_step(0.01, 10, 0.5);
+  g_assert_true(qkv_checkpoint_load(path, params, opt, sched, 0, NULL, NULL, &error));
+  g_assert_no_error(error);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 2);
+  g_assert_cmpint(qkv_schedule_get_position(sched), ==, 2);
+  g_assert_cmpfloat(qkv_optimizer_get_config(opt)->lr, ==, 0.01);
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    QkvParam *p = qkv_params_lookup(params, names[i]);
+    const float *v = qkv_tensor_const_data(qkv_param_value(p));
+    const float *avg = qkv_tensor_const_data(qkv_param_lookup_state(p, "exp_avg"));
+    const float *sq = qkv_tensor_const_data(qkv_param_lookup_state(p, "exp_avg_sq"));
+    QkvTensor *step = qkv_param_lookup_state(p, "step");
+    g_assert_cmpint(qkv_tensor_dtype(step), ==, QKV_I32);
+    g_assert_cmpint(qkv_tensor_i32(step)[0], ==, 2);
+    for (gint64 k = 0; k < qkv_tensor_numel(qkv_param_value(p)); k++) {
+      g_assert_cmpfloat(v[k], ==, (float)((k * 37 + i) % 11) / 8.0f - 0.5f);
+      g_assert_cmpfloat(avg[k], ==, (float)((k + i) % 5 - 2) / 64.0f);
+      g_assert_cmpfloat(sq[k], ==, (float)(k % 3 + 1) / 1024.0f);
+    }
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++)
+    qkv_tensor_fill(qkv_param_grad(qkv_params_nth(params, i)), 0.25);
+  qkv_schedule_step(sched, opt);
+  g_assert_true(qkv_optimizer_step(opt, &error));
+  g_assert_no_error(error);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 3);
+}
+
+/* F64 loads rounded to nearest, ties to even, overflow to infinity. */
+static void
+test_f64_loads_rounded(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *path = g_build_filename(dir, "f64.safetensors", NULL);
+  static const struct {
+    double in;
+    guint32 out;
+  } cases[] = {
+      {1.0, 0x3f800000},
+      {0.1, 0x3dcccccd},
+      {-2.5, 0xc0200000},
+      {-0.0, 0x80000000},
+      {0x1.000001p0, 0x3f800000},          /* 1 + 2^-24: a tie, to even */
+      {0x1.000003p0, 0x3f800002},          /* 1 + 3 * 2^-24: a tie, to even */
+      {0x1.0000011p0, 0x3f800001},         /* just past the tie */
+      {16777217.0, 0x4b800000},            /* 2^24 + 1: a tie */
+      {0x1p-149, 0x00000001},              /* the smallest f32 subnormal */
+      {0x1p-150, 0x00000000},              /* half of it: a tie, to 0 */
+      {0x1.8p-149, 0x00000002},            /* 1.5 of it: a tie, to 2 */
+      {1e-50, 0x00000000},                 /* underflow */
+      {-1e-50, 0x80000000},                /* to a signed zero */
+      {0x1.fffffefffffffp127, 0x7f7fffff}, /* just below the overflow edge */
+      {0x1.ffffffp127, 0x7f800000},        /* FLT_MAX + half an ulp: a tie, to inf */
+      {1e300, 0x7f800000},
+      {-1e300, 0xff800000},
+      {INFINITY, 0x7f800000},
+      {-INFINITY, 0xff800000},
+  };
+  gsize n = G_N_ELEMENTS(cases);
+  g_autofree guint8 *raw = g_malloc(8 * (n + 1));
+  g_autofree guint32 *want = g_new(guint32, n + 1);
+  for (gsize i = 0; i <= n; i++) {
+    double d = i < n ? cases[i].in : NAN;
+    guint64 u;
+    memcpy(&u, &d, 8);
+    for (int b = 0; b < 8; b++)
+      raw[8 * i + b] = (guint8)(u >> (8 * b));
+    want[i] = i < n ? cases[i].out : 0;
+  }
+  /* everything but the NaN at the end, whose payload is the platform's */
+  write_one(path, "h", "F64", n, raw, 8 * n);
+  assert_loads_bits(path, want, n, "F64");
+  write_one(path, "h", "F64", n + 1, raw, 8 * (n + 1));
+  g_autoptr(GHashTable) all = qkv_safetensors_read(path, NULL, NULL);
+  g_assert_true(isnan(qkv_tensor_get(g_hash_table_lookup(all, "h"), (gint64)n)));
+  remove_tmpdir(dir);
+}
+
+/* The "dtype" and the begin offset of tensor name in a saved file's header
+ * (json-glib writes it compactly, "NAME":{"dtype":"X","shape":[..],
+ * "data_offsets":[b,e]}). */
+static gchar *
+header_entry(const gchar *contents, const gchar *name, guint64 *begin)
+{
+  g_autofree gchar *key = g_strdup_printf("\"%s\":{\"dtype\":\"", name);
+  const gchar *at = strstr(contents + 8, key);
+  g_assert_nonnull(at);
+  at += strlen(key);
+  gchar *dtype = g_strndup(at, strcspn(at, "\""));
+  const gchar *offsets = strstr(at, "\"data_offsets\":[");
+  g_assert_nonnull(offsets);
+  *begin = g_ascii_strtoull(offsets + strlen("\"data_offsets\":["), NULL, 10);
+  return dtype;
+}
+
+/* The states of the params of a and b are the same, bit for bit. */
+static void
+assert_same_states(QkvParams *a, QkvParams *b)
+{
+  for (guint i = 0; i < qkv_params_size(a); i++) {
+    QkvParam *p = qkv_params_nth(a, i), *q = qkv_params_nth(b, i);
+    g_assert_cmpuint(qkv_param_n_states(p), ==, qkv_param_n_states(q));
+    for (guint s = 0; s < qkv_param_n_states(p); s++) {
+      QkvTensor *t;
+      const gchar *name = qkv_param_nth_state(p, s, &t);
+      QkvTensor *u = qkv_param_lookup_state(q, name);
+      g_assert_nonnull(u);
+      g_assert_cmpint(qkv_tensor_dtype(u), ==, qkv_tensor_dtype(t));
+      g_assert_cmpmem(qkv_tensor_const_data(t), qkv_tensor_nbytes(t), qkv_tensor_const_data(u),
+                      qkv_tensor_nbytes(u));
+    }
+  }
+}
+
+/* f32 → bf16: round to nearest, ties to even, carries into the exponent,
+ * overflow to infinity, NaN stays a quiet NaN of its sign. */
+static void
+test_save_bf16(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *path = g_build_filename(dir, "bf16.safetensors", NULL);
+  static const struct {
+    guint32 in;
+    guint16 out;
+  } cases[] = {
+      {0x3f800000, 0x3f80}, /* 1 */
+      {0x3f808000, 0x3f80}, /* a tie, down to the even 0x3f80 */
+      {0x3f818000, 0x3f82}, /* a tie, up to the even 0x3f82 */
+      {0x3f808001, 0x3f81}, /* just past a tie */
+      {0x3f807fff, 0x3f80}, /* just short of one */
+      {0xbf818000, 0xbf82}, /* a negative tie */
+      {0x3fffffff, 0x4000}, /* the carry runs into the exponent */
+      {0x3fff8000, 0x4000}, /* a tie whose even neighbour is the next binade */
+      {0x007fffff, 0x0080}, /* the largest f32 subnormal up to the smallest normal */
+      {0x00008000, 0x0000}, /* a subnormal tie, to the even 0 */
+      {0x00018000, 0x0002}, /* a subnormal tie, to the even 2 */
+      {0x80000000, 0x8000}, /* -0 */
+      {0x7f7f7fff, 0x7f7f}, /* short of the tie past the largest bfloat16 */
+      {0x7f7f8000, 0x7f80}, /* that tie: to infinity */
+      {0x7f7fffff, 0x7f80}, /* FLT_MAX: infinity */
+      {0xff7fffff, 0xff80}, /* -FLT_MAX */
+      {0x7f800000, 0x7f80}, /* inf */
+      {0xff800000, 0xff80}, /* -inf */
+  };
+  static const guint32 nans[] = {0x7fc00000, 0xffc00000, 0x7f800001, 0xff812345, 0x7fbfffff};
+  gsize n = G_N_ELEMENTS(cases), n_all = n + G_N_ELEMENTS(nans);
+  g_autoptr(QkvParams) params = qkv_params_new();
+  /* "b" has 2 elements so that 4-byte data after the 2-byte would be misaligned */
+  QkvShape ws = QKV_SHAPE((gint64)n_all), bs = QKV_SHAPE(2);
+  QkvTensor *w = qkv_param_value(qkv_params_add(params, "w", &ws, NULL));
+  fill_pattern(qkv_param_value(qkv_params_add(params, "b", &bs, NULL)), 1, 0.25f);
+  /* optimizer state first (a step would turn the NaNs' neighbours into
+   * anything), then the bit patterns */
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  for (guint i = 0; i < 2; i++)
+    fill_pattern(qkv_param_grad(qkv_params_nth(params, i)), 1, -0.5f);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_optimizer_step(opt, &error));
+  guint32 *wbits = qkv_tensor_data(w);
+  for (gsize i = 0; i < n_all; i++)
+    wbits[i] = i < n ? cases[i].in : nans[i - n];
+  g_autoptr(GBytes) before = snapshot(params);
+  g_assert_true(
+      qkv_checkpoint_save_full(path, params, opt, NULL, NULL, QKV_CHECKPOINT_DTYPE_BF16, &error));
+  g_assert_no_error(error);
+  assert_unchanged(params, before); /* saving rounds the file, not the store */
+
+  /* params in BF16, states in F32 and I32, each aligned to its size */
+  g_autofree gchar *contents = NULL;
+  gsize size = 0;
+  g_assert_true(g_file_get_contents(path, &contents, &size, NULL));
+  guint64 header_len = 0;
+  for (int i = 7; i >= 0; i--)
+    header_len = (header_len << 8) | (guchar)contents[i];
+  g_assert_cmpuint(size, ==, 8 + header_len + 2 * (n_all + 2) + 4 * 2 * (n_all + 2) + 4 * 2);
+  const gchar *entries[][2] = {
+      {"w", "BF16"},
+      {"b", "BF16"},
+      {"__optim__.w.exp_avg", "F32"},
+      {"__optim__.b.exp_avg_sq", "F32"},
+      {"__optim__.b.step", "I32"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(entries); i++) {
+    guint64 begin = 0;
+    g_autofree gchar *dtype = header_entry(contents, entries[i][0], &begin);
+    g_assert_cmpstr(dtype, ==, entries[i][1]);
+    g_assert_cmpuint(begin % (g_str_equal(dtype, "BF16") ? 2 : 4), ==, 0);
+  }
+
+  /* into a fresh store and optimizer: params rounded, state exact */
+  g_autoptr(QkvParams) again = qkv_params_new();
+  qkv_params_add(again, "w", &ws, NULL);
+  qkv_params_add(again, "b", &bs, NULL);
+  g_autoptr(QkvOptimizer) opt2 = qkv_optimizer_new_adam(again, &c, NULL);
+  g_assert_true(qkv_checkpoint_load(path, again, opt2, NULL, 0, NULL, NULL, &error));
+  g_assert_no_error(error);
+  g_assert_cmpint(qkv_optimizer_get_step(opt2), ==, 1);
+  const guint32 *got = qkv_tensor_const_data(qkv_param_value(qkv_params_lookup(again, "w")));
+  for (gsize i = 0; i < n_all; i++) {
+    guint32 in = wbits[i], out = got[i];
+    if (i < n) {
+      if (out != (guint32)cases[i].out << 16)
+        g_error("0x%08x saved as bf16 0x%08x, expected 0x%04x", in, out, cases[i].out);
+      continue;
+    }
+    /* a NaN: still one, quiet, same sign, low half zero (it came from bf16) */
+    if ((out & 0x7f800000) != 0x7f800000 || (out & 0x007fffff) == 0 || !(out & 0x00400000) ||
+        (out >> 31) != (in >> 31) || (out & 0xffff) != 0)
+      g_error("NaN 0x%08x saved as 0x%08x", in, out);
+  }
+  assert_same_states(params, again);
+  /* ordinary values: within half a bf16 ulp (2^-8 relative) */
+  const float *b1 = qkv_tensor_const_data(qkv_param_value(qkv_params_lookup(params, "b")));
+  const float *b2 = qkv_tensor_const_data(qkv_param_value(qkv_params_lookup(again, "b")));
+  for (guint k = 0; k < 2; k++) {
+    g_assert_cmpuint(f32_bits(b2[k]) & 0xffff, ==, 0);
+    g_assert_cmpfloat(fabsf(b2[k] - b1[k]), <=, ldexpf(fabsf(b1[k]), -8));
+  }
+  remove_tmpdir(dir);
+}
+
+/* QKV_CHECKPOINT_DTYPE_F32 writes the file qkv_checkpoint_save() writes. */
+static void
+test_save_full_f32(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *plain = g_build_filename(dir, "plain.safetensors", NULL);
+  g_autofree gchar *full = g_build_filename(dir, "full.safetensors", NULL);
+  g_autoptr(QkvParams) params = small_store(0.0f);
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  fill_pattern(qkv_param_grad(qkv_params_nth(params, 0)), 1, -0.5f);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_checkpoint_save(plain, params, opt, NULL, NULL, &error));
+  g_assert_true(
+      qkv_checkpoint_save_full(full, params, opt, NULL, NULL, QKV_CHECKPOINT_DTYPE_F32, &error));
+  g_assert_no_error(error);
+  g_autofree gchar *c1 = NULL, *c2 = NULL;
+  gsize s1 = 0, s2 = 0;
+  g_assert_true(g_file_get_contents(plain, &c1, &s1, NULL));
+  g_assert_true(g_file_get_contents(full, &c2, &s2, NULL));
+  g_assert_cmpmem(c1, s1, c2, s2);
+  remove_tmpdir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1127,5 +1601,11 @@ main(int argc, char **argv)
   g_test_add_func("/checkpoint/step-state-range", test_step_state_range);
   g_test_add_func("/checkpoint/save-refuses-bad-names", test_save_refuses_bad_names);
   g_test_add_func("/checkpoint/stale-temporaries", test_stale_temporaries);
+  g_test_add_func("/checkpoint/half-loads-exactly", test_half_loads_exactly);
+  g_test_add_func("/checkpoint/half-reference-file", test_half_reference_file);
+  g_test_add_func("/checkpoint/half-optimizer-state", test_half_optimizer_state);
+  g_test_add_func("/checkpoint/f64-loads-rounded", test_f64_loads_rounded);
+  g_test_add_func("/checkpoint/save-bf16", test_save_bf16);
+  g_test_add_func("/checkpoint/save-full-f32", test_save_full_f32);
   return g_test_run();
 }

@@ -4,6 +4,9 @@
 #include <gio/gio.h>
 #include <string.h>
 
+#include "../common/batch.h"
+#include "../common/text.h"
+
 static const gchar *const names[] = {"statement", "question", "exclamation"};
 static const gchar *const marks[] = {".", "?", "!"};
 
@@ -59,68 +62,18 @@ classify_sentence(const gchar *sentence, gchar ***tokens)
 }
 
 gint
-vocab_size(const Vocab *v)
-{
-  return (gint)v->idx_to_token->len;
-}
-
-gint
-vocab_lookup(const Vocab *v, const gchar *token)
-{
-  gpointer found = g_hash_table_lookup(v->token_to_idx, token);
-  return found ? GPOINTER_TO_INT(found) - 1 : VOCAB_UNK;
-}
-
-const gchar *
-vocab_token(const Vocab *v, gint id)
-{
-  return id >= 0 && id < vocab_size(v) ? g_ptr_array_index(v->idx_to_token, id) : "<unk>";
-}
-
-static void
-vocab_add(Vocab *v, const gchar *token)
-{
-  gchar *copy = g_strdup(token);
-  g_ptr_array_add(v->idx_to_token, copy);
-  g_hash_table_insert(v->token_to_idx, copy, GINT_TO_POINTER(v->idx_to_token->len));
-}
-
-static void
-vocab_free(Vocab *v)
-{
-  if (v == NULL)
-    return;
-  g_hash_table_unref(v->token_to_idx);
-  g_ptr_array_unref(v->idx_to_token);
-  g_free(v);
-}
-
-gint
 classify_encode(const Vocab *v, gchar **tokens, gint max_len, gint32 *ids)
 {
-  gint len = 0;
-  for (; tokens[len] != NULL && len < max_len; len++)
-    ids[len] = vocab_lookup(v, tokens[len]);
-  for (gint t = len; t < max_len; t++)
-    ids[t] = VOCAB_PAD;
-  return len;
+  return vocab_encode(v, tokens, max_len, FALSE, ids);
 }
 
 /* The whole file as text (gunzipped when it ends in .gz). */
 static gchar *
 read_text(const gchar *path, GError **error)
 {
-  g_autoptr(GFile) file = g_file_new_for_path(path);
-  g_autoptr(GFileInputStream) raw = g_file_read(file, NULL, error);
-  if (raw == NULL)
+  g_autoptr(GInputStream) in = text_open(path, error);
+  if (in == NULL)
     return NULL;
-  g_autoptr(GInputStream) in = NULL;
-  if (g_str_has_suffix(path, ".gz")) {
-    g_autoptr(GZlibDecompressor) z = g_zlib_decompressor_new(G_ZLIB_COMPRESSOR_FORMAT_GZIP);
-    in = g_converter_input_stream_new(G_INPUT_STREAM(raw), G_CONVERTER(z));
-  } else {
-    in = g_object_ref(G_INPUT_STREAM(raw));
-  }
   GString *text = g_string_new(NULL);
   gchar buf[65536];
   for (;;) {
@@ -161,6 +114,23 @@ example_free(gpointer p)
   g_strfreev(e->tokens);
   g_free(e->text);
   g_free(e);
+}
+
+/* The vocabulary of the first n_train examples: <pad>, <unk>, then the
+ * tokens seen at least min_freq times in order of first appearance. */
+static Vocab *
+build_vocab(GPtrArray *examples, guint n_train, gint min_freq)
+{
+  TokenCounter counter;
+  token_counter_init(&counter);
+  for (guint i = 0; i < n_train; i++)
+    token_counter_add(&counter, ((Example *)g_ptr_array_index(examples, i))->tokens);
+  Vocab *v = vocab_new();
+  v->pad = vocab_add(v, "<pad>");
+  v->unk = vocab_add(v, "<unk>");
+  vocab_add_counted(v, &counter, min_freq);
+  token_counter_clear(&counter);
+  return v;
 }
 
 static void
@@ -251,12 +221,7 @@ classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences, do
   }
   /* Fisher-Yates with a seeded generator: the split depends on seed only */
   g_autoptr(GRand) rng = g_rand_new_with_seed((guint32)(seed ^ (seed >> 32)));
-  for (guint i = examples->len - 1; i > 0; i--) {
-    guint j = (guint)g_rand_int_range(rng, 0, (gint32)i + 1);
-    gpointer t = examples->pdata[i];
-    examples->pdata[i] = examples->pdata[j];
-    examples->pdata[j] = t;
-  }
+  batch_shuffle(rng, examples->pdata, examples->len, sizeof(gpointer));
   guint n = max_sentences > 0 ? MIN((guint)max_sentences, examples->len) : examples->len;
   if (n < 2) {
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
@@ -268,28 +233,7 @@ classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences, do
   guint n_train = n - n_held;
 
   /* the vocabulary from the training split alone */
-  g_autoptr(GHashTable) counts = g_hash_table_new(g_str_hash, g_str_equal);
-  g_autoptr(GPtrArray) order = g_ptr_array_new();
-  for (guint i = 0; i < n_train; i++) {
-    Example *e = g_ptr_array_index(examples, i);
-    for (gchar **t = e->tokens; *t != NULL; t++) {
-      gpointer c = g_hash_table_lookup(counts, *t);
-      if (c == NULL)
-        g_ptr_array_add(order, *t);
-      g_hash_table_insert(counts, *t, GINT_TO_POINTER(GPOINTER_TO_INT(c) + 1));
-    }
-  }
-  data->vocab = g_new0(Vocab, 1);
-  data->vocab->idx_to_token = g_ptr_array_new_with_free_func(g_free);
-  data->vocab->token_to_idx = g_hash_table_new(g_str_hash, g_str_equal);
-  vocab_add(data->vocab, "<pad>");
-  vocab_add(data->vocab, "<unk>");
-  for (guint i = 0; i < order->len; i++) {
-    const gchar *t = g_ptr_array_index(order, i);
-    if (GPOINTER_TO_INT(g_hash_table_lookup(counts, t)) >= min_freq &&
-        g_hash_table_lookup(data->vocab->token_to_idx, t) == NULL)
-      vocab_add(data->vocab, t);
-  }
+  data->vocab = build_vocab(examples, n_train, min_freq);
   split_fill(&data->train, examples, 0, n_train, data->vocab, max_len, &data->n_truncated);
   split_fill(&data->held_out, examples, n_train, n, data->vocab, max_len, &data->n_truncated);
   return TRUE;

@@ -4,6 +4,8 @@
 
 #include <glib.h>
 
+#include "../common/vocab.h"
+
 typedef enum {
   CLASS_STATEMENT,   /* "." */
   CLASS_QUESTION,    /* "?" */
@@ -23,17 +25,9 @@ const gchar *class_mark(gint label);
  * tokens of their own, split on white space (U+00A0 and U+202F count). */
 gint classify_sentence(const gchar *sentence, gchar ***tokens);
 
-typedef struct {
-  GPtrArray *idx_to_token;  /* gchar*; 0 = <pad>, 1 = <unk> */
-  GHashTable *token_to_idx; /* gchar* -> index + 1 */
-} Vocab;
-
+/* The vocabulary's first ids (common/vocab.h), and no <bos> or <eos>. */
 #define VOCAB_PAD 0
 #define VOCAB_UNK 1
-
-gint vocab_size(const Vocab *v);
-gint vocab_lookup(const Vocab *v, const gchar *token);
-const gchar *vocab_token(const Vocab *v, gint id);
 
 /* One split: n sentences of at most max_len tokens, ids padded with
  * VOCAB_PAD, row-major (n, max_len). */

@@ -17,11 +17,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <glib/gstdio.h>
 #include <qkv/qkv.h>
 
+#include "../common/batch.h"
 #include "../common/grid-heatmap.h"
+#include "../common/text.h"
 #include "data.h"
 
 static gchar *opt_data = NULL;
@@ -79,21 +80,6 @@ static GOptionEntry entries[] = {
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the results", NULL},
     {NULL}};
 
-static gchar *
-default_data_path(void)
-{
-  const gchar *dirs[] = {g_getenv("QKV_DATA_DIR"), QKV_DATA_DIR, QKV_SOURCE_DATA_DIR};
-  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
-    if (dirs[i] == NULL)
-      continue;
-    gchar *path = g_build_filename(dirs[i], "fra-eng", "fra.txt.gz", NULL);
-    if (g_file_test(path, G_FILE_TEST_EXISTS))
-      return path;
-    g_free(path);
-  }
-  return g_build_filename(QKV_SOURCE_DATA_DIR, "fra-eng", "fra.txt.gz", NULL);
-}
-
 static QkvPoolingClassifierConfig
 model_config(const ClassifyData *data, QkvPooling pooling)
 {
@@ -139,8 +125,7 @@ static GArray *
 make_batches(const Split *s, gint batch)
 {
   g_autofree gint *order = g_new(gint, s->n);
-  for (gint i = 0; i < s->n; i++)
-    order[i] = i;
+  batch_order_init(order, s->n);
   sort_split = s;
   qsort(order, s->n, sizeof(gint), by_length);
   GArray *batches = g_array_new(FALSE, FALSE, sizeof(Batch));
@@ -151,13 +136,10 @@ make_batches(const Split *s, gint batch)
     QkvShape bt = QKV_SHAPE(n, t), bs = QKV_SHAPE(n);
     Batch b = {qkv_tensor_new(QKV_I32, &bt), qkv_tensor_new(QKV_I32, &bs),
                qkv_tensor_new(QKV_I32, &bs)};
-    for (gint k = 0; k < n; k++) {
-      gint i = order[start + k];
-      memcpy(qkv_tensor_i32(b.tokens) + (gsize)k * t, s->ids + (gsize)i * s->max_len,
-             (gsize)t * sizeof(gint32));
-      qkv_tensor_i32(b.lens)[k] = s->lens[i];
-      qkv_tensor_i32(b.labels)[k] = s->labels[i];
-    }
+    const gint *rows = order + start;
+    batch_gather_rows(qkv_tensor_i32(b.tokens), t, s->ids, s->max_len, rows, n);
+    batch_gather(qkv_tensor_i32(b.lens), s->lens, rows, n);
+    batch_gather(qkv_tensor_i32(b.labels), s->labels, rows, n);
     g_array_append_val(batches, b);
   }
   return batches;
@@ -187,16 +169,11 @@ train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
   if (opt == NULL)
     return FALSE;
   g_autoptr(GRand) rng = g_rand_new_with_seed((guint32)opt_seed + 17);
-  g_autofree guint *order = g_new(guint, batches->len);
-  for (guint i = 0; i < batches->len; i++)
-    order[i] = i;
+  g_autofree gint *order = g_new(gint, batches->len);
+  batch_order_init(order, (gint)batches->len);
   gint64 t0 = g_get_monotonic_time();
   for (gint epoch = 0; epoch < opt_epochs; epoch++) {
-    for (guint i = batches->len; i-- > 1;) {
-      guint j = (guint)g_rand_int_range(rng, 0, (gint32)i + 1), t = order[i];
-      order[i] = order[j];
-      order[j] = t;
-    }
+    batch_shuffle(rng, order, batches->len, sizeof *order);
     double sum = 0;
     for (guint s = 0; s < batches->len; s++) {
       Batch *bt_ = &g_array_index(batches, Batch, order[s]);
@@ -325,10 +302,7 @@ round_trip(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Class
     path = g_build_filename(dir, "classify.safetensors", NULL);
   }
   g_autoptr(GHashTable) meta = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, g_free);
-  GString *vocab = g_string_new(NULL);
-  for (gint i = 0; i < vocab_size(data->vocab); i++)
-    g_string_append_printf(vocab, "%s%s", i ? "\n" : "", vocab_token(data->vocab, i));
-  g_hash_table_insert(meta, "classify.vocab", g_string_free(vocab, FALSE));
+  g_hash_table_insert(meta, "classify.vocab", vocab_join(data->vocab));
   g_autoptr(QkvParams) restored = qkv_params_new();
   double untrained = -1;
   /* the fresh store's first graph creates its params from another seed */
@@ -387,7 +361,8 @@ run(GError **error)
 {
   if (opt_threads > 0)
     qkv_set_num_threads(opt_threads);
-  g_autofree gchar *path = opt_data ? g_strdup(opt_data) : default_data_path();
+  g_autofree gchar *path =
+      opt_data ? g_strdup(opt_data) : text_fra_eng_path(QKV_DATA_DIR, QKV_SOURCE_DATA_DIR);
   ClassifyData data;
   if (!classify_data_load(&data, path, opt_max_sentences, opt_held_out, opt_max_len, opt_min_freq,
                           (guint64)opt_seed, error))

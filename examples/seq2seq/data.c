@@ -6,73 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-static Vocab *
-vocab_new(void)
-{
-  Vocab *v = g_new0(Vocab, 1);
-  v->idx_to_token = g_ptr_array_new_with_free_func(g_free);
-  v->token_to_idx = g_hash_table_new(g_str_hash, g_str_equal);
-  return v;
-}
-
-static gint
-vocab_add(Vocab *v, const gchar *token)
-{
-  gpointer found = g_hash_table_lookup(v->token_to_idx, token);
-  if (found != NULL)
-    return GPOINTER_TO_INT(found) - 1;
-  gchar *copy = g_strdup(token);
-  g_ptr_array_add(v->idx_to_token, copy);
-  gint id = (gint)v->idx_to_token->len - 1;
-  g_hash_table_insert(v->token_to_idx, copy, GINT_TO_POINTER(id + 1));
-  return id;
-}
-
-void
-vocab_free(Vocab *vocab)
-{
-  if (vocab == NULL)
-    return;
-  g_hash_table_unref(vocab->token_to_idx);
-  g_ptr_array_unref(vocab->idx_to_token);
-  g_free(vocab);
-}
-
-gint
-vocab_size(const Vocab *vocab)
-{
-  return (gint)vocab->idx_to_token->len;
-}
-
-gint
-vocab_lookup(const Vocab *vocab, const gchar *token)
-{
-  gpointer found = g_hash_table_lookup(vocab->token_to_idx, token);
-  return found ? GPOINTER_TO_INT(found) - 1 : vocab->unk;
-}
-
-const gchar *
-vocab_token(const Vocab *vocab, gint id)
-{
-  if (id < 0 || id >= vocab_size(vocab))
-    return "<unk>";
-  return g_ptr_array_index(vocab->idx_to_token, id);
-}
-
-typedef struct {
-  const gchar *token;
-  gint count;
-  gint first_seen;
-} TokenCount;
-
-static gint
-by_count_then_first_seen(gconstpointer a, gconstpointer b)
-{
-  const TokenCount *x = a, *y = b;
-  if (x->count != y->count)
-    return y->count - x->count;
-  return x->first_seen - y->first_seen; /* Python's sort is stable */
-}
+#include "../common/text.h"
 
 /* The book's Vocab(tokens, min_freq, ['<pad>', '<bos>', '<eos>']): <unk> first,
  * then the reserved tokens, then tokens by falling frequency, ties in order of
@@ -80,35 +14,18 @@ by_count_then_first_seen(gconstpointer a, gconstpointer b)
 static Vocab *
 vocab_build(GPtrArray *lines, gint min_freq)
 {
-  GHashTable *counts = g_hash_table_new(g_str_hash, g_str_equal);
-  GArray *order = g_array_new(FALSE, FALSE, sizeof(TokenCount));
-  for (guint i = 0; i < lines->len; i++) {
-    gchar **tokens = g_ptr_array_index(lines, i);
-    for (guint j = 0; tokens[j] != NULL; j++) {
-      gpointer idx = g_hash_table_lookup(counts, tokens[j]);
-      if (idx == NULL) {
-        TokenCount tc = {tokens[j], 1, (gint)order->len};
-        g_array_append_val(order, tc);
-        g_hash_table_insert(counts, tokens[j], GINT_TO_POINTER(order->len));
-      } else {
-        g_array_index(order, TokenCount, GPOINTER_TO_INT(idx) - 1).count++;
-      }
-    }
-  }
-  g_array_sort(order, by_count_then_first_seen);
+  TokenCounter counter;
+  token_counter_init(&counter);
+  for (guint i = 0; i < lines->len; i++)
+    token_counter_add(&counter, g_ptr_array_index(lines, i));
+  token_counter_sort_by_count(&counter);
   Vocab *v = vocab_new();
   v->unk = vocab_add(v, "<unk>");
   v->pad = vocab_add(v, "<pad>");
   v->bos = vocab_add(v, "<bos>");
   v->eos = vocab_add(v, "<eos>");
-  for (guint i = 0; i < order->len; i++) {
-    TokenCount *tc = &g_array_index(order, TokenCount, i);
-    if (tc->count < min_freq)
-      break;
-    vocab_add(v, tc->token);
-  }
-  g_array_unref(order);
-  g_hash_table_unref(counts);
+  vocab_add_counted(v, &counter, min_freq);
+  token_counter_clear(&counter);
   return v;
 }
 
@@ -143,17 +60,9 @@ nmt_preprocess(const gchar *text)
 static gchar *
 read_lines(const gchar *path, gint max_lines, GError **error)
 {
-  g_autoptr(GFile) file = g_file_new_for_path(path);
-  g_autoptr(GFileInputStream) raw = g_file_read(file, NULL, error);
-  if (raw == NULL)
+  g_autoptr(GInputStream) in = text_open(path, error);
+  if (in == NULL)
     return NULL;
-  g_autoptr(GInputStream) in = NULL;
-  if (g_str_has_suffix(path, ".gz")) {
-    g_autoptr(GZlibDecompressor) z = g_zlib_decompressor_new(G_ZLIB_COMPRESSOR_FORMAT_GZIP);
-    in = g_converter_input_stream_new(G_INPUT_STREAM(raw), G_CONVERTER(z));
-  } else {
-    in = g_object_ref(G_INPUT_STREAM(raw));
-  }
   GString *text = g_string_new(NULL);
   gint lines = 0;
   gsize line_bytes = 0;
@@ -194,20 +103,22 @@ read_lines(const gchar *path, gint max_lines, GError **error)
   return g_string_free(text, FALSE);
 }
 
+/* The text after its first n lines (its end when it has fewer). */
+static const gchar *
+skip_lines(const gchar *text, gint n)
+{
+  for (gint i = 0; i < n && *text; i++) {
+    const gchar *nl = strchr(text, '\n');
+    text = nl ? nl + 1 : text + strlen(text);
+  }
+  return text;
+}
+
 static void
 fill_array(GPtrArray *lines, const Vocab *v, gint num_steps, gint32 *ids, gint32 *valid)
 {
-  for (guint i = 0; i < lines->len; i++) {
-    gchar **tokens = g_ptr_array_index(lines, i);
-    gint n = 0;
-    for (guint j = 0; tokens[j] != NULL && n < num_steps; j++)
-      ids[i * num_steps + n++] = vocab_lookup(v, tokens[j]);
-    if (n < num_steps)
-      ids[i * num_steps + n++] = v->eos;
-    valid[i] = n;
-    for (; n < num_steps; n++)
-      ids[i * num_steps + n] = v->pad;
-  }
+  for (guint i = 0; i < lines->len; i++)
+    valid[i] = vocab_encode(v, g_ptr_array_index(lines, i), num_steps, TRUE, ids + i * num_steps);
 }
 
 gboolean
@@ -235,11 +146,7 @@ seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, g
   }
   /* The book keeps lines 0..num_examples (num_examples + 1 lines); only those
    * need preprocessing, since the rule looks one character back. */
-  const gchar *end = raw;
-  for (gint i = 0; i <= num_examples && *end; i++) {
-    const gchar *nl = strchr(end, '\n');
-    end = nl ? nl + 1 : end + strlen(end);
-  }
+  const gchar *end = skip_lines(raw, num_examples + 1);
   g_autofree gchar *head = g_strndup(raw, end - raw);
   g_autofree gchar *text = nmt_preprocess(head);
   g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
@@ -369,15 +276,7 @@ seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_step
 {
   g_autofree gchar *lower = g_utf8_strdown(sentence, -1);
   g_auto(GStrv) tokens = g_strsplit(lower, " ", -1);
-  gint n = 0;
-  for (guint j = 0; tokens[j] != NULL && n < num_steps; j++)
-    ids[n++] = vocab_lookup(vocab, tokens[j]);
-  if (n < num_steps)
-    ids[n++] = vocab->eos;
-  gint valid = n;
-  for (; n < num_steps; n++)
-    ids[n] = vocab->pad;
-  return valid;
+  return vocab_encode(vocab, tokens, num_steps, TRUE, ids);
 }
 
 gboolean
@@ -394,11 +293,7 @@ seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_o
     g_prefix_error(error, "reading %s: ", path);
     return FALSE;
   }
-  const gchar *start = raw;
-  for (gint i = 0; i < first && *start; i++) {
-    const gchar *nl = strchr(start, '\n');
-    start = nl ? nl + 1 : start + strlen(start);
-  }
+  const gchar *start = skip_lines(raw, first);
   const gchar *bad = NULL;
   if (!g_utf8_validate(start, -1, &bad)) {
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,

@@ -4,11 +4,7 @@
 
 #include <glib.h>
 
-typedef struct {
-  GPtrArray *idx_to_token;  /* gchar* */
-  GHashTable *token_to_idx; /* gchar* -> index + 1 */
-  gint unk, pad, bos, eos;
-} Vocab;
+#include "../common/vocab.h"
 
 /* Limits of the data the example builds: enough for the whole fra-eng corpus
  * (about 190,000 pairs) and far longer sequences than the book's 10 steps;
@@ -30,12 +26,6 @@ typedef struct {
   Vocab *src_vocab;
   Vocab *tgt_vocab;
 } Seq2SeqData;
-
-void vocab_free(Vocab *vocab);
-gint vocab_size(const Vocab *vocab);
-/* The id of a token (<unk>'s id when unknown). */
-gint vocab_lookup(const Vocab *vocab, const gchar *token);
-const gchar *vocab_token(const Vocab *vocab, gint id);
 
 /* The book's preprocessing of one text: U+202F and U+00A0 to spaces,
  * lower-case, a space before , . ! ? where none precedes. */

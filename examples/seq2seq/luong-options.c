@@ -1,11 +1,6 @@
 /* luong-options.c: --score, --local-m, --local-p and --input-feeding. */
 #include "luong-options.h"
 
-gchar *luong_opt_score = NULL;
-gchar *luong_opt_local_m = NULL;
-gchar *luong_opt_local_p = NULL;
-gboolean luong_opt_input_feeding = FALSE;
-
 static gboolean
 parse_window(const gchar *option, const gchar *text, gint max_steps, gint *out, GError **error)
 {
@@ -20,14 +15,14 @@ parse_window(const gchar *option, const gchar *text, gint max_steps, gint *out, 
 }
 
 gboolean
-luong_options_apply(ModelConfig *cfg, gint max_steps, GError **error)
+luong_options_apply(const LuongOptions *lo, ModelConfig *cfg, gint max_steps, GError **error)
 {
   if (cfg->kind != MODEL_LUONG) {
-    const gchar *given = luong_opt_score           ? "--score"
-                         : luong_opt_local_m       ? "--local-m"
-                         : luong_opt_local_p       ? "--local-p"
-                         : luong_opt_input_feeding ? "--input-feeding"
-                                                   : NULL;
+    const gchar *given = lo->score           ? "--score"
+                         : lo->local_m       ? "--local-m"
+                         : lo->local_p       ? "--local-p"
+                         : lo->input_feeding ? "--input-feeding"
+                                             : NULL;
     if (given == NULL)
       return TRUE;
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s applies to --model luong only",
@@ -35,32 +30,40 @@ luong_options_apply(ModelConfig *cfg, gint max_steps, GError **error)
     return FALSE;
   }
   QkvLuongAttentionConfig att = {.score = QKV_LUONG_GENERAL, .align = QKV_LUONG_GLOBAL};
-  if (luong_opt_score != NULL) {
-    if (g_str_equal(luong_opt_score, "dot"))
+  if (lo->score != NULL) {
+    if (g_str_equal(lo->score, "dot"))
       att.score = QKV_LUONG_DOT;
-    else if (g_str_equal(luong_opt_score, "concat"))
+    else if (g_str_equal(lo->score, "concat"))
       att.score = QKV_LUONG_CONCAT;
-    else if (!g_str_equal(luong_opt_score, "general")) {
+    else if (!g_str_equal(lo->score, "general")) {
       g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "unknown --score '%s' (dot, general or concat)", luong_opt_score);
+                  "unknown --score '%s' (dot, general or concat)", lo->score);
       return FALSE;
     }
   }
-  if (luong_opt_local_m != NULL && luong_opt_local_p != NULL) {
+  if (lo->local_m != NULL && lo->local_p != NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--local-m and --local-p exclude each other");
     return FALSE;
   }
-  if (luong_opt_local_m != NULL) {
+  if (lo->local_m != NULL) {
     att.align = QKV_LUONG_LOCAL_M;
-    if (!parse_window("local-m", luong_opt_local_m, max_steps, &att.window, error))
+    if (!parse_window("local-m", lo->local_m, max_steps, &att.window, error))
       return FALSE;
-  } else if (luong_opt_local_p != NULL) {
+  } else if (lo->local_p != NULL) {
     att.align = QKV_LUONG_LOCAL_P;
-    if (!parse_window("local-p", luong_opt_local_p, max_steps, &att.window, error))
+    if (!parse_window("local-p", lo->local_p, max_steps, &att.window, error))
       return FALSE;
   }
   cfg->luong = att;
-  cfg->input_feeding = luong_opt_input_feeding;
+  cfg->input_feeding = lo->input_feeding;
   return TRUE;
+}
+
+void
+luong_options_clear(LuongOptions *lo)
+{
+  g_clear_pointer(&lo->score, g_free);
+  g_clear_pointer(&lo->local_m, g_free);
+  g_clear_pointer(&lo->local_p, g_free);
 }

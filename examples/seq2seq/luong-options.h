@@ -6,25 +6,27 @@
 
 #include "model.h"
 
-extern gchar *luong_opt_score;
-extern gchar *luong_opt_local_m;
-extern gchar *luong_opt_local_p;
-extern gboolean luong_opt_input_feeding;
+typedef struct {
+  gchar *score;
+  gchar *local_m;
+  gchar *local_p;
+  gboolean input_feeding;
+} LuongOptions;
 
-/* For main.c's option table. */
-#define LUONG_OPTION_ENTRIES                                                                       \
+/* For the option table: the entries that fill the LuongOptions at lo. */
+#define LUONG_OPTION_ENTRIES(lo)                                                                   \
   {"score",                                                                                        \
    0,                                                                                              \
    0,                                                                                              \
    G_OPTION_ARG_STRING,                                                                            \
-   &luong_opt_score,                                                                               \
+   &(lo)->score,                                                                                   \
    "Luong score function: dot, general (default) or concat",                                       \
    "NAME"},                                                                                        \
       {"local-m",                                                                                  \
        0,                                                                                          \
        0,                                                                                          \
        G_OPTION_ARG_STRING,                                                                        \
-       &luong_opt_local_m,                                                                         \
+       &(lo)->local_m,                                                                             \
        "Luong local-m attention over the source positions |s - t| <= D (t held at the "            \
        "sentence's last word)",                                                                    \
        "D"},                                                                                       \
@@ -32,16 +34,19 @@ extern gboolean luong_opt_input_feeding;
        0,                                                                                          \
        0,                                                                                          \
        G_OPTION_ARG_STRING,                                                                        \
-       &luong_opt_local_p,                                                                         \
+       &(lo)->local_p,                                                                             \
        "Luong local-p attention: a window of half-width D around a predicted position, "           \
        "weighted by a Gaussian of sigma D/2",                                                      \
        "D"},                                                                                       \
   {                                                                                                \
-    "input-feeding", 0, 0, G_OPTION_ARG_NONE, &luong_opt_input_feeding,                            \
+    "input-feeding", 0, 0, G_OPTION_ARG_NONE, &(lo)->input_feeding,                                \
         "Luong input feeding: the previous attentional vector joins the decoder's input", NULL     \
   }
 
 /* Check the Luong options against the model chosen (they need --model
  * luong; --local-m and --local-p exclude each other; D from 1 to max_steps)
  * and, for luong, fill cfg->luong and cfg->input_feeding. */
-gboolean luong_options_apply(ModelConfig *cfg, gint max_steps, GError **error);
+gboolean luong_options_apply(const LuongOptions *lo, ModelConfig *cfg, gint max_steps,
+                             GError **error);
+/* Free the strings GOption stored. */
+void luong_options_clear(LuongOptions *lo);

@@ -13,8 +13,9 @@
  *
  * What qkv writes:
  *
- *   - every parameter under its own name, F32, in store order: the file is a
- *     state_dict that safetensors.torch.load_file() reads as is;
+ *   - every parameter under its own name, F32 (or BF16 on request, see
+ *     qkv_checkpoint_save_full()), in store order: the file is a state_dict
+ *     that safetensors.torch.load_file() reads as is;
  *   - with an optimizer, every state tensor of every parameter as
  *     "__optim__.<param>.<state>" (e.g. "__optim__.fc.weight.exp_avg", F32,
  *     the param's shape; "__optim__.fc.weight.step", I32, shape []), so state
@@ -62,6 +63,14 @@
  * file that does not fit the model) and leaves store, optimizer and schedule
  * unchanged. Values are copied into the existing tensors, whose data
  * pointers plans hold. The loader reads the whole file into memory first.
+ *
+ * Dtypes: f32 tensors (parameter values, optimizer states) load from F32,
+ * BF16, F16 or F64; integer ones (step counts) from I32 or I64 (whose value
+ * must fit in i32). Every BF16 and F16 value, subnormals, signed zeros,
+ * infinities and NaN payloads included, is an f32, and loads exactly; F64
+ * values are rounded to the nearest f32 (ties to even; beyond the f32 range
+ * to infinity), so F64 loads may round. The other dtypes of the format are a
+ * QKV_ERROR_DTYPE.
  */
 #pragma once
 
@@ -79,10 +88,32 @@ typedef enum {
   QKV_CHECKPOINT_ALLOW_UNEXPECTED = 1 << 1,
 } QkvCheckpointFlags;
 
+/* The dtype qkv_checkpoint_save_full() writes parameter values in. */
+typedef enum {
+  QKV_CHECKPOINT_DTYPE_F32 = 0,
+  QKV_CHECKPOINT_DTYPE_BF16 = 1,
+} QkvCheckpointDType;
+
 /* Write params (and, if not NULL, optimizer state and schedule position, and
- * string→string metadata) to path, atomically. */
+ * string→string metadata) to path, atomically. The same as
+ * qkv_checkpoint_save_full() with QKV_CHECKPOINT_DTYPE_F32. */
 gboolean qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                              QkvSchedule *schedule, GHashTable *metadata, GError **error);
+
+/* qkv_checkpoint_save() with the parameter values written as param_dtype.
+ * QKV_CHECKPOINT_DTYPE_BF16 halves their size: every value is rounded to
+ * bfloat16 as IEEE 754 rounds, to nearest with ties to even, subnormals
+ * too (nothing is flushed to zero); values past the largest bfloat16 by half
+ * an ulp or more become infinity, infinities stay, and a NaN stays a NaN of
+ * the same sign, made quiet (its payload cut to bfloat16's 7 bits).
+ * Optimizer states stay F32 and step counts I32 whatever param_dtype is, so
+ * a run resumed from a BF16 file continues from rounded parameters but the
+ * exact optimizer state: lossy in the parameters only.
+ * The F32 and I32 tensors' data comes first in the file, then the BF16, so
+ * every tensor starts at a multiple of its element size. */
+gboolean qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
+                                  QkvSchedule *schedule, GHashTable *metadata,
+                                  QkvCheckpointDType param_dtype, GError **error);
 
 /* Read path into params, and if not NULL optimizer (its state tensors in the
  * store, step count and hyper-parameters; the file must hold state of an
@@ -100,9 +131,11 @@ gboolean qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer 
  * after checking the whole file as load does. */
 GHashTable *qkv_checkpoint_read_metadata(const gchar *path, GError **error);
 
-/* Read any safetensors file: name → new QkvTensor* (F32 as f32; I32, and I64
- * whose values fit, as i32; other dtypes are a QKV_ERROR_DTYPE), and its
- * metadata if metadata is not NULL. */
+/* Read any safetensors file: name → new QkvTensor* (F32, BF16, F16 and F64
+ * as f32, converted as qkv_checkpoint_load() does: exactly, F64 rounded; I32,
+ * and I64 whose values fit, as i32; other dtypes are a QKV_ERROR_DTYPE), and
+ * its metadata if metadata is not NULL. qkv has no half-precision tensors:
+ * a tensor's dtype says what it holds now, not what the file held. */
 GHashTable *qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error);
 
 G_END_DECLS

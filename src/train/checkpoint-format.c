@@ -123,17 +123,49 @@ qkv_st_dtype_name(StDType d)
     return "I32";
   case ST_I64:
     return "I64";
+  case ST_F16:
+    return "F16";
+  case ST_BF16:
+    return "BF16";
+  case ST_F64:
+    return "F64";
   }
   return "?";
 }
 
-static gsize
-st_dtype_size(StDType d)
+gsize
+qkv_st_dtype_size(StDType d)
 {
-  return d == ST_I64 ? 8 : 4;
+  switch (d) {
+  case ST_F16:
+  case ST_BF16:
+    return 2;
+  case ST_I64:
+  case ST_F64:
+    return 8;
+  case ST_F32:
+  case ST_I32:
+    break;
+  }
+  return 4;
 }
 
-/* Every dtype the format defines; qkv reads three of them. */
+gboolean
+qkv_st_dtype_is_float(StDType d)
+{
+  return d == ST_F32 || d == ST_F16 || d == ST_BF16 || d == ST_F64;
+}
+
+/* The dtypes qkv reads, by their names in the format. */
+static const struct {
+  const gchar *name;
+  StDType dtype;
+} read_dtypes[] = {
+    {"F32", ST_F32}, {"I32", ST_I32},   {"I64", ST_I64},
+    {"F16", ST_F16}, {"BF16", ST_BF16}, {"F64", ST_F64},
+};
+
+/* Every dtype the format defines; qkv reads six of them. */
 static const gchar *const known_dtypes[] = {
     "BOOL",    "U8",  "I8",      "I16",     "U16", "F16",     "BF16",    "I32",
     "U32",     "F32", "F64",     "I64",     "U64", "F8_E5M2", "F8_E4M3", "F8_E4M3FN",
@@ -171,15 +203,15 @@ parse_entry(const StFile *f, const gchar *name, JsonNode *node, guint64 data_siz
   }
   const gchar *dtype = json_node_get_string(dn);
   g_autofree Entry *e = g_new0(Entry, 1);
-  if (g_str_equal(dtype, "F32"))
-    e->dtype = ST_F32;
-  else if (g_str_equal(dtype, "I32"))
-    e->dtype = ST_I32;
-  else if (g_str_equal(dtype, "I64"))
-    e->dtype = ST_I64;
-  else if (g_strv_contains(known_dtypes, dtype)) {
+  guint d = 0;
+  while (d < G_N_ELEMENTS(read_dtypes) && !g_str_equal(dtype, read_dtypes[d].name))
+    d++;
+  if (d < G_N_ELEMENTS(read_dtypes)) {
+    e->dtype = read_dtypes[d].dtype;
+  } else if (g_strv_contains(known_dtypes, dtype)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE,
-                "checkpoint '%s': tensor '%s': dtype %s is not supported (qkv reads F32, I32, I64)",
+                "checkpoint '%s': tensor '%s': dtype %s is not supported (qkv reads F32, F64, "
+                "F16, BF16, I32, I64)",
                 path, name, dtype);
     return NULL;
   } else {
@@ -200,7 +232,7 @@ parse_entry(const StFile *f, const gchar *name, JsonNode *node, guint64 data_siz
     return NULL;
   }
   e->shape.rank = (gint)rank;
-  guint64 nbytes = st_dtype_size(e->dtype);
+  guint64 nbytes = qkv_st_dtype_size(e->dtype);
   gboolean overflow = FALSE;
   for (guint i = 0; i < rank; i++) {
     guint64 d;
@@ -396,9 +428,9 @@ read_members(StFile *f, JsonObject *obj, guint64 data_size, GError **error)
 
 /* Like the reference implementation: sorted by offsets, the tensors tile
  * the data section exactly, from 0 to its end, with no gap, no overlap and
- * no trailing bytes. (Alignment needs no rule of its own: qkv copies bytes,
- * and tiling from 0 with 4- and 8-byte elements keeps every tensor 4-byte
- * aligned anyway.) */
+ * no trailing bytes. (Alignment needs no rule: with 2-byte elements a tensor
+ * may start at any even offset, but qkv reads the data byte by byte or with
+ * memcpy, never through a typed pointer.) */
 static gboolean
 check_tiling(const StFile *f, guint64 data_size, GError **error)
 {
@@ -488,6 +520,79 @@ qkv_st_copy_le32(gpointer dst, const guchar *src, gsize n)
 #endif
 }
 
+/* The little-endian 16-bit word at src. */
+static guint16
+read_le16(const guchar *src)
+{
+  return (guint16)(src[0] | src[1] << 8);
+}
+
+/* An IEEE binary16 as the binary32 with the same value, by bit operations:
+ * every half is a float, subnormals included, so nothing rounds. */
+static guint32
+f16_to_f32_bits(guint16 h)
+{
+  guint32 sign = (guint32)(h & 0x8000) << 16;
+  guint32 exponent = (h >> 10) & 0x1f;
+  guint32 mantissa = h & 0x3ff;
+  if (exponent == 0x1f) /* inf, or NaN with its payload and quiet bit moved up */
+    return sign | 0x7f800000 | mantissa << 13;
+  if (exponent != 0) /* normal: rebias 15 -> 127 */
+    return sign | (exponent + 112) << 23 | mantissa << 13;
+  if (mantissa == 0)
+    return sign;
+  /* subnormal, mantissa * 2^-24: a normal float. Shift the leading one up
+   * to the implicit bit; each shift lowers the exponent by one from that of
+   * 2^-14 (127 - 14 = 113). */
+  guint32 e = 113;
+  while (!(mantissa & 0x400)) {
+    mantissa <<= 1;
+    e--;
+  }
+  return sign | e << 23 | (mantissa & 0x3ff) << 13;
+}
+
+void
+qkv_st_copy_to_f32(const StFile *f, const Entry *e, float *dst)
+{
+  const guchar *src = qkv_st_entry_data(f, e);
+  gsize n = (gsize)qkv_shape_numel(&e->shape);
+  guint32 bits;
+  switch (e->dtype) {
+  case ST_F32:
+    qkv_st_copy_le32(dst, src, n);
+    return;
+  case ST_BF16: /* the high half of an f32 */
+    for (gsize i = 0; i < n; i++) {
+      bits = (guint32)read_le16(src + 2 * i) << 16;
+      memcpy(&dst[i], &bits, 4);
+    }
+    return;
+  case ST_F16:
+    for (gsize i = 0; i < n; i++) {
+      bits = f16_to_f32_bits(read_le16(src + 2 * i));
+      memcpy(&dst[i], &bits, 4);
+    }
+    return;
+  case ST_F64:
+    for (gsize i = 0; i < n; i++) {
+      guint64 u = 0;
+      for (int b = 7; b >= 0; b--)
+        u = (u << 8) | src[8 * i + b];
+      double v;
+      memcpy(&v, &u, 8);
+      /* IEEE conversion (C11 Annex F): to nearest, ties to even, past the
+       * f32 range to infinity */
+      dst[i] = (float)v;
+    }
+    return;
+  case ST_I32:
+  case ST_I64:
+    break;
+  }
+  g_return_if_reached();
+}
+
 /* Convert an I64 tensor to i32; FALSE (naming the element's byte offset) if
  * a value does not fit. */
 gboolean
@@ -524,13 +629,16 @@ qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error)
       g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)qkv_tensor_free);
   for (guint i = 0; i < f->entries->len; i++) {
     const Entry *e = g_ptr_array_index(f->entries, i);
-    QkvTensor *t = qkv_tensor_try_new(e->dtype == ST_F32 ? QKV_F32 : QKV_I32, &e->shape, error);
+    gboolean is_float = qkv_st_dtype_is_float(e->dtype);
+    QkvTensor *t = qkv_tensor_try_new(is_float ? QKV_F32 : QKV_I32, &e->shape, error);
     if (t == NULL) {
       g_prefix_error(error, "checkpoint '%s': tensor '%s': ", path, e->name);
       return NULL;
     }
     g_hash_table_insert(out, g_strdup(e->name), t);
-    if (e->dtype == ST_I64) {
+    if (is_float) {
+      qkv_st_copy_to_f32(f, e, qkv_tensor_f32(t));
+    } else if (e->dtype == ST_I64) {
       if (!qkv_st_copy_i64_to_i32(f, e, qkv_tensor_i32(t), error))
         return NULL;
     } else {

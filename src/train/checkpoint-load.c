@@ -140,7 +140,7 @@ static gboolean
 check_fits(const StFile *f, const Entry *e, const QkvTensor *t, const gchar *what, GError **error)
 {
   QkvDType want = qkv_tensor_dtype(t);
-  gboolean dtype_ok = want == QKV_F32 ? e->dtype == ST_F32 : e->dtype != ST_F32;
+  gboolean dtype_ok = (want == QKV_F32) == qkv_st_dtype_is_float(e->dtype);
   if (!dtype_ok) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE,
                 "checkpoint '%s': tensor '%s' is %s but %s is %s (byte offset %" G_GUINT64_FORMAT
@@ -163,7 +163,9 @@ check_fits(const StFile *f, const Entry *e, const QkvTensor *t, const gchar *wha
 static void
 copy_entry(const StFile *f, const Entry *e, QkvTensor *t)
 {
-  if (e->dtype == ST_I64)
+  if (qkv_st_dtype_is_float(e->dtype))
+    qkv_st_copy_to_f32(f, e, qkv_tensor_f32(t));
+  else if (e->dtype == ST_I64)
     qkv_st_copy_i64_to_i32(f, e, qkv_tensor_i32(t), NULL); /* range checked already */
   else
     qkv_st_copy_le32(qkv_tensor_data(t), qkv_st_entry_data(f, e), (gsize)qkv_tensor_numel(t));
@@ -261,10 +263,12 @@ match_optimizer_state(const StFile *f, QkvParams *params, const Entry *e, LoadPl
   if (existing != NULL && !check_fits(f, e, existing, what, error))
     return FALSE;
   /* a fresh optimizer has no state to compare with: the step count is an
-   * integer scalar, every other state has the parameter's shape in f32 */
+   * integer scalar, every other state has the parameter's shape in f32
+   * (read from any floating-point dtype) */
   gboolean is_step = g_str_equal(state, "step");
-  gboolean fits = is_step ? (e->dtype == ST_I32 || e->dtype == ST_I64) && e->shape.rank == 0
-                          : e->dtype == ST_F32 && qkv_shape_equal(&e->shape, qkv_param_shape(p));
+  gboolean fits =
+      is_step ? (e->dtype == ST_I32 || e->dtype == ST_I64) && e->shape.rank == 0
+              : qkv_st_dtype_is_float(e->dtype) && qkv_shape_equal(&e->shape, qkv_param_shape(p));
   if (!fits) {
     g_autofree gchar *got = qkv_shape_to_string(&e->shape);
     g_autofree gchar *want = qkv_shape_to_string(qkv_param_shape(p));
@@ -379,7 +383,8 @@ apply(const StFile *f, const LoadPlan *lp, QkvOptimizer *optimizer, QkvSchedule 
     if (a->state == NULL)
       t = qkv_param_value(a->param);
     else
-      t = qkv_param_state_full(a->param, a->state, a->entry->dtype == ST_F32 ? QKV_F32 : QKV_I32,
+      t = qkv_param_state_full(a->param, a->state,
+                               qkv_st_dtype_is_float(a->entry->dtype) ? QKV_F32 : QKV_I32,
                                &a->entry->shape);
     copy_entry(f, a->entry, t);
   }

@@ -12,10 +12,15 @@
 
 #define CORRUPT(...) g_set_error(error, QKV_ERROR, QKV_ERROR_CORRUPT, __VA_ARGS__)
 
+/* The dtypes qkv reads. The floating-point ones load into f32 tensors, the
+ * integer ones into i32. */
 typedef enum {
   ST_F32,
   ST_I32,
   ST_I64,
+  ST_F16,
+  ST_BF16,
+  ST_F64,
 } StDType;
 
 typedef struct {
@@ -44,6 +49,11 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(StFile, qkv_st_file_free)
 StFile *qkv_st_file_open(const gchar *path, GError **error);
 
 const gchar *qkv_st_dtype_name(StDType d);
+gsize qkv_st_dtype_size(StDType d);
+gboolean qkv_st_dtype_is_float(StDType d);
 const guchar *qkv_st_entry_data(const StFile *f, const Entry *e);
 void qkv_st_copy_le32(gpointer dst, const guchar *src, gsize n);
+/* A floating-point entry into f32: F32, BF16 and F16 exactly, F64 rounded
+ * to nearest. */
+void qkv_st_copy_to_f32(const StFile *f, const Entry *e, float *dst);
 gboolean qkv_st_copy_i64_to_i32(const StFile *f, const Entry *e, gint32 *dst, GError **error);

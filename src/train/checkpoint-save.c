@@ -73,7 +73,9 @@ remove_stale_temporaries(const gchar *dir, const gchar *base, const gchar *own_t
 
 typedef struct {
   gchar *name;
-  QkvTensor *tensor; /* borrowed */
+  QkvTensor *tensor;  /* borrowed */
+  StDType dtype;      /* in the file: F32, I32 or BF16 */
+  guint64 begin, end; /* data offsets */
 } SaveItem;
 
 static void
@@ -85,11 +87,12 @@ save_item_free(gpointer data)
 }
 
 static void
-add_item(GPtrArray *items, gchar *name, QkvTensor *t)
+add_item(GPtrArray *items, gchar *name, QkvTensor *t, StDType dtype)
 {
   SaveItem *s = g_new0(SaveItem, 1);
   s->name = name;
   s->tensor = t;
+  s->dtype = dtype;
   g_ptr_array_add(items, s);
 }
 
@@ -120,9 +123,49 @@ write_all(int fd, const void *data, gsize n, const gchar *path, const gchar *tmp
   return TRUE;
 }
 
-static gboolean
-write_tensor(int fd, QkvTensor *t, const gchar *path, const gchar *tmp, GError **error)
+/* f32 bits rounded to bfloat16, to nearest with ties to even: adding 0x7fff
+ * and the lowest kept bit carries into the kept half exactly when the
+ * dropped half is past its midpoint, or at it with the kept half odd. The
+ * carry runs into the exponent where it must (0x3fffffff -> 0x4000) and
+ * from the largest values into infinity, as IEEE rounding overflows. A NaN
+ * would be carried into another NaN or into infinity: it is truncated
+ * instead and made quiet, so it stays a NaN of its sign. */
+static guint16
+f32_to_bf16(guint32 bits)
 {
+  if ((bits & 0x7fffffff) > 0x7f800000)
+    return (guint16)(bits >> 16 | 0x0040);
+  return (guint16)((bits + 0x7fff + (bits >> 16 & 1)) >> 16);
+}
+
+/* An f32 tensor as little-endian bfloat16, a chunk at a time. */
+static gboolean
+write_bf16(int fd, const QkvTensor *t, const gchar *path, const gchar *tmp, GError **error)
+{
+  const float *src = qkv_tensor_const_data(t);
+  gsize n = (gsize)qkv_tensor_numel(t), chunk = 1 << 16;
+  g_autofree guint8 *buf = g_malloc(2 * MIN(n, chunk) + 1);
+  for (gsize i = 0; i < n; i += chunk) {
+    gsize m = MIN(n - i, chunk);
+    for (gsize k = 0; k < m; k++) {
+      guint32 bits;
+      memcpy(&bits, &src[i + k], 4);
+      guint16 h = f32_to_bf16(bits);
+      buf[2 * k] = (guint8)h;
+      buf[2 * k + 1] = (guint8)(h >> 8);
+    }
+    if (!write_all(fd, buf, 2 * m, path, tmp, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+write_tensor(int fd, const SaveItem *s, const gchar *path, const gchar *tmp, GError **error)
+{
+  QkvTensor *t = s->tensor;
+  if (s->dtype == ST_BF16)
+    return write_bf16(fd, t, path, tmp, error);
 #if G_BYTE_ORDER == G_LITTLE_ENDIAN
   return write_all(fd, qkv_tensor_const_data(t), qkv_tensor_nbytes(t), path, tmp, error);
 #else
@@ -137,10 +180,12 @@ write_tensor(int fd, QkvTensor *t, const gchar *path, const gchar *tmp, GError *
 
 /* ---- header ---- */
 
-/* The tensors that go in, in order: every param's value, then (with an
- * optimizer) every param's states. NULL if a name cannot be written. */
+/* The tensors that go in, in header order: every param's value (in
+ * value_dtype), then (with an optimizer) every param's states (F32 or I32,
+ * as they are). NULL if a name cannot be written. */
 static GPtrArray *
-collect_items(const gchar *path, QkvParams *params, QkvOptimizer *optimizer, GError **error)
+collect_items(const gchar *path, QkvParams *params, QkvOptimizer *optimizer, StDType value_dtype,
+              GError **error)
 {
   g_autoptr(GPtrArray) items = g_ptr_array_new_with_free_func(save_item_free);
   for (guint i = 0; i < qkv_params_size(params); i++) {
@@ -159,7 +204,7 @@ collect_items(const gchar *path, QkvParams *params, QkvOptimizer *optimizer, GEr
                   "saving checkpoint '%s': parameter name '%s' is not valid UTF-8", path, shown);
       return NULL;
     }
-    add_item(items, g_strdup(name), qkv_param_value(p));
+    add_item(items, g_strdup(name), qkv_param_value(p), value_dtype);
   }
   for (guint i = 0; optimizer != NULL && i < qkv_params_size(params); i++) {
     QkvParam *p = qkv_params_nth(params, i);
@@ -173,10 +218,35 @@ collect_items(const gchar *path, QkvParams *params, QkvOptimizer *optimizer, GEr
                     path, state, qkv_param_name(p));
         return NULL;
       }
-      add_item(items, g_strdup_printf(OPTIM_PREFIX "%s.%s", qkv_param_name(p), state), t);
+      add_item(items, g_strdup_printf(OPTIM_PREFIX "%s.%s", qkv_param_name(p), state), t,
+               qkv_tensor_dtype(t) == QKV_F32 ? ST_F32 : ST_I32);
     }
   }
   return g_steal_pointer(&items);
+}
+
+/* Sets every item's data offsets: the 4-byte tensors first, then the 2-byte
+ * ones, each group in header order, so that every tensor starts at a
+ * multiple of its element size (the data section starts at a multiple of
+ * 8), as safetensors' own writer lays them out. With F32 params that is
+ * header order. Returns the items in data order. */
+static GPtrArray *
+lay_out_data(GPtrArray *items)
+{
+  GPtrArray *order = g_ptr_array_sized_new(items->len);
+  guint64 offset = 0;
+  for (gsize size = 4; size >= 2; size -= 2) {
+    for (guint i = 0; i < items->len; i++) {
+      SaveItem *s = g_ptr_array_index(items, i);
+      if (qkv_st_dtype_size(s->dtype) != size)
+        continue;
+      s->begin = offset;
+      offset += (guint64)qkv_tensor_numel(s->tensor) * size;
+      s->end = offset;
+      g_ptr_array_add(order, s);
+    }
+  }
+  return order;
 }
 
 /* One string member of the metadata; takes value. */
@@ -243,18 +313,17 @@ add_metadata_object(JsonBuilder *b, const gchar *path, QkvOptimizer *optimizer,
   return TRUE;
 }
 
-/* One member per tensor, laid out back to back from offset 0. */
+/* One member per tensor, at the offsets lay_out_data chose. */
 static void
 add_tensor_entries(JsonBuilder *b, GPtrArray *items)
 {
-  guint64 offset = 0;
   for (guint i = 0; i < items->len; i++) {
     SaveItem *s = g_ptr_array_index(items, i);
     const QkvShape *shape = qkv_tensor_shape(s->tensor);
     json_builder_set_member_name(b, s->name);
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "dtype");
-    json_builder_add_string_value(b, qkv_tensor_dtype(s->tensor) == QKV_F32 ? "F32" : "I32");
+    json_builder_add_string_value(b, qkv_st_dtype_name(s->dtype));
     json_builder_set_member_name(b, "shape");
     json_builder_begin_array(b);
     for (gint d = 0; d < shape->rank; d++)
@@ -262,9 +331,8 @@ add_tensor_entries(JsonBuilder *b, GPtrArray *items)
     json_builder_end_array(b);
     json_builder_set_member_name(b, "data_offsets");
     json_builder_begin_array(b);
-    json_builder_add_int_value(b, (gint64)offset);
-    offset += qkv_tensor_nbytes(s->tensor);
-    json_builder_add_int_value(b, (gint64)offset);
+    json_builder_add_int_value(b, (gint64)s->begin);
+    json_builder_add_int_value(b, (gint64)s->end);
     json_builder_end_array(b);
     json_builder_end_object(b);
   }
@@ -325,8 +393,9 @@ save_target_clear(SaveTarget *t)
 
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(SaveTarget, save_target_clear)
 
+/* header, then the tensors in data order */
 static gboolean
-write_temporary(SaveTarget *t, const GString *header, GPtrArray *items, GError **error)
+write_temporary(SaveTarget *t, const GString *header, GPtrArray *data_order, GError **error)
 {
   t->tmp = g_strdup_printf("%s%c.%s.tmp-XXXXXX", t->dir, G_DIR_SEPARATOR, t->base);
   t->fd = g_mkstemp_full(t->tmp, O_WRONLY | O_CLOEXEC, 0644);
@@ -343,9 +412,8 @@ write_temporary(SaveTarget *t, const GString *header, GPtrArray *items, GError *
   (void)flock(t->fd, LOCK_EX | LOCK_NB);
   if (!write_all(t->fd, header->str, header->len, t->path, t->tmp, error))
     return FALSE;
-  for (guint i = 0; i < items->len; i++)
-    if (!write_tensor(t->fd, ((SaveItem *)g_ptr_array_index(items, i))->tensor, t->path, t->tmp,
-                      error))
+  for (guint i = 0; i < data_order->len; i++)
+    if (!write_tensor(t->fd, g_ptr_array_index(data_order, i), t->path, t->tmp, error))
       return FALSE;
   return TRUE;
 }
@@ -392,14 +460,19 @@ durable_rename(SaveTarget *t, GError **error)
 }
 
 gboolean
-qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
-                    QkvSchedule *schedule, GHashTable *metadata, GError **error)
+qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
+                         QkvSchedule *schedule, GHashTable *metadata,
+                         QkvCheckpointDType param_dtype, GError **error)
 {
   g_return_val_if_fail(path != NULL && params != NULL, FALSE);
   g_return_val_if_fail(optimizer == NULL || qkv_optimizer_get_params(optimizer) == params, FALSE);
-  g_autoptr(GPtrArray) items = collect_items(path, params, optimizer, error);
+  g_return_val_if_fail(
+      param_dtype == QKV_CHECKPOINT_DTYPE_F32 || param_dtype == QKV_CHECKPOINT_DTYPE_BF16, FALSE);
+  StDType value_dtype = param_dtype == QKV_CHECKPOINT_DTYPE_BF16 ? ST_BF16 : ST_F32;
+  g_autoptr(GPtrArray) items = collect_items(path, params, optimizer, value_dtype, error);
   if (items == NULL)
     return FALSE;
+  g_autoptr(GPtrArray) data_order = lay_out_data(items);
   g_autoptr(GString) header = build_header(path, items, optimizer, schedule, metadata, error);
   if (header == NULL)
     return FALSE;
@@ -409,8 +482,16 @@ qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimize
       .base = g_path_get_basename(path),
       .fd = -1,
   };
-  if (!write_temporary(&target, header, items, error) || !durable_rename(&target, error))
+  if (!write_temporary(&target, header, data_order, error) || !durable_rename(&target, error))
     return FALSE;
   remove_stale_temporaries(target.dir, target.base, target.tmp);
   return TRUE;
+}
+
+gboolean
+qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
+                    QkvSchedule *schedule, GHashTable *metadata, GError **error)
+{
+  return qkv_checkpoint_save_full(path, params, optimizer, schedule, metadata,
+                                  QKV_CHECKPOINT_DTYPE_F32, error);
 }

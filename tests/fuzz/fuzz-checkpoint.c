@@ -2,12 +2,14 @@
  * with an Adam optimizer and a schedule, strict and lenient. A refused file
  * leaves the store unchanged; an accepted one gives state the optimizer can
  * step from without tripping a sanitizer, and saves into a file that loads
- * back to the same values.
+ * back to the same values, and into a BF16 file that loads back to the same
+ * state and values rounded to bfloat16.
  *
  * QKV_FUZZ_SEEDS: checkpoints (run.sh seeds it with files qkv saves) */
 #include "fuzz-common.h"
 
 #include <glib/gstdio.h>
+#include <math.h>
 #include <string.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -49,15 +51,16 @@ make_store(void)
   return params;
 }
 
-/* Every value and state of the store, as bytes. */
+/* Every value (if with_values) and state of the store, as bytes. */
 static GBytes *
-snapshot(QkvParams *params)
+snapshot_full(QkvParams *params, gboolean with_values)
 {
   GByteArray *out = g_byte_array_new();
   for (guint i = 0; i < qkv_params_size(params); i++) {
     QkvParam *p = qkv_params_nth(params, i);
     QkvTensor *v = qkv_param_value(p);
-    g_byte_array_append(out, qkv_tensor_const_data(v), qkv_tensor_nbytes(v));
+    if (with_values)
+      g_byte_array_append(out, qkv_tensor_const_data(v), qkv_tensor_nbytes(v));
     for (guint s = 0; s < qkv_param_n_states(p); s++) {
       QkvTensor *t;
       const gchar *name = qkv_param_nth_state(p, s, &t);
@@ -66,6 +69,62 @@ snapshot(QkvParams *params)
     }
   }
   return g_byte_array_free_to_bytes(out);
+}
+
+static GBytes *
+snapshot(QkvParams *params)
+{
+  return snapshot_full(params, TRUE);
+}
+
+/* b is a rounded to bfloat16: a NaN for a NaN; otherwise the low half of
+ * its bits zero, the same sign, within half an ulp (2^-8 relative, 2^-134
+ * among the subnormals), or an infinity where a is past the largest
+ * bfloat16 by half an ulp or more. */
+static gboolean
+is_bf16_of(float a, float b)
+{
+  guint32 bits;
+  memcpy(&bits, &b, 4);
+  if (isnan(a))
+    return isnan(b);
+  if ((bits & 0xffff) != 0 || !signbit(a) != !signbit(b))
+    return FALSE;
+  if (isinf(b))
+    return fabsf(a) >= 0x1.ffp127f;
+  return fabsf(b - a) <= fmaxf(ldexpf(fabsf(a), -8), 0x1p-134f);
+}
+
+/* Saved with BF16 params, loaded into a fresh store: the same state, the
+ * values rounded. */
+static void
+check_bf16_save(const gchar *out, QkvParams *params, QkvOptimizer *opt, QkvSchedule *sched,
+                QkvCheckpointFlags flags)
+{
+  GError *error = NULL;
+  if (!qkv_checkpoint_save_full(out, params, opt, sched, NULL, QKV_CHECKPOINT_DTYPE_BF16, &error))
+    abort();
+  QkvParams *again = make_store();
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  QkvOptimizer *opt2 = opt != NULL ? qkv_optimizer_new_adam(again, &c, NULL) : NULL;
+  QkvSchedule *sched2 = sched != NULL ? qkv_schedule_new_step(0.01, 10, 0.5) : NULL;
+  if (!qkv_checkpoint_load(out, again, opt2, sched2, flags, NULL, NULL, &error))
+    abort();
+  GBytes *states = snapshot_full(params, FALSE), *states2 = snapshot_full(again, FALSE);
+  if (!g_bytes_equal(states, states2))
+    abort();
+  for (guint i = 0; i < qkv_params_size(params); i++) {
+    const float *a = qkv_tensor_const_data(qkv_param_value(qkv_params_nth(params, i)));
+    const float *b = qkv_tensor_const_data(qkv_param_value(qkv_params_nth(again, i)));
+    for (gint64 k = 0; k < qkv_tensor_numel(qkv_param_value(qkv_params_nth(params, i))); k++)
+      if (!is_bf16_of(a[k], b[k]))
+        abort();
+  }
+  g_bytes_unref(states);
+  g_bytes_unref(states2);
+  qkv_schedule_free(sched2);
+  qkv_optimizer_free(opt2);
+  qkv_params_free(again);
 }
 
 /* with_optimizer FALSE: parameters only (a file without optimizer state
@@ -120,6 +179,7 @@ load_one(const gchar *path, QkvCheckpointFlags flags, gboolean with_optimizer)
     qkv_schedule_free(sched2);
     qkv_optimizer_free(opt2);
     qkv_params_free(again);
+    check_bf16_save(out, params, opt, sched, flags);
   }
   g_bytes_unref(before);
   qkv_schedule_free(sched);

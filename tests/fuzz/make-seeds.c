@@ -34,6 +34,20 @@ save(const gchar *dir, const gchar *name, QkvParams *params, QkvOptimizer *opt, 
   }
 }
 
+/* Params in BF16 (tests/data/half_*.safetensors add F16 and F64 seeds). */
+static void
+save_bf16(const gchar *dir, const gchar *name, QkvParams *params, QkvOptimizer *opt,
+          QkvSchedule *sched)
+{
+  g_autofree gchar *path = g_build_filename(dir, name, NULL);
+  g_autoptr(GError) error = NULL;
+  if (!qkv_checkpoint_save_full(path, params, opt, sched, NULL, QKV_CHECKPOINT_DTYPE_BF16,
+                                &error)) {
+    fprintf(stderr, "make-seeds: %s\n", error->message);
+    exit(1);
+  }
+}
+
 /* Two optimizer steps with gradients, so every state exists. */
 static void
 train(QkvParams *params, QkvOptimizer *opt, QkvSchedule *sched)
@@ -71,6 +85,7 @@ main(int argc, char **argv)
   g_hash_table_insert(meta, "epoch", "3");
   g_hash_table_insert(meta, "note", "seed \xc3\xa9\\\"quoted\"");
   save(dir, "adam.safetensors", with_adam, adam, sched, meta);
+  save_bf16(dir, "adam-bf16.safetensors", with_adam, adam, sched);
 
   g_autoptr(QkvParams) with_sgd = make_store(2);
   QkvOptimConfig s = qkv_optim_config_sgd(0.1);

@@ -1,0 +1,60 @@
+/* options.h: qkv-seq2seq's command line, parsed into one struct that the
+ * program passes around. */
+#pragma once
+
+#include <glib.h>
+
+#include "luong-options.h"
+#include "model.h"
+
+typedef struct {
+  gchar *model; /* --model as given, or NULL */
+  gchar *task;
+  gchar *data;
+  gint epochs; /* the model's default unless given */
+  gint num_examples;
+  gint batch;
+  gint steps;
+  double lr;
+  double dropout;
+  gint hidden;
+  gint layers;
+  gint heads;
+  gint ffn;
+  double clip;
+  gint threads; /* 0: the library's default */
+  gint64 seed;
+  gchar *save;
+  gchar *resume;
+  gchar **translate;
+  gchar *heatmap;
+  gint reverse_vocab;
+  gint reverse_size;
+  gboolean quiet;
+  gint beam;
+  double length_penalty;
+  gboolean tie;
+  gboolean distributed;
+  gint save_every;
+  gchar *step_losses;
+  gint accumulate;
+  double label_smoothing;
+  gint warmup;
+  gchar *clip_rule;
+  gint heldout;
+  LuongOptions luong;
+  /* what --task and --model chose */
+  gboolean reverse;
+  ModelKind kind;
+} Seq2seqOptions;
+
+/* The defaults, as --help states them. */
+void seq2seq_options_init(Seq2seqOptions *o);
+/* Parse the command line (--help prints and exits here), check every value
+ * against its range and the options against each other, and work out the
+ * defaults that depend on others. A failure is a usage error. */
+gboolean seq2seq_options_parse(Seq2seqOptions *o, gint *argc, gchar ***argv, GError **error);
+/* Whether --save and --heatmap can be written (before training: a path
+ * that cannot be written must not lose the model after it). */
+gboolean seq2seq_options_check_paths(const Seq2seqOptions *o, GError **error);
+void seq2seq_options_clear(Seq2seqOptions *o);
