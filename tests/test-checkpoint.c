@@ -647,6 +647,17 @@ test_groups_mismatch(void)
       g_error("corruption %u: '%s' does not say '%s'", i, error->message, corruptions[i][2]);
     g_clear_error(&error);
   }
+  /* a group for a param in a file without groups */
+  g_autoptr(GHashTable) user = g_hash_table_new(g_str_hash, g_str_equal);
+  g_hash_table_insert(user, "xyz.optimizer.group_of.scale", "1");
+  g_assert_true(qkv_checkpoint_save(bad, params, ungrouped, NULL, user, &error));
+  g_assert_no_error(error);
+  patch_file(bad, "xyz.optimizer.group_of", "qkv.optimizer.group_of");
+  g_autoptr(QkvOptimizer) plain_opt = qkv_optimizer_new_adamw(other, &c, NULL);
+  g_assert_false(qkv_checkpoint_load(bad, other, plain_opt, NULL, 0, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_CORRUPT);
+  g_assert_nonnull(strstr(error->message, "names a parameter group, but the file has none"));
+  g_clear_error(&error);
   assert_unchanged(other, before);
 
   /* the same groups: settings restored, schedule position too */

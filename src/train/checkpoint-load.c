@@ -173,8 +173,14 @@ check_group_members(const StFile *f, QkvOptimizer *opt, guint n, GHashTable *loa
   gpointer key, value;
   g_hash_table_iter_init(&it, f->metadata);
   while (g_hash_table_iter_next(&it, &key, &value)) {
-    if (g_str_has_prefix(key, GROUP_OF_PREFIX) &&
-        !g_ascii_string_to_unsigned(value, 10, 1, n, NULL, NULL)) {
+    if (!g_str_has_prefix(key, GROUP_OF_PREFIX))
+      continue;
+    if (n == 0) {
+      CORRUPT("checkpoint '%s': metadata '%s' names a parameter group, but the file has none",
+              f->path, (const gchar *)key);
+      return FALSE;
+    }
+    if (!g_ascii_string_to_unsigned(value, 10, 1, n, NULL, NULL)) {
       CORRUPT("checkpoint '%s': metadata '%s' = '%s' is not a group from 1 to %u", f->path,
               (const gchar *)key, (const gchar *)value, n);
       return FALSE;
