@@ -338,8 +338,32 @@ typedef struct {
   guint clipped;
 } Trainer;
 
+/* test_resume's data: an optimizer kind, or with this bit AdamW with
+ * parameter groups under a warm-up-cosine schedule. */
+#define RESUME_GROUPED 0x100
+
+/* The GPT recipe, and then some: matrices decayed (group 1), the last
+ * layer's bias at half the lr without decay (group 2: layers.2.weight is a
+ * matrix, so group 1 takes it first), the other biases in the default group
+ * with a decay of their own. */
 static void
-trainer_init(Trainer *t, QkvOptimizerKind kind, guint64 init_seed)
+add_trainer_groups(QkvOptimizer *opt)
+{
+  g_autoptr(GError) error = NULL;
+  g_assert_cmpuint(
+      qkv_optimizer_add_group(opt, NULL, qkv_param_filter_matrices, NULL, 1.0, 0.05, &error), ==,
+      1);
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "layers.2.*", NULL, NULL, 0.5, 0.0, &error), ==, 2);
+  g_assert_no_error(error);
+  QkvParams *params = qkv_optimizer_get_params(opt);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, qkv_params_lookup(params, "layers.2.weight")), ==,
+                   1);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, qkv_params_lookup(params, "layers.2.bias")), ==, 2);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, qkv_params_lookup(params, "layers.0.bias")), ==, 0);
+}
+
+static void
+trainer_init(Trainer *t, QkvOptimizerKind kind, gboolean grouped, guint64 init_seed)
 {
   g_autoptr(GError) error = NULL;
   t->params = qkv_params_new();
@@ -379,6 +403,12 @@ trainer_init(Trainer *t, QkvOptimizerKind kind, guint64 init_seed)
   c.weight_decay = 1e-3;
   t->opt = qkv_optimizer_new(kind, t->params, &c, &error);
   g_assert_no_error(error);
+  if (grouped) {
+    add_trainer_groups(t->opt);
+    t->schedule = qkv_schedule_try_new_warmup_decay(QKV_DECAY_COSINE, 3, 12, 0.1, 0.01, &error);
+    g_assert_no_error(error);
+    return;
+  }
   t->schedule = kind == QKV_OPTIMIZER_SGD ? qkv_schedule_new_cosine(0.2, 12, 0.01)
                                           : qkv_schedule_new_warmup(0.5, HIDDEN, 4);
 }
@@ -401,7 +431,8 @@ trainer_step(Trainer *t)
 {
   g_autoptr(GError) error = NULL;
   double lr = qkv_schedule_step(t->schedule, t->opt);
-  g_assert_cmpfloat(lr, >, 0);
+  /* a transformers-style warm-up starts at 0 */
+  g_assert_cmpfloat(lr, >, qkv_schedule_get_position(t->schedule) == 1 ? -1 : 0);
   gint64 step = qkv_schedule_get_position(t->schedule);
   guint32 batch = (guint32)(step % 3);
   g_autoptr(QkvTensor) x = qkv_test_uniform(qkv_tensor_shape(t->x), 1000 + batch, -2, 2);
@@ -419,7 +450,8 @@ trainer_step(Trainer *t)
 static void
 test_resume(gconstpointer data)
 {
-  QkvOptimizerKind kind = GPOINTER_TO_INT(data);
+  QkvOptimizerKind kind = GPOINTER_TO_INT(data) & ~RESUME_GROUPED;
+  gboolean grouped = (GPOINTER_TO_INT(data) & RESUME_GROUPED) != 0;
   const gint N = 6, M = 7;
   g_autofree gchar *dir = make_tmpdir();
   g_autofree gchar *path = g_build_filename(dir, "train.safetensors", NULL);
@@ -427,7 +459,7 @@ test_resume(gconstpointer data)
 
   /* straight through */
   Trainer straight = {0};
-  trainer_init(&straight, kind, 1);
+  trainer_init(&straight, kind, grouped, 1);
   float first = 0, last = 0;
   for (gint i = 0; i < N + M; i++) {
     last = trainer_step(&straight);
@@ -441,7 +473,7 @@ test_resume(gconstpointer data)
 
   /* N steps, save */
   Trainer before = {0};
-  trainer_init(&before, kind, 1);
+  trainer_init(&before, kind, grouped, 1);
   for (gint i = 0; i < N; i++)
     trainer_step(&before);
   g_assert_true(
@@ -451,8 +483,11 @@ test_resume(gconstpointer data)
 
   /* a fresh model (other initial values), optimizer and schedule: load, M steps */
   Trainer resumed = {0};
-  trainer_init(&resumed, kind, 99);
+  trainer_init(&resumed, kind, grouped, 99);
   qkv_optimizer_set_lr(resumed.opt, 123.0);
+  /* group settings come from the file too */
+  for (guint g = 1; g < qkv_optimizer_get_n_groups(resumed.opt); g++)
+    g_assert_true(qkv_optimizer_set_group_settings(resumed.opt, g, 3.0, 0.5, NULL));
   g_assert_true(qkv_checkpoint_load(path, resumed.params, resumed.opt, resumed.schedule, 0, NULL,
                                     NULL, &error));
   g_assert_no_error(error);
@@ -469,11 +504,17 @@ test_resume(gconstpointer data)
                   ==, 0);
   g_assert_cmpint(qkv_optimizer_get_step(resumed.opt), ==, N + M);
   g_assert_cmpfloat(qkv_optimizer_get_lr(resumed.opt), ==, qkv_optimizer_get_lr(straight.opt));
+  for (guint g = 0; g < qkv_optimizer_get_n_groups(straight.opt); g++) {
+    g_assert_cmpfloat(qkv_optimizer_get_group_lr(resumed.opt, g), ==,
+                      qkv_optimizer_get_group_lr(straight.opt, g));
+    g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(resumed.opt, g), ==,
+                      qkv_optimizer_get_group_weight_decay(straight.opt, g));
+  }
 
   /* control: the weights alone (fresh optimizer state, schedule restarted)
    * do not continue the same way, so the comparison above can fail */
   Trainer weights_only = {0};
-  trainer_init(&weights_only, kind, 99);
+  trainer_init(&weights_only, kind, grouped, 99);
   g_assert_true(qkv_checkpoint_load(path, weights_only.params, NULL, NULL, 0, NULL, NULL, &error));
   g_assert_no_error(error);
   for (gint i = 0; i < M; i++)
@@ -483,6 +524,149 @@ test_resume(gconstpointer data)
   trainer_clear(&weights_only);
   trainer_clear(&straight);
   trainer_clear(&resumed);
+  remove_tmpdir(dir);
+}
+
+static gboolean
+accept_bias(QkvParam *param, gpointer user_data)
+{
+  return g_str_has_suffix(qkv_param_name(param), ".bias");
+}
+
+/* Overwrite the first occurrence of from in the file with to (same length). */
+static void
+patch_file(const gchar *path, const gchar *from, const gchar *to)
+{
+  g_assert_cmpuint(strlen(from), ==, strlen(to));
+  g_autofree gchar *contents = NULL;
+  gsize size = 0;
+  g_assert_true(g_file_get_contents(path, &contents, &size, NULL));
+  gchar *at = memmem(contents, size, from, strlen(from)); /* past the binary length */
+  g_assert_nonnull(at);
+  memcpy(at, to, strlen(to));
+  g_assert_true(g_file_set_contents(path, contents, (gssize)size, NULL));
+}
+
+/* Loading requires the optimizer's groups to be the file's: a mismatch is an
+ * error naming it, and nothing changes. */
+static void
+test_groups_mismatch(void)
+{
+  g_autofree gchar *dir = make_tmpdir();
+  g_autofree gchar *path = g_build_filename(dir, "groups.safetensors", NULL);
+  g_autofree gchar *plain = g_build_filename(dir, "plain.safetensors", NULL);
+  g_autofree gchar *bad = g_build_filename(dir, "bad.safetensors", NULL);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = small_store(0.0f);
+  QkvOptimConfig c = qkv_optim_config_adamw(0.1);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adamw(params, &c, NULL);
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "layer.*", accept_bias, NULL, 0.5, 0, NULL), ==, 1);
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "scale", NULL, NULL, 2, 0.25, NULL), ==, 2);
+  g_autoptr(QkvSchedule) sched = qkv_schedule_new_warmup_decay(QKV_DECAY_COSINE, 2, 10, 0.1, 0);
+  qkv_schedule_step(sched, opt);
+  g_assert_true(qkv_optimizer_step(opt, NULL));
+  g_assert_true(qkv_checkpoint_save(path, params, opt, sched, NULL, &error));
+  g_autoptr(QkvOptimizer) ungrouped = qkv_optimizer_new_adamw(params, &c, NULL);
+  g_assert_true(qkv_checkpoint_save(plain, params, ungrouped, NULL, NULL, &error));
+  g_assert_no_error(error);
+  g_autoptr(GHashTable) meta = qkv_checkpoint_read_metadata(path, &error);
+  g_assert_no_error(error);
+  g_assert_cmpstr(g_hash_table_lookup(meta, "qkv.optimizer.groups"), ==, "2");
+  g_assert_cmpstr(g_hash_table_lookup(meta, "qkv.optimizer.group.1.pattern"), ==, "layer.*");
+  g_assert_cmpstr(g_hash_table_lookup(meta, "qkv.optimizer.group.1.filter"), ==, "true");
+  g_assert_cmpstr(g_hash_table_lookup(meta, "qkv.optimizer.group.2.lr_factor"), ==, "2");
+  g_assert_cmpstr(g_hash_table_lookup(meta, "qkv.optimizer.group_of.layer.bias"), ==, "1");
+  g_assert_null(g_hash_table_lookup(meta, "qkv.optimizer.group_of.layer.weight"));
+  g_assert_cmpstr(g_hash_table_lookup(meta, "qkv.schedule.kind"), ==, "warmup_cosine");
+
+  struct {
+    const gchar *pattern1, *pattern2;
+    QkvParamFilter filter1;
+    guint n;
+    const gchar *says;
+  } cases[] = {
+      {NULL, NULL, NULL, 0, "holds 2 added parameter groups, the optimizer has 0"},
+      {"layer.*", NULL, accept_bias, 1, "holds 2 added parameter groups, the optimizer has 1"},
+      {"layer.b*", "scale", accept_bias, 2,
+       "group 1 has pattern 'layer.*', the optimizer's has pattern 'layer.b*'"},
+      {"layer.*", "scale", NULL, 2, "group 1 has a filter, the optimizer's has none"},
+      /* same patterns, another filter: layer.weight changes group */
+      {"layer.*", "scale", qkv_param_filter_matrices, 2,
+       "parameter 'layer.weight' is in parameter group 0 there but in group 1"},
+  };
+  g_autoptr(QkvParams) other = small_store(1.0f);
+  g_autoptr(GBytes) before = snapshot(other);
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(QkvOptimizer) o = qkv_optimizer_new_adamw(other, &c, NULL);
+    if (cases[i].n >= 1)
+      qkv_optimizer_add_group(o, cases[i].pattern1, cases[i].filter1, NULL, 1, 0, NULL);
+    if (cases[i].n >= 2)
+      qkv_optimizer_add_group(o, cases[i].pattern2, NULL, NULL, 1, 0, NULL);
+    g_assert_false(qkv_checkpoint_load(path, other, o, NULL, 0, NULL, NULL, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    if (strstr(error->message, cases[i].says) == NULL)
+      g_error("case %u: '%s' does not say '%s'", i, error->message, cases[i].says);
+    g_clear_error(&error);
+    g_assert_cmpint(qkv_optimizer_get_step(o), ==, 0);
+    assert_unchanged(other, before);
+  }
+
+  /* a file without groups into an optimizer with some */
+  g_autoptr(QkvOptimizer) grouped = qkv_optimizer_new_adamw(other, &c, NULL);
+  qkv_optimizer_add_group(grouped, "layer.*", accept_bias, NULL, 1, 0, NULL);
+  qkv_optimizer_add_group(grouped, "scale", NULL, NULL, 1, 0, NULL);
+  g_assert_false(qkv_checkpoint_load(plain, other, grouped, NULL, 0, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "holds 0 added parameter groups, the optimizer has 2"));
+  g_clear_error(&error);
+  /* the schedule's kind counts too */
+  g_autoptr(QkvSchedule) linear = qkv_schedule_new_warmup_decay(QKV_DECAY_LINEAR, 2, 10, 0.1, 0);
+  g_assert_false(qkv_checkpoint_load(path, other, grouped, linear, 0, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "warmup_cosine"));
+  g_clear_error(&error);
+
+  /* a file whose group data is wrong is corrupt */
+  const gchar *corruptions[][3] = {
+      {"\"qkv.optimizer.group_of.layer.bias\":\"1\"", "\"qkv.optimizer.group_of.layer.bias\":\"7\"",
+       "is not a group from 1 to 2"},
+      {"\"qkv.optimizer.group.1.lr_factor\":\"0.5\"", "\"qkv.optimizer.group.1.lr_factor\":\"-.5\"",
+       "must be at least 0"},
+      {"\"qkv.optimizer.group.2.filter\":\"false\"", "\"qkv.optimizer.group.2.filter\":\"frump\"",
+       "is not true or false"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(corruptions); i++) {
+    g_autofree gchar *contents = NULL;
+    gsize size = 0;
+    g_assert_true(g_file_get_contents(path, &contents, &size, NULL));
+    g_assert_true(g_file_set_contents(bad, contents, (gssize)size, NULL));
+    patch_file(bad, corruptions[i][0], corruptions[i][1]);
+    g_assert_false(qkv_checkpoint_load(bad, other, grouped, NULL, 0, NULL, NULL, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_CORRUPT);
+    if (strstr(error->message, corruptions[i][2]) == NULL)
+      g_error("corruption %u: '%s' does not say '%s'", i, error->message, corruptions[i][2]);
+    g_clear_error(&error);
+  }
+  /* a group for a param in a file without groups */
+  g_autoptr(GHashTable) user = g_hash_table_new(g_str_hash, g_str_equal);
+  g_hash_table_insert(user, "xyz.optimizer.group_of.scale", "1");
+  g_assert_true(qkv_checkpoint_save(bad, params, ungrouped, NULL, user, &error));
+  g_assert_no_error(error);
+  patch_file(bad, "xyz.optimizer.group_of", "qkv.optimizer.group_of");
+  g_autoptr(QkvOptimizer) plain_opt = qkv_optimizer_new_adamw(other, &c, NULL);
+  g_assert_false(qkv_checkpoint_load(bad, other, plain_opt, NULL, 0, NULL, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_CORRUPT);
+  g_assert_nonnull(strstr(error->message, "names a parameter group, but the file has none"));
+  g_clear_error(&error);
+  assert_unchanged(other, before);
+
+  /* the same groups: settings restored, schedule position too */
+  g_assert_true(qkv_checkpoint_load(path, other, grouped, sched, 0, NULL, NULL, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr_factor(grouped, 1), ==, 0.5);
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(grouped, 2), ==, 0.25);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr_factor(grouped, 2), ==, 2);
+  g_assert_cmpint(qkv_schedule_get_position(sched), ==, 1);
   remove_tmpdir(dir);
 }
 
@@ -1592,7 +1776,10 @@ main(int argc, char **argv)
                        GINT_TO_POINTER(QKV_OPTIMIZER_ADAMW), test_resume);
   g_test_add_data_func("/checkpoint/resume-bit-identical/sgd", GINT_TO_POINTER(QKV_OPTIMIZER_SGD),
                        test_resume);
+  g_test_add_data_func("/checkpoint/resume-bit-identical/adamw-groups-warmup-cosine",
+                       GINT_TO_POINTER(QKV_OPTIMIZER_ADAMW | RESUME_GROUPED), test_resume);
   g_test_add_func("/checkpoint/optimizer-state-mismatch", test_optimizer_state_mismatch);
+  g_test_add_func("/checkpoint/groups-mismatch", test_groups_mismatch);
   g_test_add_func("/checkpoint/reserved-names", test_reserved_names);
   g_test_add_func("/checkpoint/corrupt-files", test_corrupt_files);
   g_test_add_func("/checkpoint/corrupt-optimizer-state", test_corrupt_optimizer_state);

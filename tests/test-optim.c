@@ -73,15 +73,19 @@ assert_matches(const QkvTensor *actual, const QkvTensor *expected, const gchar *
   worst_rel = fmax(worst_rel, needed);
 }
 
+typedef void (*AddGroups)(QkvOptimizer *opt);
+
 static void
-run_against_torch(const gchar *label, QkvOptimizerKind kind, const QkvOptimConfig *config,
-                  const gchar *const *state_names)
+run_against_torch_grouped(const gchar *label, QkvOptimizerKind kind, const QkvOptimConfig *config,
+                          const gchar *const *state_names, AddGroups add_groups)
 {
   g_autoptr(GHashTable) ref = qkv_test_load_reference("optim_ref.txt");
   g_autoptr(QkvParams) params = make_store();
   g_autoptr(GError) error = NULL;
   g_autoptr(QkvOptimizer) opt = qkv_optimizer_new(kind, params, config, &error);
   g_assert_no_error(error);
+  if (add_groups != NULL)
+    add_groups(opt);
   for (gint step = 1; step <= 3; step++) {
     set_grads(params);
     g_assert_true(qkv_optimizer_step(opt, &error));
@@ -104,6 +108,13 @@ run_against_torch(const gchar *label, QkvOptimizerKind kind, const QkvOptimConfi
     }
   }
   g_test_message("%s: largest factor needed so far %.3g of %g", label, worst_rel, OPTIM_FACTOR);
+}
+
+static void
+run_against_torch(const gchar *label, QkvOptimizerKind kind, const QkvOptimConfig *config,
+                  const gchar *const *state_names)
+{
+  run_against_torch_grouped(label, kind, config, state_names, NULL);
 }
 
 static void
@@ -780,6 +791,219 @@ test_grad_accumulator(void)
   }
 }
 
+/* Parameter groups against torch.optim's param_groups (tests/reference/optim_ref.py,
+ * *_groups): each group's lr is the optimizer's times the factor. */
+static void
+add_bias_group_quarter(QkvOptimizer *opt)
+{
+  g_autoptr(GError) error = NULL;
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "b", NULL, NULL, 0.25, 0.0, &error), ==, 1);
+  g_assert_no_error(error);
+}
+
+static void
+add_bias_group_half(QkvOptimizer *opt)
+{
+  g_autoptr(GError) error = NULL;
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "b", NULL, NULL, 0.5, 0.0, &error), ==, 1);
+  g_assert_no_error(error);
+}
+
+/* w matches both groups and goes to the first; b only the catch-all pattern */
+static void
+add_matrix_and_rest_groups(QkvOptimizer *opt)
+{
+  g_autoptr(GError) error = NULL;
+  g_assert_cmpuint(
+      qkv_optimizer_add_group(opt, NULL, qkv_param_filter_matrices, NULL, 2.0, 0.2, &error), ==, 1);
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "*", NULL, NULL, 0.5, 0.0, &error), ==, 2);
+  g_assert_no_error(error);
+  QkvParams *params = qkv_optimizer_get_params(opt);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, qkv_params_lookup(params, "w")), ==, 1);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, qkv_params_lookup(params, "b")), ==, 2);
+}
+
+static void
+test_groups_sgd(void)
+{
+  QkvOptimConfig c = qkv_optim_config_sgd(0.1);
+  c.momentum = 0.9;
+  c.weight_decay = 0.01;
+  const gchar *states[] = {"momentum_buffer", NULL};
+  run_against_torch_grouped("sgd_groups", QKV_OPTIMIZER_SGD, &c, states, add_bias_group_quarter);
+}
+
+static void
+test_groups_adam(void)
+{
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  c.weight_decay = 0.1;
+  const gchar *states[] = {"exp_avg", "exp_avg_sq", NULL};
+  run_against_torch_grouped("adam_groups", QKV_OPTIMIZER_ADAM, &c, states, add_bias_group_half);
+}
+
+static void
+test_groups_adamw(void)
+{
+  QkvOptimConfig c = qkv_optim_config_adamw(0.01);
+  c.beta1 = 0.8;
+  c.beta2 = 0.99;
+  c.eps = 1e-6;
+  c.weight_decay = 0.1;
+  const gchar *states[] = {"exp_avg", "exp_avg_sq", NULL};
+  run_against_torch_grouped("adamw_groups", QKV_OPTIMIZER_ADAMW, &c, states,
+                            add_matrix_and_rest_groups);
+}
+
+static gboolean
+accept_none(QkvParam *param, gpointer user_data)
+{
+  return FALSE;
+}
+
+static void
+test_groups_api(void)
+{
+  g_autoptr(QkvParams) params = make_store();
+  QkvParam *w = qkv_params_lookup(params, "w"), *b = qkv_params_lookup(params, "b");
+  QkvOptimConfig c = qkv_optim_config_adamw(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adamw(params, &c, NULL);
+  g_autoptr(GError) error = NULL;
+
+  /* only the default group, with the config's settings */
+  g_assert_cmpuint(qkv_optimizer_get_n_groups(opt), ==, 1);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, w), ==, 0);
+  g_assert_null(qkv_optimizer_get_group_pattern(opt, 0));
+  gpointer data = opt;
+  g_assert_null(qkv_optimizer_get_group_filter(opt, 0, &data));
+  g_assert_null(data);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr_factor(opt, 0), ==, 1.0);
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(opt, 0), ==, 1e-2);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr(opt, 0), ==, 0.01);
+
+  /* refused: nothing added */
+  const double bad[][2] = {{-1, 0}, {NAN, 0}, {INFINITY, 0}, {1, -0.5}, {1, NAN}, {1, INFINITY}};
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_assert_cmpuint(qkv_optimizer_add_group(opt, "w", NULL, NULL, bad[i][0], bad[i][1], &error),
+                     ==, 0);
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_assert_nonnull(strstr(error->message, i < 3 ? "lr_factor" : "weight_decay"));
+    g_clear_error(&error);
+  }
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, NULL, NULL, NULL, 1, 0, &error), ==, 0);
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_clear_error(&error);
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "w\xff", NULL, NULL, 1, 0, &error), ==, 0);
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "UTF-8"));
+  g_clear_error(&error);
+  g_assert_cmpuint(qkv_optimizer_get_n_groups(opt), ==, 1);
+
+  /* pattern and filter must both accept; the first group that holds a param wins */
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "*", accept_none, params, 3, 0, &error), ==, 1);
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "?", NULL, NULL, 0.5, 0, &error), ==, 2);
+  g_assert_cmpuint(
+      qkv_optimizer_add_group(opt, "*", qkv_param_filter_matrices, NULL, 2, 0.1, &error), ==, 3);
+  g_assert_no_error(error);
+  g_assert_cmpuint(qkv_optimizer_get_n_groups(opt), ==, 4);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, w), ==, 2);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, b), ==, 2);
+  QkvShape ms = QKV_SHAPE(2, 2), vs = QKV_SHAPE(5);
+  QkvParam *later = qkv_params_add(params, "later.weight", &ms, NULL);
+  QkvParam *gain = qkv_params_add(params, "later.gain", &vs, NULL);
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, later), ==, 3); /* asked when needed */
+  g_assert_cmpuint(qkv_optimizer_group_of(opt, gain), ==, 0);
+  g_assert_cmpstr(qkv_optimizer_get_group_pattern(opt, 2), ==, "?");
+  g_assert_true(qkv_optimizer_get_group_filter(opt, 1, &data) == accept_none);
+  g_assert_true(data == params);
+  g_assert_true(qkv_optimizer_get_group_filter(opt, 3, NULL) == qkv_param_filter_matrices);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr_factor(opt, 3), ==, 2);
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(opt, 3), ==, 0.1);
+  qkv_optimizer_set_lr(opt, 0.25);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr(opt, 3), ==, 0.5);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr(opt, 0), ==, 0.25);
+
+  /* settings change; group 0's are the config's */
+  g_assert_true(qkv_optimizer_set_group_settings(opt, 3, 0.75, 0.3, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr_factor(opt, 3), ==, 0.75);
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(opt, 3), ==, 0.3);
+  const guint not_added[] = {0, 4};
+  for (guint i = 0; i < G_N_ELEMENTS(not_added); i++) {
+    g_assert_false(qkv_optimizer_set_group_settings(opt, not_added[i], 1, 0, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_clear_error(&error);
+  }
+  g_assert_false(qkv_optimizer_set_group_settings(opt, 3, 1, -1, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(opt, 3), ==, 0.3);
+  /* set_config changes group 0 only */
+  c.weight_decay = 0.5;
+  g_assert_true(qkv_optimizer_set_config(opt, &c, NULL));
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(opt, 0), ==, 0.5);
+  g_assert_cmpfloat(qkv_optimizer_get_group_weight_decay(opt, 3), ==, 0.3);
+  /* a factor that would overflow stops at the largest double */
+  g_assert_true(qkv_optimizer_set_group_settings(opt, 3, 4, 0, NULL));
+  qkv_optimizer_set_lr(opt, G_MAXDOUBLE);
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr(opt, 3), ==, G_MAXDOUBLE);
+}
+
+/* The job of two optimizers and the global clipping function, done by one
+ * optimizer with a group in one clipped step: the same bits. A group with the
+ * default group's settings changes nothing either. */
+static void
+test_groups_one_clipped_step(void)
+{
+  const QkvOptimizerKind kinds[] = {QKV_OPTIMIZER_SGD, QKV_OPTIMIZER_ADAM, QKV_OPTIMIZER_ADAMW};
+  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    g_autoptr(QkvParams) split = make_store();
+    g_autoptr(QkvParams) grouped = make_store();
+    g_autoptr(QkvParams) same = make_store();
+    g_autoptr(QkvParams) plain = make_store();
+    QkvOptimConfig c =
+        kinds[k] == QKV_OPTIMIZER_SGD ? qkv_optim_config_sgd(0.1) : qkv_optim_config_adamw(0.01);
+    c.momentum = kinds[k] == QKV_OPTIMIZER_SGD ? 0.9 : 0.0;
+    c.weight_decay = 0.05;
+    QkvOptimConfig bias_config = c;
+    bias_config.lr = c.lr * 0.5;
+    bias_config.weight_decay = 0;
+    g_autoptr(GError) error = NULL;
+    g_autoptr(QkvOptimizer) matrices = qkv_optimizer_new(kinds[k], split, &c, &error);
+    g_autoptr(QkvOptimizer) biases = qkv_optimizer_new(kinds[k], split, &bias_config, &error);
+    g_autoptr(QkvOptimizer) one = qkv_optimizer_new(kinds[k], grouped, &c, &error);
+    g_autoptr(QkvOptimizer) noop = qkv_optimizer_new(kinds[k], same, &c, &error);
+    g_autoptr(QkvOptimizer) none = qkv_optimizer_new(kinds[k], plain, &c, &error);
+    g_assert_no_error(error);
+    qkv_optimizer_select_filter(matrices, qkv_param_filter_matrices, NULL);
+    qkv_optimizer_select_filter(biases, only_bias, NULL);
+    g_assert_cmpuint(qkv_optimizer_add_group(one, NULL, only_bias, NULL, 0.5, 0, &error), ==, 1);
+    g_assert_cmpuint(qkv_optimizer_add_group(noop, "*", NULL, NULL, 1, 0.05, &error), ==, 1);
+    g_assert_no_error(error);
+    for (gint step = 0; step < 4; step++) {
+      set_grads(split);
+      set_grads(grouped);
+      set_grads(same);
+      set_grads(plain);
+      double max_norm = step == 3 ? 1e6 : 0.5, norm = 0;
+      double global = qkv_clip_grad_norm(split, NULL, NULL, max_norm, QKV_CLIP_TORCH);
+      g_assert_true(qkv_optimizer_step(matrices, &error) && qkv_optimizer_step(biases, &error));
+      g_assert_true(qkv_optimizer_step_clipped(one, max_norm, QKV_CLIP_TORCH, &norm, &error));
+      g_assert_cmpfloat(norm, ==, global);
+      g_assert_true(qkv_optimizer_step_clipped(noop, max_norm, QKV_CLIP_TORCH, NULL, &error));
+      g_assert_true(qkv_optimizer_step_clipped(none, max_norm, QKV_CLIP_TORCH, NULL, &error));
+      g_assert_no_error(error);
+      for (guint i = 0; i < 2; i++) {
+        QkvTensor *want = qkv_param_value(qkv_params_nth(split, i));
+        gsize n = (gsize)qkv_tensor_numel(want);
+        qkv_assert_values(qkv_param_value(qkv_params_nth(grouped, i)), qkv_tensor_f32(want), n, 0);
+        qkv_assert_values(qkv_param_value(qkv_params_nth(same, i)),
+                          qkv_tensor_f32(qkv_param_value(qkv_params_nth(plain, i))), n, 0);
+      }
+    }
+    g_assert_cmpint(qkv_optimizer_get_step(one), ==, 4);
+  }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -788,6 +1012,11 @@ main(int argc, char **argv)
   g_test_add_func("/optim/sgd-nesterov-matches-torch", test_sgd_nesterov);
   g_test_add_func("/optim/adam-matches-torch", test_adam);
   g_test_add_func("/optim/adamw-matches-torch", test_adamw);
+  g_test_add_func("/optim/groups/sgd-matches-torch", test_groups_sgd);
+  g_test_add_func("/optim/groups/adam-matches-torch", test_groups_adam);
+  g_test_add_func("/optim/groups/adamw-matches-torch", test_groups_adamw);
+  g_test_add_func("/optim/groups/api", test_groups_api);
+  g_test_add_func("/optim/groups/one-clipped-step", test_groups_one_clipped_step);
   g_test_add_func("/optim/defaults", test_defaults);
   g_test_add_func("/optim/invalid-config", test_invalid_config);
   g_test_add_func("/optim/frozen-and-subsets", test_frozen_and_subsets);

@@ -26,14 +26,21 @@
  *         "qkv.optimizer.step", and its hyper-parameters "qkv.optimizer.lr",
  *         ".weight_decay", ".momentum", ".dampening", ".nesterov", ".beta1",
  *         ".beta2", ".eps" (doubles written to round-trip exactly);
- *       with a schedule: "qkv.schedule.kind", "qkv.schedule.position";
+ *         if it has added parameter groups (qkv_optimizer_add_group()),
+ *         "qkv.optimizer.groups" (their number N), for each G from 1 to N
+ *         "qkv.optimizer.group.G.pattern" (only if it has one), ".filter"
+ *         (true|false: whether it has a filter), ".lr_factor" and
+ *         ".weight_decay", and "qkv.optimizer.group_of.<param>" = "G" for
+ *         every param of the store in group G >= 1 (no key: group 0);
+ *       with a schedule: "qkv.schedule.kind" (qkv_schedule_kind_name()),
+ *         "qkv.schedule.position";
  *       plus any user metadata (keys starting with "qkv." are reserved).
  *   Gradients and frozen flags are not saved.
  *
- * Loading the values, optimizer state, step count, hyper-parameters and
- * schedule position of a checkpoint into a store, optimizer and schedule of
- * the same kind makes training continue bit for bit as if it had never
- * stopped. (A plan with dropout also needs its step: qkv_plan_set_step().)
+ * Loading the values, optimizer state, step count, hyper-parameters, group
+ * settings and schedule position of a checkpoint into a store, optimizer
+ * (same kind, same groups) and schedule (same kind) makes training continue
+ * bit for bit as if it had never stopped. (A plan with dropout also needs its step: qkv_plan_set_step().)
  *
  * Saving is atomic: qkv writes a temporary file ".NAME.tmp-XXXXXX" (NAME:
  * the target's file name; XXXXXX: six letters or digits) in the same
@@ -116,8 +123,15 @@ gboolean qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptim
                                   QkvCheckpointDType param_dtype, GError **error);
 
 /* Read path into params, and if not NULL optimizer (its state tensors in the
- * store, step count and hyper-parameters; the file must hold state of an
- * optimizer of the same kind) and schedule (its position; same kind).
+ * store, step count, hyper-parameters and group settings; the file must hold
+ * state of an optimizer of the same kind) and schedule (its position; same
+ * kind). The optimizer's parameter groups must be the file's: as many added
+ * groups, each with the same pattern (or none) and a filter where the file's
+ * had one, and every param of the store that the file holds in the same group
+ * there as in the optimizer (filters cannot be saved, so this is how they
+ * are compared); any difference is a QKV_ERROR_INVALID_ARGUMENT naming it
+ * (a file saved without groups fits only an optimizer without them). The
+ * lr factor and weight decay of each group are then the file's.
  * Without an optimizer, "__optim__." tensors are ignored. With one, the state
  * of every loaded param becomes exactly the file's (states the file lacks are
  * dropped). On success, if missing/unexpected are not NULL, they receive the

@@ -13,7 +13,8 @@
  * PyTorch, a state that does not exist yet is created on a param's first
  * update, so an optimizer made over a store that already holds state (say,
  * one a checkpoint restored) continues from it. The optimizer itself holds
- * only its hyper-parameters, its selection of params and a step count.
+ * only its hyper-parameters, its selection of params, its parameter groups
+ * and a step count.
  *
  * Frozen params (qkv_param_set_frozen()) are skipped by every function here.
  *
@@ -92,6 +93,70 @@ void qkv_optimizer_select_filter(QkvOptimizer *opt, QkvParamFilter filter, gpoin
 void qkv_optimizer_select_all(QkvOptimizer *opt);
 /* Whether opt updates param (ignoring frozen). */
 gboolean qkv_optimizer_includes(QkvOptimizer *opt, QkvParam *param);
+
+/* Parameter groups, as PyTorch's param_groups: params updated with their own
+ * learning-rate factor and weight decay, all by one optimizer, in one
+ * (clipped) step, under one step count and one checkpoint. The usual case,
+ * AdamW decaying the matrices only:
+ *
+ *   opt = qkv_optimizer_new_adamw(params, &config, &error);   decay for ...
+ *   qkv_optimizer_add_group(opt, NULL, qkv_param_filter_matrices, NULL,
+ *                           1.0, config.weight_decay, &error); ... matrices
+ *   config.weight_decay = 0;                                   none for the
+ *   qkv_optimizer_set_config(opt, &config, &error);            rest
+ *
+ * Groups partition the store: a param is in the first added group that holds
+ * it (groups 1, 2, ... in the order they were added), or else in the default
+ * group 0, whose settings are the optimizer's own config (lr factor 1 and
+ * config.weight_decay). Membership is asked at every step, so params added to
+ * the store later find their group too; which params an optimizer updates at
+ * all is still its selection (qkv_optimizer_select_*()) minus the frozen ones.
+ * A group's params are updated with the config, but with lr = config.lr ·
+ * lr_factor (so a schedule's lr, scaled) and the group's weight_decay, which
+ * acts as the optimizer kind says: added to the gradient (SGD, Adam) or
+ * decoupled, p -= lr·wd·p with the group's lr (AdamW). An optimizer without
+ * added groups updates exactly as before groups existed. Checkpoints save the
+ * groups' patterns, membership and settings, and loading one requires the
+ * same groups (see qkv-checkpoint.h). */
+
+/* A QkvParamFilter accepting params of rank 2 or more (weight matrices,
+ * embedding tables, convolution kernels), not vectors or scalars (biases,
+ * norm gains); user_data is unused. */
+gboolean qkv_param_filter_matrices(QkvParam *param, gpointer user_data);
+/* Add a group holding the params whose name matches pattern (a GPatternSpec
+ * glob: '*' any string, '.' included, '?' any character; NULL: any name) and
+ * that filter accepts (called with user_data; NULL: any param); one of the
+ * two must be given. lr_factor and weight_decay must be finite and at least
+ * 0. Returns the group's number, 1 for the first added, or 0 with
+ * QKV_ERROR_INVALID_ARGUMENT (nothing added) for a bad value, no pattern and
+ * no filter, or a pattern that is not UTF-8. */
+guint qkv_optimizer_add_group(QkvOptimizer *opt, const gchar *pattern, QkvParamFilter filter,
+                              gpointer user_data, double lr_factor, double weight_decay,
+                              GError **error);
+/* The number of groups, the default group 0 included (1 when none was
+ * added); valid group numbers are 0 to that minus 1. */
+guint qkv_optimizer_get_n_groups(const QkvOptimizer *opt);
+/* The group param is in now (0: the default group). */
+guint qkv_optimizer_group_of(const QkvOptimizer *opt, QkvParam *param);
+/* A group's pattern as given (NULL if none; always NULL for group 0). */
+const gchar *qkv_optimizer_get_group_pattern(const QkvOptimizer *opt, guint group);
+/* A group's filter (NULL if none; always NULL for group 0), its user_data in
+ * *user_data if that is not NULL. */
+QkvParamFilter qkv_optimizer_get_group_filter(const QkvOptimizer *opt, guint group,
+                                              gpointer *user_data);
+/* A group's lr factor (1 for group 0). */
+double qkv_optimizer_get_group_lr_factor(const QkvOptimizer *opt, guint group);
+/* A group's weight decay (group 0: the config's). */
+double qkv_optimizer_get_group_weight_decay(const QkvOptimizer *opt, guint group);
+/* The lr a group's params are updated with now: the config's lr times the
+ * group's factor (at most G_MAXDOUBLE). */
+double qkv_optimizer_get_group_lr(const QkvOptimizer *opt, guint group);
+/* Change an added group's lr factor and weight decay (checked as by
+ * add_group). QKV_ERROR_INVALID_ARGUMENT, nothing changed, for a bad value or
+ * for a group that was not added: 0 (the default group's settings are the
+ * config's: qkv_optimizer_set_config()) or one past the last. */
+gboolean qkv_optimizer_set_group_settings(QkvOptimizer *opt, guint group, double lr_factor,
+                                          double weight_decay, GError **error);
 
 /* One update of every selected, non-frozen param from its gradient buffer;
  * the step count goes up by one. Refused (QKV_ERROR_INVALID_ARGUMENT, nothing
@@ -206,10 +271,24 @@ typedef enum {
   QKV_SCHEDULE_STEP,
   QKV_SCHEDULE_COSINE,
   QKV_SCHEDULE_WARMUP,
+  QKV_SCHEDULE_WARMUP_COSINE,
+  QKV_SCHEDULE_WARMUP_LINEAR,
+  QKV_SCHEDULE_WARMUP_CONSTANT,
 } QkvScheduleKind;
 
-/* The constructors: rates (lr, gamma, min_lr, factor) must be finite and at
- * least 0, counts (step_size, t_max, d_model, warmup) at least 1. The
+/* What follows the linear warm-up of qkv_schedule_new_warmup_decay(). */
+typedef enum {
+  /* half a cosine from peak_lr down to min_lr */
+  QKV_DECAY_COSINE,
+  /* a straight line from peak_lr down to min_lr */
+  QKV_DECAY_LINEAR,
+  /* none: peak_lr from then on */
+  QKV_DECAY_CONSTANT,
+} QkvDecay;
+
+/* The constructors: rates (lr, gamma, min_lr, factor, peak_lr) must be
+ * finite and at least 0, counts (step_size, t_max, d_model, warmup,
+ * total_steps) at least 1, warmup_steps at least 0. The
  * qkv_schedule_try_new_*() forms report a bad value as
  * QKV_ERROR_INVALID_ARGUMENT naming it; the qkv_schedule_new_*() forms
  * return NULL for it without a message. */
@@ -231,6 +310,30 @@ QkvSchedule *qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr,
 QkvSchedule *qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup);
 QkvSchedule *qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup,
                                          GError **error);
+/* Hugging Face transformers' get_cosine_schedule_with_warmup,
+ * get_linear_schedule_with_warmup and get_constant_schedule_with_warmup (as
+ * LambdaLR steps them), decaying to a floor min_lr (as transformers'
+ * get_cosine_with_min_lr_schedule_with_warmup). With t = step - 1, the
+ * number of updates made before this one, W = warmup_steps and T =
+ * total_steps:
+ *
+ *   t < W:       peak_lr · t / W    (so the first update has lr 0 when W > 0,
+ *                                    as in transformers)
+ *   W <= t < T:  min_lr + (peak_lr - min_lr) · f, with p = (t - W) / (T - W)
+ *                (T - W at least 1) and f = (1 + cos(π·p)) / 2 for
+ *                QKV_DECAY_COSINE, 1 - p (computed (T - t) / (T - W)) for
+ *                QKV_DECAY_LINEAR;
+ *   t >= T:      min_lr (transformers' cosine would rise again);
+ *
+ * and QKV_DECAY_CONSTANT is peak_lr for every t >= W (T and min_lr are only
+ * checked). Besides the common rules, warmup_steps must be at most
+ * total_steps and min_lr at most peak_lr; decay one of the three. Kinds:
+ * QKV_SCHEDULE_WARMUP_COSINE, _LINEAR, _CONSTANT. */
+QkvSchedule *qkv_schedule_new_warmup_decay(QkvDecay decay, gint64 warmup_steps, gint64 total_steps,
+                                           double peak_lr, double min_lr);
+QkvSchedule *qkv_schedule_try_new_warmup_decay(QkvDecay decay, gint64 warmup_steps,
+                                               gint64 total_steps, double peak_lr, double min_lr,
+                                               GError **error);
 void qkv_schedule_free(QkvSchedule *schedule);
 
 /* The lr for update number step (steps below 1 count as 1). */
@@ -242,7 +345,8 @@ gint64 qkv_schedule_get_position(const QkvSchedule *schedule);
 /* A negative position counts as 0 (a new schedule's). */
 void qkv_schedule_set_position(QkvSchedule *schedule, gint64 position);
 QkvScheduleKind qkv_schedule_get_kind(const QkvSchedule *schedule);
-/* "constant", "step", "cosine", "warmup". */
+/* "constant", "step", "cosine", "warmup", "warmup_cosine", "warmup_linear",
+ * "warmup_constant". */
 const gchar *qkv_schedule_kind_name(QkvScheduleKind kind);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvOptimizer, qkv_optimizer_free)

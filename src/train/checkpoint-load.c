@@ -116,6 +116,125 @@ read_optimizer_metadata(const StFile *f, QkvOptimizer *opt, QkvOptimConfig *conf
   return TRUE;
 }
 
+/* How a group picks its params, for messages. */
+static gchar *
+describe_pattern(const gchar *pattern)
+{
+  return pattern != NULL ? g_strdup_printf("pattern '%s'", pattern) : g_strdup("no pattern");
+}
+
+/* Group g of the file against the optimizer's: the same pattern (or none)
+ * and a filter in both or neither; its lr factor and weight decay go to
+ * settings. */
+static gboolean
+read_group(const StFile *f, QkvOptimizer *opt, guint g, double settings[2], GError **error)
+{
+  g_autofree gchar *k_pattern = g_strdup_printf("qkv.optimizer.group.%u.pattern", g);
+  g_autofree gchar *k_filter = g_strdup_printf("qkv.optimizer.group.%u.filter", g);
+  g_autofree gchar *k_lr = g_strdup_printf("qkv.optimizer.group.%u.lr_factor", g);
+  g_autofree gchar *k_wd = g_strdup_printf("qkv.optimizer.group.%u.weight_decay", g);
+  const gchar *pattern = g_hash_table_lookup(f->metadata, k_pattern);
+  const gchar *own = qkv_optimizer_get_group_pattern(opt, g);
+  if (g_strcmp0(pattern, own) != 0) {
+    g_autofree gchar *theirs = describe_pattern(pattern), *ours = describe_pattern(own);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "checkpoint '%s': parameter group %u has %s, the optimizer's has %s", f->path, g,
+                theirs, ours);
+    return FALSE;
+  }
+  gboolean filter;
+  if (!metadata_bool(f, k_filter, &filter, error))
+    return FALSE;
+  gboolean own_filter = qkv_optimizer_get_group_filter(opt, g, NULL) != NULL;
+  if (filter != own_filter) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "checkpoint '%s': parameter group %u has %s filter, the optimizer's has %s",
+                f->path, g, filter ? "a" : "no", own_filter ? "one" : "none");
+    return FALSE;
+  }
+  if (!metadata_double(f, k_lr, &settings[0], error) ||
+      !metadata_double(f, k_wd, &settings[1], error))
+    return FALSE;
+  if (settings[0] < 0 || settings[1] < 0) {
+    CORRUPT("checkpoint '%s': parameter group %u: lr_factor %g and weight_decay %g must be at "
+            "least 0",
+            f->path, g, settings[0], settings[1]);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Every param the file holds (loaded) is in the same group in the file as in
+ * the optimizer; "group_of" entries name a group of the file's. */
+static gboolean
+check_group_members(const StFile *f, QkvOptimizer *opt, guint n, GHashTable *loaded, GError **error)
+{
+  GHashTableIter it;
+  gpointer key, value;
+  g_hash_table_iter_init(&it, f->metadata);
+  while (g_hash_table_iter_next(&it, &key, &value)) {
+    if (!g_str_has_prefix(key, GROUP_OF_PREFIX))
+      continue;
+    if (n == 0) {
+      CORRUPT("checkpoint '%s': metadata '%s' names a parameter group, but the file has none",
+              f->path, (const gchar *)key);
+      return FALSE;
+    }
+    if (!g_ascii_string_to_unsigned(value, 10, 1, n, NULL, NULL)) {
+      CORRUPT("checkpoint '%s': metadata '%s' = '%s' is not a group from 1 to %u", f->path,
+              (const gchar *)key, (const gchar *)value, n);
+      return FALSE;
+    }
+  }
+  QkvParams *params = qkv_optimizer_get_params(opt);
+  for (guint i = 0; i < qkv_params_size(params); i++) {
+    QkvParam *p = qkv_params_nth(params, i);
+    if (!g_hash_table_contains(loaded, p))
+      continue;
+    g_autofree gchar *k = g_strconcat(GROUP_OF_PREFIX, qkv_param_name(p), NULL);
+    const gchar *v = g_hash_table_lookup(f->metadata, k);
+    guint theirs = v != NULL ? (guint)g_ascii_strtoull(v, NULL, 10) : 0;
+    guint ours = qkv_optimizer_group_of(opt, p);
+    if (theirs != ours) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "checkpoint '%s': parameter '%s' is in parameter group %u there but in group "
+                  "%u of the optimizer",
+                  f->path, qkv_param_name(p), theirs, ours);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* The file's parameter groups must be the optimizer's: as many, each picking
+ * params the same way and holding the same params. Their settings go to
+ * *settings (lr factor and weight decay of groups 1, 2, ...). */
+static gboolean
+read_groups_metadata(const StFile *f, QkvOptimizer *opt, GHashTable *loaded, double **settings,
+                     GError **error)
+{
+  guint want = qkv_optimizer_get_n_groups(opt) - 1;
+  gint64 have = 0;
+  if (g_hash_table_contains(f->metadata, "qkv.optimizer.groups") &&
+      !metadata_int(f, "qkv.optimizer.groups", &have, error))
+    return FALSE;
+  if (have != (gint64)want) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "checkpoint '%s' holds %" G_GINT64_FORMAT
+                " added parameter groups, the optimizer has %u",
+                f->path, have, want);
+    return FALSE;
+  }
+  g_autofree double *read = g_new0(double, 2 * (gsize)MAX(want, 1));
+  for (guint g = 1; g <= want; g++)
+    if (!read_group(f, opt, g, read + 2 * (g - 1), error))
+      return FALSE;
+  if (!check_group_members(f, opt, want, loaded, error))
+    return FALSE;
+  *settings = g_steal_pointer(&read);
+  return TRUE;
+}
+
 static gboolean
 read_schedule_metadata(const StFile *f, QkvSchedule *schedule, gint64 *position, GError **error)
 {
@@ -188,6 +307,7 @@ typedef struct {
   GHashTable *loaded;     /* params whose state the load replaces */
   GPtrArray *missing_names, *unexpected_names;
   QkvOptimConfig config;
+  double *group_settings; /* lr factor and weight decay of groups 1, 2, ... */
   gint64 opt_step, position;
 } LoadPlan;
 
@@ -207,6 +327,7 @@ load_plan_clear(LoadPlan *lp)
   g_clear_pointer(&lp->loaded, g_hash_table_unref);
   g_clear_pointer(&lp->missing_names, g_ptr_array_unref);
   g_clear_pointer(&lp->unexpected_names, g_ptr_array_unref);
+  g_clear_pointer(&lp->group_settings, g_free);
 }
 
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(LoadPlan, load_plan_clear)
@@ -338,7 +459,8 @@ validate(const StFile *f, QkvParams *params, QkvOptimizer *optimizer, QkvSchedul
     return FALSE;
   }
   if (optimizer != NULL &&
-      !read_optimizer_metadata(f, optimizer, &lp->config, &lp->opt_step, error))
+      (!read_optimizer_metadata(f, optimizer, &lp->config, &lp->opt_step, error) ||
+       !read_groups_metadata(f, optimizer, lp->loaded, &lp->group_settings, error)))
     return FALSE;
   if (schedule != NULL && !read_schedule_metadata(f, schedule, &lp->position, error))
     return FALSE;
@@ -391,6 +513,9 @@ apply(const StFile *f, const LoadPlan *lp, QkvOptimizer *optimizer, QkvSchedule 
   if (optimizer != NULL) {
     qkv_optimizer_set_config(optimizer, &lp->config, NULL);
     qkv_optimizer_set_step(optimizer, lp->opt_step);
+    for (guint g = 1; g < qkv_optimizer_get_n_groups(optimizer); g++)
+      qkv_optimizer_set_group_settings(optimizer, g, lp->group_settings[2 * (g - 1)],
+                                       lp->group_settings[2 * (g - 1) + 1], NULL);
   }
   if (schedule != NULL)
     qkv_schedule_set_position(schedule, lp->position);

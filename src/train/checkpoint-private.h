@@ -9,6 +9,9 @@
 
 #define OPTIM_PREFIX "__optim__."
 #define METADATA_KEY "__metadata__"
+/* "qkv.optimizer.group_of.<param>": the parameter group of a param that is
+ * not in group 0 */
+#define GROUP_OF_PREFIX "qkv.optimizer.group_of."
 
 #define CORRUPT(...) g_set_error(error, QKV_ERROR, QKV_ERROR_CORRUPT, __VA_ARGS__)
 

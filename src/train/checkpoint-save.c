@@ -258,6 +258,42 @@ add_metadata(JsonBuilder *b, const gchar *key, gchar *value)
   g_free(value);
 }
 
+/* The added parameter groups (none: no key, so such a file is what qkv wrote
+ * before groups existed): their count, each one's pattern, whether it has a
+ * filter and its settings, and the group of every param not in group 0.
+ * Patterns and param names were checked to be UTF-8 already. */
+static void
+add_group_metadata(JsonBuilder *b, QkvOptimizer *optimizer)
+{
+  guint n = qkv_optimizer_get_n_groups(optimizer);
+  if (n == 1)
+    return;
+  add_metadata(b, "qkv.optimizer.groups", g_strdup_printf("%u", n - 1));
+  for (guint g = 1; g < n; g++) {
+    const gchar *pattern = qkv_optimizer_get_group_pattern(optimizer, g);
+    gboolean filter = qkv_optimizer_get_group_filter(optimizer, g, NULL) != NULL;
+    g_autofree gchar *key = g_strdup_printf("qkv.optimizer.group.%u.", g);
+    g_autofree gchar *k_pattern = g_strconcat(key, "pattern", NULL);
+    g_autofree gchar *k_filter = g_strconcat(key, "filter", NULL);
+    g_autofree gchar *k_lr = g_strconcat(key, "lr_factor", NULL);
+    g_autofree gchar *k_wd = g_strconcat(key, "weight_decay", NULL);
+    if (pattern != NULL)
+      add_metadata(b, k_pattern, g_strdup(pattern));
+    add_metadata(b, k_filter, g_strdup(filter ? "true" : "false"));
+    add_metadata(b, k_lr, format_double(qkv_optimizer_get_group_lr_factor(optimizer, g)));
+    add_metadata(b, k_wd, format_double(qkv_optimizer_get_group_weight_decay(optimizer, g)));
+  }
+  QkvParams *params = qkv_optimizer_get_params(optimizer);
+  for (guint i = 0; i < qkv_params_size(params); i++) {
+    QkvParam *p = qkv_params_nth(params, i);
+    guint g = qkv_optimizer_group_of(optimizer, p);
+    if (g == 0)
+      continue;
+    g_autofree gchar *key = g_strconcat(GROUP_OF_PREFIX, qkv_param_name(p), NULL);
+    add_metadata(b, key, g_strdup_printf("%u", g));
+  }
+}
+
 static void
 add_optimizer_metadata(JsonBuilder *b, QkvOptimizer *optimizer)
 {
@@ -274,6 +310,7 @@ add_optimizer_metadata(JsonBuilder *b, QkvOptimizer *optimizer)
   add_metadata(b, "qkv.optimizer.beta1", format_double(c->beta1));
   add_metadata(b, "qkv.optimizer.beta2", format_double(c->beta2));
   add_metadata(b, "qkv.optimizer.eps", format_double(c->eps));
+  add_group_metadata(b, optimizer);
 }
 
 /* The "__metadata__" member: qkv's own keys, then the caller's in sorted

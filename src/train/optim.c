@@ -1,7 +1,6 @@
 /* optim.c: SGD, Adam, AdamW and gradient clipping, with PyTorch's update
  * rules (torch/optim/sgd.py, adam.py, adamw.py, _single_tensor_*). */
-#include "core/core-private.h"
-#include "qkv/qkv-optim.h"
+#include "train/optim-private.h"
 
 #include <math.h>
 
@@ -13,23 +12,6 @@ loop_threads(gint64 work)
 {
   return qkv_work_threads(qkv_get_num_threads(), work);
 }
-
-typedef enum {
-  SELECT_ALL,
-  SELECT_NAMES,
-  SELECT_FILTER,
-} SelectMode;
-
-struct _QkvOptimizer {
-  QkvOptimizerKind kind;
-  QkvParams *params;
-  QkvOptimConfig config;
-  gint64 step;
-  SelectMode mode;
-  GHashTable *selected; /* QkvParam* set, SELECT_NAMES */
-  QkvParamFilter filter;
-  gpointer filter_data;
-};
 
 QkvOptimConfig
 qkv_optim_config_sgd(double lr)
@@ -160,6 +142,8 @@ qkv_optimizer_free(QkvOptimizer *opt)
     return;
   if (opt->selected != NULL)
     g_hash_table_unref(opt->selected);
+  if (opt->groups != NULL)
+    g_ptr_array_unref(opt->groups);
   g_free(opt);
 }
 
@@ -478,10 +462,12 @@ optimizer_update(QkvOptimizer *opt, GPtrArray *active, float grad_scale, GError 
   }
   for (guint i = 0; i < active->len; i++) {
     QkvParam *p = g_ptr_array_index(active, i);
+    QkvOptimConfig config;
+    qkv_optimizer_group_config(opt, qkv_optimizer_group_of(opt, p), &config);
     if (opt->kind == QKV_OPTIMIZER_SGD)
-      sgd_update(&opt->config, p, grad_scale, first[i]);
+      sgd_update(&config, p, grad_scale, first[i]);
     else
-      adam_update(opt->kind, &opt->config, p, grad_scale);
+      adam_update(opt->kind, &config, p, grad_scale);
   }
   opt->step++;
   return TRUE;

@@ -6,11 +6,12 @@
 
 struct _QkvSchedule {
   QkvScheduleKind kind;
-  double lr;     /* base lr, or the factor of the warm-up rule */
+  double lr;     /* base or peak lr, or the factor of the warm-up rule */
   double gamma;  /* step */
-  double min_lr; /* cosine */
-  gint64 period; /* step_size, t_max or warmup */
+  double min_lr; /* cosine, warm-up-decay */
+  gint64 period; /* step_size, t_max or warmup (both warm-up rules) */
   gint64 d_model;
+  gint64 total; /* warm-up-decay: total_steps */
   gint64 position;
 };
 
@@ -89,6 +90,61 @@ qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup, GError
   return s;
 }
 
+static gboolean
+check_steps(const gchar *fn, const gchar *what, gint64 value, GError **error)
+{
+  if (value >= 0)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s must be at least 0, got %" G_GINT64_FORMAT, fn, what, value);
+  return FALSE;
+}
+
+QkvSchedule *
+qkv_schedule_try_new_warmup_decay(QkvDecay decay, gint64 warmup_steps, gint64 total_steps,
+                                  double peak_lr, double min_lr, GError **error)
+{
+  const gchar *fn = "qkv_schedule_try_new_warmup_decay";
+  QkvScheduleKind kind;
+  switch (decay) {
+  case QKV_DECAY_COSINE:
+    kind = QKV_SCHEDULE_WARMUP_COSINE;
+    break;
+  case QKV_DECAY_LINEAR:
+    kind = QKV_SCHEDULE_WARMUP_LINEAR;
+    break;
+  case QKV_DECAY_CONSTANT:
+    kind = QKV_SCHEDULE_WARMUP_CONSTANT;
+    break;
+  default:
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: decay must be QKV_DECAY_COSINE, QKV_DECAY_LINEAR or QKV_DECAY_CONSTANT, "
+                "got %d",
+                fn, (gint)decay);
+    return NULL;
+  }
+  if (!check_steps(fn, "warmup_steps", warmup_steps, error) ||
+      !check_count(fn, "total_steps", total_steps, error) ||
+      !check_rate(fn, "peak_lr", peak_lr, error) || !check_rate(fn, "min_lr", min_lr, error))
+    return NULL;
+  if (warmup_steps > total_steps) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: warmup_steps (%" G_GINT64_FORMAT
+                ") must be at most total_steps (%" G_GINT64_FORMAT ")",
+                fn, warmup_steps, total_steps);
+    return NULL;
+  }
+  if (min_lr > peak_lr) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: min_lr (%g) must be at most peak_lr (%g)", fn, min_lr, peak_lr);
+    return NULL;
+  }
+  QkvSchedule *s = schedule_new(kind, peak_lr, warmup_steps);
+  s->min_lr = min_lr;
+  s->total = total_steps;
+  return s;
+}
+
 /* The constructors without an error: NULL, quietly, for a bad value. */
 
 QkvSchedule *
@@ -115,10 +171,42 @@ qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup)
   return qkv_schedule_try_new_warmup(factor, d_model, warmup, NULL);
 }
 
+QkvSchedule *
+qkv_schedule_new_warmup_decay(QkvDecay decay, gint64 warmup_steps, gint64 total_steps,
+                              double peak_lr, double min_lr)
+{
+  return qkv_schedule_try_new_warmup_decay(decay, warmup_steps, total_steps, peak_lr, min_lr, NULL);
+}
+
 void
 qkv_schedule_free(QkvSchedule *schedule)
 {
   g_free(schedule);
+}
+
+/* Hugging Face transformers' warm-up schedules (get_{cosine,linear,constant}_
+ * schedule_with_warmup, with min_lr as in get_cosine_with_min_lr_schedule_
+ * with_warmup), as LambdaLR runs them: the lr of update t + 1 is computed from
+ * t, the number of updates made before it. */
+static double
+warmup_decay_lr(const QkvSchedule *s, gint64 step)
+{
+  const gint64 t = step - 1, warmup = s->period;
+  if (t < warmup)
+    return s->lr * ((double)t / (double)warmup);
+  if (s->kind == QKV_SCHEDULE_WARMUP_CONSTANT)
+    return s->lr;
+  /* HF lets the cosine rise again after total_steps; here the lr stays at
+   * min_lr, as CosineAnnealingLR's closed form above does */
+  if (t >= s->total)
+    return s->min_lr;
+  const double span = (double)MAX(s->total - warmup, 1);
+  double fraction; /* of peak_lr - min_lr still to go */
+  if (s->kind == QKV_SCHEDULE_WARMUP_COSINE)
+    fraction = 0.5 * (1.0 + cos(G_PI * ((double)(t - warmup) / span)));
+  else
+    fraction = (double)(s->total - t) / span;
+  return s->min_lr + (s->lr - s->min_lr) * fraction;
 }
 
 double
@@ -147,6 +235,10 @@ qkv_schedule_lr_at(const QkvSchedule *s, gint64 step)
     double n = (double)step;
     return s->lr / sqrt((double)s->d_model) * fmin(1.0 / sqrt(n), n * pow((double)s->period, -1.5));
   }
+  case QKV_SCHEDULE_WARMUP_COSINE:
+  case QKV_SCHEDULE_WARMUP_LINEAR:
+  case QKV_SCHEDULE_WARMUP_CONSTANT:
+    return warmup_decay_lr(s, step);
   }
   return 0;
 }
@@ -198,6 +290,12 @@ qkv_schedule_kind_name(QkvScheduleKind kind)
     return "cosine";
   case QKV_SCHEDULE_WARMUP:
     return "warmup";
+  case QKV_SCHEDULE_WARMUP_COSINE:
+    return "warmup_cosine";
+  case QKV_SCHEDULE_WARMUP_LINEAR:
+    return "warmup_linear";
+  case QKV_SCHEDULE_WARMUP_CONSTANT:
+    return "warmup_constant";
   }
   return "?";
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Reference values for tests/test-optim.c: three steps of SGD (momentum,
 weight decay, and a Nesterov variant), Adam (L2 weight decay) and AdamW
-(decoupled weight decay) with torch.optim, on fixed gradients.
+(decoupled weight decay) with torch.optim, on fixed gradients; the same three
+with parameter groups of their own lr and weight decay.
 
 Each step's gradient is grad = 2·p + c, with p the parameter before the step
 and c a fixed tensor, so the C test can form the same gradients in f32.
@@ -38,6 +39,25 @@ CONFIGS = {
         ps, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1, foreach=False),
 }
 
+# Parameter groups (qkv_optimizer_add_group()): per-group lr and weight decay.
+# The C test forms each group's lr as the base lr times a factor, as here.
+GROUP_CONFIGS = {
+    # w in the default group, b in a group with a quarter of the lr, no decay
+    "sgd_groups": lambda ps: torch.optim.SGD(
+        [{"params": [ps["w"]]},
+         {"params": [ps["b"]], "lr": 0.1 * 0.25, "weight_decay": 0.0}],
+        lr=0.1, momentum=0.9, weight_decay=0.01, foreach=False),
+    "adam_groups": lambda ps: torch.optim.Adam(
+        [{"params": [ps["w"]]},
+         {"params": [ps["b"]], "lr": 0.01 * 0.5, "weight_decay": 0.0}],
+        lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1, foreach=False),
+    # two added groups, the default group empty
+    "adamw_groups": lambda ps: torch.optim.AdamW(
+        [{"params": [ps["w"]], "lr": 0.01 * 2.0, "weight_decay": 0.2},
+         {"params": [ps["b"]], "lr": 0.01 * 0.5, "weight_decay": 0.0}],
+        lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1, foreach=False),
+}
+
 
 def dump(out, name, t):
     t = t.detach().contiguous().view(-1)
@@ -49,7 +69,9 @@ def dump(out, name, t):
 def main():
     out = sys.stdout
     out.write("# torch %s, written by tests/reference/optim_ref.py\n" % torch.__version__)
-    for cfg, make in CONFIGS.items():
+    makers = [(cfg, make, False) for cfg, make in CONFIGS.items()]
+    makers += [(cfg, make, True) for cfg, make in GROUP_CONFIGS.items()]
+    for cfg, make, by_name in makers:
         params = {}
         consts = {}
         for name, shape in SHAPES.items():
@@ -59,7 +81,7 @@ def main():
             params[name] = torch.tensor(initial(name, n), dtype=torch.float32).view(shape)
             params[name].requires_grad_(True)
             consts[name] = torch.tensor(offset(name, n), dtype=torch.float32).view(shape)
-        opt = make(list(params.values()))
+        opt = make(params if by_name else list(params.values()))
         for step in range(1, 4):
             for name, p in params.items():
                 p.grad = (2 * p.detach() + consts[name]).clone()
