@@ -41,4 +41,5 @@ void qkv_register_builtin_ops(void);
   X(argreduce)                                                                                     \
   X(index)                                                                                         \
   X(cast)                                                                                          \
-  X(view)
+  X(view)                                                                                          \
+  X(gumbel_softmax)

@@ -1,8 +1,9 @@
-/* test-pooling.c: attention pooling with learned queries, mean pooling and
- * the pooling classifier (qkv-builders.h): shapes, parameter names, the
- * padding masks, the weighted average against one computed here, gradients
- * against finite differences, partial batches, and bad input refused with
- * nothing added. */
+/* test-pooling.c: attention pooling with learned queries (soft and hard),
+ * mean pooling and the pooling classifier (qkv-builders.h): shapes,
+ * parameter names, the padding masks, the weighted average against one
+ * computed here, hard attention's picks (the argmax in evaluation, samples
+ * in training that never land on padding), gradients against finite
+ * differences, partial batches, and bad input refused with nothing added. */
 #include "test-util.h"
 
 #include <math.h>
@@ -171,6 +172,115 @@ test_mean_pooling(Fixture *f, gconstpointer data)
     qkv_tensor_free(res[i]);
 }
 
+/* The position each (batch, query) row of hard weights (B, K, T) picks,
+ * asserting one-hot rows within the valid length, and that the output row
+ * is x at that position exactly (1·x plus zeros). */
+static void
+hard_picks(const QkvTensor *x, const QkvTensor *w, const QkvTensor *out, gint *picks)
+{
+  for (gint row = 0; row < B * K; row++) {
+    gint bi = row / K, pick = -1;
+    for (gint t = 0; t < T; t++) {
+      double wt = qkv_tensor_get(w, (gint64)row * T + t);
+      if (wt == 1.0) {
+        g_assert_cmpint(pick, ==, -1);
+        pick = t;
+      } else {
+        g_assert_cmpfloat(wt, ==, 0.0);
+      }
+    }
+    g_assert_cmpint(pick, >=, 0);
+    g_assert_cmpint(pick, <, lens_data[bi]);
+    for (gint d = 0; d < D; d++)
+      g_assert_cmpfloat(qkv_tensor_get(out, (gint64)row * D + d), ==,
+                        qkv_tensor_get(x, ((gint64)bi * T + pick) * D + d));
+    picks[row] = pick;
+  }
+}
+
+/* Hard attention pooling shares the soft one's parameters and scores. In
+ * evaluation each query takes the word the soft weights rank first, every
+ * time; in training it samples, never padding (scored ±1e4 here, so it
+ * would win if seen), differently from step to step, the same again for
+ * the same seed and step. */
+static void
+test_hard_attention_pooling(Fixture *f, gconstpointer data)
+{
+  QkvShape btd = QKV_SHAPE(B, T, D);
+  g_autoptr(GError) error = NULL;
+  QkvValue *w = NULL, *w_soft = NULL;
+  QkvValue *out =
+      qkv_build_hard_attention_pooling(&f->b, "pool", f->x, f->lens, K, KEY, 0.5, &w, &error);
+  g_assert_no_error(error);
+  assert_shape(out, QKV_SHAPE(B, K, D));
+  assert_shape(w, QKV_SHAPE(B, K, T));
+  assert_param(f->params, "pool.queries", QKV_SHAPE(K, KEY));
+  assert_param(f->params, "pool.W_k.weight", QKV_SHAPE(KEY, D));
+  g_assert_cmpuint(qkv_params_size(f->params), ==, 2);
+  qkv_build_attention_pooling(&f->b, "pool", f->x, f->lens, K, KEY, &w_soft, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(qkv_params_size(f->params), ==, 2);
+
+  g_autoptr(QkvTensor) x = qkv_test_uniform(&btd, 3, -2, 2);
+  QkvShape bs = QKV_SHAPE(B);
+  g_autoptr(QkvTensor) lens = qkv_tensor_new_i32(&bs, lens_data);
+  gint picks[B * K], again[B * K];
+  for (gint sign = -1; sign <= 1; sign += 2) {
+    for (gint bi = 0; bi < B; bi++)
+      for (gint t = lens_data[bi]; t < T; t++)
+        for (gint d = 0; d < D; d++)
+          qkv_tensor_f32(x)[((gsize)bi * T + t) * D + d] = sign * 1e4f;
+    const gchar *names[] = {"x", "lens"};
+    QkvTensor *inputs[] = {x, lens};
+    QkvValue *outs[] = {out, w, w_soft};
+    QkvTensor *res[3];
+    for (gint run = 0; run < 2; run++) {
+      g_assert_true(qkv_graph_eval(f->graph, names, inputs, 2, outs, res, 3, &error));
+      g_assert_no_error(error);
+      hard_picks(x, res[1], res[0], run == 0 ? picks : again);
+      for (gint row = 0; row < B * K; row++) {
+        gint best = 0;
+        for (gint t = 1; t < T; t++)
+          if (qkv_tensor_get(res[2], (gint64)row * T + t) >
+              qkv_tensor_get(res[2], (gint64)row * T + best))
+            best = t;
+        g_assert_cmpint(picks[row], ==, best);
+      }
+      for (gint i = 0; i < 3; i++)
+        qkv_tensor_free(res[i]);
+    }
+    g_assert_cmpmem(again, sizeof again, picks, sizeof picks);
+  }
+
+  /* training: two plans of the same seed draw alike, step by step */
+  QkvValue *outs[] = {out, w};
+  QkvPlanOptions o = qkv_plan_options_default();
+  o.training = TRUE;
+  o.seed = 21;
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(f->graph, outs, 2, &o, &error);
+  g_autoptr(QkvPlan) twin = qkv_graph_compile(f->graph, outs, 2, &o, &error);
+  g_assert_no_error(error);
+  g_assert_true(qkv_plan_bind(plan, "x", x, &error) && qkv_plan_bind(plan, "lens", lens, &error) &&
+                qkv_plan_bind(twin, "x", x, &error) && qkv_plan_bind(twin, "lens", lens, &error));
+  gint first[B * K], moved = 0;
+  for (gint step = 0; step < 100; step++) {
+    g_assert_true(qkv_plan_run(plan, &error) && qkv_plan_run(twin, &error));
+    hard_picks(x, qkv_plan_output(plan, 1), qkv_plan_output(plan, 0), picks);
+    hard_picks(x, qkv_plan_output(twin, 1), qkv_plan_output(twin, 0), again);
+    g_assert_cmpmem(again, sizeof again, picks, sizeof picks);
+    if (step == 0)
+      memcpy(first, picks, sizeof picks);
+    else
+      moved += memcmp(first, picks, sizeof picks) != 0;
+  }
+  g_test_message("steps whose picks differ from step 0's: %d of 99", moved);
+  g_assert_cmpint(moved, >, 50);
+  qkv_plan_set_step(plan, 0);
+  g_assert_true(qkv_plan_run(plan, &error));
+  hard_picks(x, qkv_plan_output(plan, 1), qkv_plan_output(plan, 0), picks);
+  g_assert_cmpmem(first, sizeof first, picks, sizeof picks);
+}
+
 /* d out / d x through the attention (keys and values are both x) against
  * finite differences, by qkv_check_gradients. */
 static QkvValue *
@@ -254,6 +364,62 @@ static void
 test_classifier_gradients_mean(void)
 {
   check_classifier_gradients(QKV_POOLING_MEAN);
+}
+
+/* The classifier with hard attention: the same parameters as with soft
+ * attention; dense's gradients (which do not move the picks) against finite
+ * differences in an evaluation plan (picks fixed at the argmax); the
+ * straight-through estimator gives the queries and keys a gradient, though
+ * the picks have none. */
+static void
+test_classifier_hard(void)
+{
+  QkvShape btt = QKV_SHAPE(B, T), bb1 = QKV_SHAPE(B), bs = QKV_SHAPE(B);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvBuilder b = {.graph = g, .params = params, .seed = 9};
+  QkvPoolingClassifierConfig cfg = {.vocab_size = V,
+                                    .embed_size = D,
+                                    .key_size = KEY,
+                                    .num_queries = K,
+                                    .num_classes = C,
+                                    .pooling = QKV_POOLING_HARD,
+                                    .positional_encoding = TRUE};
+  QkvValue *tokens = qkv_test_input(g, "tokens", QKV_I32, QKV_SHAPE(B, T));
+  QkvValue *lens = qkv_test_input(g, "lens", QKV_I32, QKV_SHAPE(B));
+  QkvValue *labels = qkv_test_input(g, "labels", QKV_I32, QKV_SHAPE(B));
+  QkvValue *w = NULL;
+  QkvValue *logits = qkv_build_pooling_classifier(&b, &cfg, tokens, lens, &w, &error);
+  QkvValue *loss = qkv_cross_entropy(logits, labels, NULL, QKV_REDUCTION_MEAN, &error);
+  g_assert_no_error(error);
+  assert_shape(logits, QKV_SHAPE(B, C));
+  assert_shape(w, QKV_SHAPE(B, K, T));
+  assert_param(params, "pool.queries", QKV_SHAPE(K, KEY));
+  assert_param(params, "pool.W_k.weight", QKV_SHAPE(KEY, D));
+  assert_param(params, "dense.weight", QKV_SHAPE(C, K * D));
+  g_assert_cmpuint(qkv_params_size(params), ==, 5);
+  g_assert_true(qkv_graph_backward(g, loss, &error));
+  g_autoptr(QkvTensor) tok = qkv_test_randint(&btt, 11, 0, V);
+  g_autoptr(QkvTensor) lab = qkv_test_randint(&bb1, 12, 0, C);
+  g_autoptr(QkvTensor) len = qkv_tensor_new_i32(&bs, lens_data);
+  for (gint training = 0; training < 2; training++) {
+    QkvPlanOptions o = qkv_plan_options_default();
+    o.training = training;
+    g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &o, &error);
+    g_assert_no_error(error);
+    g_assert_true(qkv_plan_bind(plan, "tokens", tok, &error) &&
+                  qkv_plan_bind(plan, "lens", len, &error) &&
+                  qkv_plan_bind(plan, "labels", lab, &error));
+    if (!training) {
+      qkv_test_param_fd(plan, params, "dense.weight", 40, 1e-2, 2e-2, 1e-2, 1.0);
+      qkv_test_param_fd(plan, params, "dense.bias", 40, 1e-2, 2e-2, 1e-2, 1.0);
+    }
+    g_assert_true(qkv_plan_run(plan, &error));
+    const gchar *st[] = {"pool.queries", "pool.W_k.weight"};
+    for (guint i = 0; i < G_N_ELEMENTS(st); i++)
+      g_assert_cmpfloat(qkv_test_max_abs(qkv_param_grad(qkv_params_lookup(params, st[i]))), >, 0.0);
+  }
 }
 
 /* Compiled for a batch of B sentences of T words, run (forward and
@@ -352,6 +518,18 @@ test_bad_input(Fixture *f, gconstpointer data)
                "qkv_build_attention_pooling: valid_lens must be i32 (B) = (3), got i32 (3, 5)");
   ASSERT_FAILS(f, qkv_build_mean_pooling(b, f->x, f->x, NULL, &error),
                "qkv_build_mean_pooling: valid_lens must be i32 (B)*");
+  const double bad_taus[] = {0.0, -1.0, NAN, INFINITY};
+  for (guint i = 0; i < G_N_ELEMENTS(bad_taus); i++) {
+    w = f->x;
+    ASSERT_FAILS(
+        f,
+        qkv_build_hard_attention_pooling(b, "pool", f->x, f->lens, K, KEY, bad_taus[i], &w, &error),
+        "qkv_build_hard_attention_pooling: tau is *, it must be finite and > 0");
+    g_assert_null(w);
+  }
+  ASSERT_FAILS(
+      f, qkv_build_hard_attention_pooling(b, "pool", f->x, f->lens, 0, KEY, 1.0, NULL, &error),
+      "qkv_build_hard_attention_pooling: num_queries is 0, it must be > 0");
   /* the queries exist with another shape: found after W_k's turn came */
   QkvShape odd = QKV_SHAPE(97);
   g_autoptr(GError) setup = NULL;
@@ -413,7 +591,22 @@ test_bad_input(Fixture *f, gconstpointer data)
         .num_queries = K,
         .num_classes = C,
         .pooling = 7},
-       "cfg->pooling is 7, it must be QKV_POOLING_ATTENTION or*"},
+       "cfg->pooling is 7, it must be QKV_POOLING_ATTENTION, QKV_POOLING_MEAN or QKV_POOLING_HARD"},
+      {{.vocab_size = V,
+        .embed_size = D,
+        .key_size = KEY,
+        .num_queries = K,
+        .num_classes = C,
+        .pooling = QKV_POOLING_HARD,
+        .tau = -0.5},
+       "cfg->tau is -0.5, it must be finite and > 0"},
+      {{.vocab_size = V,
+        .embed_size = D,
+        .key_size = KEY,
+        .num_queries = 0,
+        .num_classes = C,
+        .pooling = QKV_POOLING_HARD},
+       "cfg->num_queries is 0, it must be > 0"},
   };
   for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
     g_autofree gchar *pattern = g_strconcat(me, bad[i].reason, NULL);
@@ -449,6 +642,8 @@ test_bad_input(Fixture *f, gconstpointer data)
   g_assert_null(qkv_build_pooling_classifier(b, &good, NULL, f->lens, NULL, NULL));
   g_assert_null(qkv_build_attention_pooling(b, "pool", NULL, f->lens, K, KEY, NULL, NULL));
   g_assert_null(qkv_build_mean_pooling(b, NULL, f->lens, NULL, NULL));
+  g_assert_null(
+      qkv_build_hard_attention_pooling(b, "pool", NULL, f->lens, K, KEY, 1.0, NULL, NULL));
 }
 
 int
@@ -458,11 +653,13 @@ main(int argc, char **argv)
 #define ADD(path, func) g_test_add(path, Fixture, NULL, fixture_set_up, func, fixture_tear_down)
   ADD("/pooling/attention", test_attention_pooling);
   ADD("/pooling/mean", test_mean_pooling);
+  ADD("/pooling/hard-attention", test_hard_attention_pooling);
   ADD("/pooling/bad-input", test_bad_input);
 #undef ADD
   g_test_add_func("/pooling/input-gradient", test_pooling_input_gradient);
   g_test_add_func("/pooling/classifier-gradients-attention", test_classifier_gradients_attention);
   g_test_add_func("/pooling/classifier-gradients-mean", test_classifier_gradients_mean);
+  g_test_add_func("/pooling/classifier-gradients-hard", test_classifier_hard);
   g_test_add_func("/pooling/classifier-bound-shapes", test_classifier_bound_shapes);
   return g_test_run();
 }

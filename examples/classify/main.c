@@ -7,10 +7,12 @@
  * sentences are deduplicated by their input and split into training and
  * held-out sets with no input in both.
  *
- * Two models learn it from the same data and seed: the pooling classifier
+ * Three models learn it from the same data and seed: the pooling classifier
  * of qkv-builders.h with attention pooling (one learned query per class by
- * default) and with mean pooling; both are compared with the majority class
- * on the held-out set. The attention model is saved with the checkpoint API,
+ * default), with hard attention pooling (each query picks one word: sampled
+ * in training, the argmax in evaluation; trained by straight-through
+ * Gumbel-softmax) and with mean pooling; all are compared with the majority
+ * class on the held-out set. The attention model is saved with the checkpoint API,
  * loaded into a fresh store and evaluated again: the accuracy must be the
  * same, or the program exits 1 (the test suite runs a small configuration).
  * --heatmap draws each query's attention over one sentence's words. */
@@ -38,6 +40,7 @@ static gint opt_threads = 0;
 static gint64 opt_seed = 1;
 static double opt_lr = 0.01;
 static double opt_held_out = 0.1;
+static double opt_tau = 1.0;
 static gchar *opt_heatmap = NULL;
 static gchar *opt_sentence = NULL;
 static gchar *opt_save = NULL;
@@ -56,6 +59,8 @@ static GOptionEntry entries[] = {
     {"queries", 0, 0, G_OPTION_ARG_INT, &opt_queries,
      "Learned attention queries (default 3, one per class)", "K"},
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.01)", "LR"},
+    {"tau", 0, 0, G_OPTION_ARG_DOUBLE, &opt_tau,
+     "Gumbel-softmax temperature of hard attention pooling (default 1)", "T"},
     {"max-sentences", 'n', 0, G_OPTION_ARG_INT, &opt_max_sentences,
      "Use this many distinct sentences, 0 for all (default 0: about 116,000)", "N"},
     {"held-out", 0, 0, G_OPTION_ARG_DOUBLE, &opt_held_out,
@@ -91,6 +96,7 @@ model_config(const ClassifyData *data, QkvPooling pooling)
       .num_classes = N_CLASSES,
       .pooling = pooling,
       .positional_encoding = !opt_no_positions,
+      .tau = opt_tau,
   };
 }
 
@@ -348,6 +354,11 @@ check_options(GError **error)
                 "--lr is %g, it must be in (0, 10]", opt_lr);
     return FALSE;
   }
+  if (!(opt_tau > 0 && isfinite(opt_tau))) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--tau is %g, it must be finite and > 0", opt_tau);
+    return FALSE;
+  }
   if (opt_sentence != NULL && opt_heatmap == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--sentence only chooses the sentence of --heatmap");
@@ -369,7 +380,7 @@ run(GError **error)
     return FALSE;
   gboolean ok = FALSE;
   GArray *batches = NULL;
-  QkvParams *att = NULL, *mean = NULL;
+  QkvParams *att = NULL, *mean = NULL, *hard = NULL;
 
   gint train_counts[N_CLASSES] = {0}, held_counts[N_CLASSES] = {0};
   for (gint i = 0; i < data.train.n; i++)
@@ -393,14 +404,21 @@ run(GError **error)
   batches = make_batches(&data.train, opt_batch);
   QkvPoolingClassifierConfig att_cfg = model_config(&data, QKV_POOLING_ATTENTION);
   QkvPoolingClassifierConfig mean_cfg = model_config(&data, QKV_POOLING_MEAN);
+  QkvPoolingClassifierConfig hard_cfg = model_config(&data, QKV_POOLING_HARD);
   att = qkv_params_new();
   mean = qkv_params_new();
-  double acc_att = 0, acc_mean = 0, acc_loaded = -1;
+  hard = qkv_params_new();
+  double acc_att = 0, acc_mean = 0, acc_hard = 0, acc_loaded = -1;
   gint64 t0 = g_get_monotonic_time();
   if (!train(&att_cfg, att, batches, opt_max_len, "attention", error) ||
       !accuracy(&att_cfg, att, &data.held_out, &acc_att, error))
     goto out;
   double att_s = (g_get_monotonic_time() - t0) / 1e6;
+  t0 = g_get_monotonic_time();
+  if (!train(&hard_cfg, hard, batches, opt_max_len, "hard attention", error) ||
+      !accuracy(&hard_cfg, hard, &data.held_out, &acc_hard, error))
+    goto out;
+  double hard_s = (g_get_monotonic_time() - t0) / 1e6;
   t0 = g_get_monotonic_time();
   if (!train(&mean_cfg, mean, batches, opt_max_len, "mean pooling", error) ||
       !accuracy(&mean_cfg, mean, &data.held_out, &acc_mean, error))
@@ -412,6 +430,8 @@ run(GError **error)
          opt_batch);
   printf("  attention pooling (%d queries) %.4f  %" G_GINT64_FORMAT " parameters, %.1f s\n",
          opt_queries, acc_att, qkv_params_numel(att), att_s);
+  printf("  hard attention (%d queries)    %.4f  %" G_GINT64_FORMAT " parameters, %.1f s\n",
+         opt_queries, acc_hard, qkv_params_numel(hard), hard_s);
   printf("  mean pooling                  %.4f  %" G_GINT64_FORMAT " parameters, %.1f s\n",
          acc_mean, qkv_params_numel(mean), mean_s);
   printf("  majority class (%s)     %.4f\n", class_name(majority), acc_majority);
@@ -435,6 +455,7 @@ out:
     g_array_unref(batches);
   qkv_params_free(att);
   qkv_params_free(mean);
+  qkv_params_free(hard);
   classify_data_clear(&data);
   return ok;
 }
@@ -448,9 +469,9 @@ main(int argc, char **argv)
       context,
       "Learns whether an English sentence of the shipped Tatoeba pairs is a statement (.), a\n"
       "question (?) or an exclamation (!) from its words alone (the punctuation is removed),\n"
-      "with learned attention queries over the words, and compares mean pooling and the\n"
-      "majority class on held-out sentences. The attention model goes through a checkpoint\n"
-      "and must score the same after loading.\n\n"
+      "with learned attention queries over the words, and compares hard attention (one word\n"
+      "per query), mean pooling and the majority class on held-out sentences. The attention\n"
+      "model goes through a checkpoint and must score the same after loading.\n\n"
       "Data: the Tatoeba Project (tatoeba.org) via www.manythings.org/anki, CC BY 2.0; see\n"
       "fra-eng/_about.txt beside fra.txt.gz.");
   g_option_context_add_main_entries(context, entries, NULL);

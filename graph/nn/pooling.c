@@ -1,5 +1,6 @@
-/* pooling.c: attention pooling with learned queries, mean pooling, and the
- * sentence classifier built on them. */
+/* pooling.c: attention pooling with learned queries (soft, or hard: one
+ * position picked per query), mean pooling, and the sentence classifier
+ * built on them. */
 #include <math.h>
 #include <qkv/qkv.h>
 
@@ -29,9 +30,10 @@ check_inputs(const gchar *builder, QkvValue *x, QkvValue *valid_lens, GError **e
   return TRUE;
 }
 
+/* The scores (B, K, T) of K learned queries against the keys x W_kᵀ. */
 static QkvValue *
-attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *valid_lens,
-                  gint num_queries, gint64 key_size, QkvValue **weights, GError **error)
+query_scores(QkvBuilder *b, const gchar *name, QkvValue *x, gint num_queries, gint64 key_size,
+             GError **error)
 {
   QkvShape qs = QKV_SHAPE(num_queries, key_size);
   qkv_builder_push(b, name, error);
@@ -41,10 +43,58 @@ attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *valid
   qkv_builder_pop(b);
   /* a (K, key) matrix against a batch of (T, key): one product per sentence */
   QkvValue *scores = qkv_matmul(queries, keys, FALSE, TRUE, error); /* (B, K, T) */
-  scores = qkv_scale(scores, 1.0 / sqrt((double)key_size), error);
-  QkvValue *w = qkv_masked_softmax(scores, valid_lens, FALSE, error);
+  return qkv_scale(scores, 1.0 / sqrt((double)key_size), error);
+}
+
+/* Soft weights from the masked softmax, or hard ones: the one-hot of one
+ * position per query from gumbel_softmax at temperature tau. */
+static QkvValue *
+attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *valid_lens,
+                  gint num_queries, gint64 key_size, gboolean hard, double tau, QkvValue **weights,
+                  GError **error)
+{
+  QkvValue *scores = query_scores(b, name, x, num_queries, key_size, error);
+  QkvValue *w = hard ? qkv_gumbel_softmax(scores, valid_lens, tau, TRUE, -1, error)
+                     : qkv_masked_softmax(scores, valid_lens, FALSE, error);
   QkvValue *out = qkv_matmul(w, x, FALSE, FALSE, error); /* (B, K, D) */
   *weights = w;
+  return out;
+}
+
+/* A Gumbel-softmax temperature: finite and > 0. */
+static gboolean
+check_tau(const gchar *builder, const gchar *field, double tau, GError **error)
+{
+  if (tau > 0 && isfinite(tau))
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s is %g, it must be finite and > 0", builder, field, tau);
+  return FALSE;
+}
+
+/* The checks and the all-or-nothing step of both attention poolings. */
+static QkvValue *
+build_attention_pooling(QkvBuilder *b, const gchar *me, const gchar *name, QkvValue *x,
+                        QkvValue *valid_lens, gint num_queries, gint64 key_size, gboolean hard,
+                        double tau, QkvValue **weights, GError **error)
+{
+  if (weights != NULL)
+    *weights = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (x == NULL)
+    return NULL;
+  if (!builder_check_positive(me, "num_queries", num_queries, error) ||
+      !builder_check_positive(me, "key_size", key_size, error) ||
+      (hard && !check_tau(me, "tau", tau, error)) || !check_inputs(me, x, valid_lens, error))
+    return NULL;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  QkvValue *w = NULL;
+  QkvValue *out =
+      attention_pooling(b, name, x, valid_lens, num_queries, key_size, hard, tau, &w, error);
+  out = qkv_builder_end(b, &mark, out);
+  if (out != NULL && weights != NULL)
+    *weights = w;
   return out;
 }
 
@@ -53,24 +103,18 @@ qkv_build_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x, QkvVa
                             gint num_queries, gint64 key_size, QkvValue **weights, GError **error)
 {
   g_return_val_if_fail(name != NULL, NULL);
-  if (weights != NULL)
-    *weights = NULL;
-  BUILDER_RETURN_IF_INVALID(b, error);
-  if (x == NULL)
-    return NULL;
-  const gchar *me = "qkv_build_attention_pooling";
-  if (!builder_check_positive(me, "num_queries", num_queries, error) ||
-      !builder_check_positive(me, "key_size", key_size, error) ||
-      !check_inputs(me, x, valid_lens, error))
-    return NULL;
-  QkvBuilderMark mark;
-  qkv_builder_begin(b, &mark);
-  QkvValue *w = NULL;
-  QkvValue *out = attention_pooling(b, name, x, valid_lens, num_queries, key_size, &w, error);
-  out = qkv_builder_end(b, &mark, out);
-  if (out != NULL && weights != NULL)
-    *weights = w;
-  return out;
+  return build_attention_pooling(b, "qkv_build_attention_pooling", name, x, valid_lens, num_queries,
+                                 key_size, FALSE, 0.0, weights, error);
+}
+
+QkvValue *
+qkv_build_hard_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
+                                 QkvValue *valid_lens, gint num_queries, gint64 key_size,
+                                 double tau, QkvValue **weights, GError **error)
+{
+  g_return_val_if_fail(name != NULL, NULL);
+  return build_attention_pooling(b, "qkv_build_hard_attention_pooling", name, x, valid_lens,
+                                 num_queries, key_size, TRUE, tau, weights, error);
 }
 
 static QkvValue *
@@ -124,11 +168,17 @@ classifier(QkvBuilder *b, const QkvPoolingClassifierConfig *cfg, QkvValue *token
    * "you are" is word vectors that know their position */
   if (cfg->positional_encoding)
     x = qkv_positional_encoding(x, 0.0, 0, error);
-  QkvValue *pooled = cfg->pooling == QKV_POOLING_ATTENTION
-                         ? qkv_build_attention_pooling(b, "pool", x, valid_lens, cfg->num_queries,
-                                                       cfg->key_size, weights, error)
-                         : qkv_build_mean_pooling(b, x, valid_lens, weights, error);
-  gint64 k = cfg->pooling == QKV_POOLING_ATTENTION ? cfg->num_queries : 1, d = cfg->embed_size;
+  QkvValue *pooled;
+  if (cfg->pooling == QKV_POOLING_ATTENTION)
+    pooled = qkv_build_attention_pooling(b, "pool", x, valid_lens, cfg->num_queries, cfg->key_size,
+                                         weights, error);
+  else if (cfg->pooling == QKV_POOLING_HARD)
+    pooled =
+        qkv_build_hard_attention_pooling(b, "pool", x, valid_lens, cfg->num_queries, cfg->key_size,
+                                         cfg->tau > 0 ? cfg->tau : 1.0, weights, error);
+  else
+    pooled = qkv_build_mean_pooling(b, x, valid_lens, weights, error);
+  gint64 k = cfg->pooling == QKV_POOLING_MEAN ? 1 : cfg->num_queries, d = cfg->embed_size;
   /* dense on the concatenation [c_1; …; c_K] (B, K·D), as nn.Linear(K·D, C)
    * would take it, computed without flattening the batch: a reshape's
    * gradient has the shape built, and a plan may bind a partial batch. Row
@@ -161,13 +211,18 @@ qkv_build_pooling_classifier(QkvBuilder *b, const QkvPoolingClassifierConfig *cf
       !builder_check_positive(me, "cfg->embed_size", cfg->embed_size, error) ||
       !builder_check_positive(me, "cfg->num_classes", cfg->num_classes, error))
     return NULL;
-  if (cfg->pooling != QKV_POOLING_ATTENTION && cfg->pooling != QKV_POOLING_MEAN) {
+  if (cfg->pooling != QKV_POOLING_ATTENTION && cfg->pooling != QKV_POOLING_MEAN &&
+      cfg->pooling != QKV_POOLING_HARD) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "%s: cfg->pooling is %d, it must be QKV_POOLING_ATTENTION or QKV_POOLING_MEAN", me,
-                (gint)cfg->pooling);
+                "%s: cfg->pooling is %d, it must be QKV_POOLING_ATTENTION, QKV_POOLING_MEAN or "
+                "QKV_POOLING_HARD",
+                me, (gint)cfg->pooling);
     return NULL;
   }
-  if (cfg->pooling == QKV_POOLING_ATTENTION &&
+  if (cfg->pooling == QKV_POOLING_HARD && cfg->tau != 0 &&
+      !check_tau(me, "cfg->tau", cfg->tau, error))
+    return NULL;
+  if (cfg->pooling != QKV_POOLING_MEAN &&
       (!builder_check_positive(me, "cfg->num_queries", cfg->num_queries, error) ||
        !builder_check_positive(me, "cfg->key_size", cfg->key_size, error)))
     return NULL;

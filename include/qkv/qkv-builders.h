@@ -438,6 +438,21 @@ QkvValue *qkv_build_seq2seq_loss_lens_smoothed(QkvValue *logits, QkvValue *label
 QkvValue *qkv_build_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
                                       QkvValue *valid_lens, gint num_queries, gint64 key_size,
                                       QkvValue **weights, GError **error);
+/* Hard attention pooling: as qkv_build_attention_pooling() (the same
+ * parameters "<name>.queries" and "<name>.W_k", the same scores), but each
+ * query takes one word vector instead of an average:
+ *   weights = gumbel_softmax(scores, valid_lens, tau, hard)       (B, K, T)
+ * one-hot rows: in plans compiled for training the position is sampled from
+ * softmax(scores) (Gumbel-max), in evaluation it is the argmax of the
+ * scores. A position ≥ the valid length is never picked (a sequence of
+ * length 0 picks nothing and pools to zeros). The pick is not differentiable;
+ * training goes through the straight-through Gumbel-softmax estimator: the
+ * gradient of the one-hot is taken to be that of softmax((scores + g) / tau)
+ * for the same noise g (qkv_gumbel_softmax()). tau finite and > 0 (1 is the
+ * usual start); *weights (may be NULL) receives the one-hot weights. */
+QkvValue *qkv_build_hard_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
+                                           QkvValue *valid_lens, gint num_queries, gint64 key_size,
+                                           double tau, QkvValue **weights, GError **error);
 /* Mean pooling, the baseline: the average of the valid word vectors of each
  * sequence, as attention pooling with every score equal. x (B, T, D),
  * valid_lens i32 (B) or NULL → (B, 1, D); *weights (may be NULL) receives
@@ -448,23 +463,26 @@ QkvValue *qkv_build_mean_pooling(QkvBuilder *b, QkvValue *x, QkvValue *valid_len
 typedef enum {
   QKV_POOLING_ATTENTION,
   QKV_POOLING_MEAN,
+  QKV_POOLING_HARD, /* qkv_build_hard_attention_pooling() */
 } QkvPooling;
 
 typedef struct {
   gint64 vocab_size;
   gint64 embed_size;  /* D, the word vectors' size */
-  gint64 key_size;    /* attention only */
+  gint64 key_size;    /* attention only (soft or hard) */
   gint num_queries;   /* K, attention only (one per class is the usual choice) */
   gint num_classes;   /* C */
-  QkvPooling pooling; /* QKV_POOLING_ATTENTION or QKV_POOLING_MEAN */
+  QkvPooling pooling; /* QKV_POOLING_ATTENTION, QKV_POOLING_MEAN or QKV_POOLING_HARD */
   /* TRUE: the Transformer's sinusoidal positional encoding is added to the
    * word vectors (no parameters), so the pooling can see word order */
   gboolean positional_encoding;
-  gpointer reserved[4];
+  double tau; /* QKV_POOLING_HARD: the Gumbel-softmax temperature (0: 1) */
+  gpointer reserved[3];
 } QkvPoolingClassifierConfig;
 
 /* A sentence classifier: "embedding" (vocab_size, D), then attention pooling
- * "pool" (pool.queries, pool.W_k.weight) or mean pooling, the K pooled
+ * "pool" (pool.queries, pool.W_k.weight; soft, or hard for
+ * QKV_POOLING_HARD) or mean pooling, the K pooled
  * vectors concatenated into one feature [c_1; …; c_K] (B, K·D) (K = 1 for
  * mean pooling), and "dense" (weight (C, K·D), bias (C)) to the class logits.
  * tokens i32 (B, T), valid_lens i32 (B) or NULL → logits (B, C). *weights

@@ -209,4 +209,18 @@ QkvValue *qkv_index_select_backward(QkvValue *dy, QkvValue *index, gint64 size, 
 /* "clamp_backward" {min: d, max: d}: dy where lo ≤ x ≤ hi, else 0. */
 QkvValue *qkv_clamp_backward(QkvValue *dy, QkvValue *x, double lo, double hi, GError **error);
 
+/* "gumbel_softmax" {tau: d, hard: b, axis: i}: one position of each row of
+ * logits along axis: in plans compiled for training a sample, argmax of
+ * logits + g with g standard Gumbel noise from (seed, step, node) (position j
+ * with probability softmax(logits)_j); in evaluation the argmax of logits.
+ * With hard, the result is the pick's one-hot (output 1 of the node is the
+ * relaxation softmax((logits + g) / tau)), whose gradient is taken to be the
+ * relaxation's (straight-through Gumbel-softmax, PyTorch's
+ * gumbel_softmax(hard=True)); without hard the result is the relaxation.
+ * valid_lens (may be NULL) i32 (B) or (B, n_q) for logits (B, …, n_q, n) and
+ * axis -1, as for qkv_masked_softmax(): positions at or past the valid
+ * length are never picked; a row with none picks nothing (all zeros). */
+QkvValue *qkv_gumbel_softmax(QkvValue *logits, QkvValue *valid_lens, double tau, gboolean hard,
+                             gint axis, GError **error);
+
 G_END_DECLS
