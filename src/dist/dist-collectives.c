@@ -1,8 +1,9 @@
 /* dist-collectives.c: the collectives of qkv-dist.h: the parameter (and
  * optimizer state) broadcast from rank 0, the gradient and value
- * all-reduces, and the barrier. Each starts with qkv_dist_arrive() (dist.c),
- * where ranks wait for each other and a dead peer is noticed, and moves the
- * data with the blocking MPI call afterwards. Built only with MPI. */
+ * all-reduces, and the barrier. Each starts with
+ * qkv_dist_arrive() (dist.c), where ranks wait for each other, check that
+ * they are at the same collective and notice a dead peer, and moves the
+ * data with blocking MPI calls afterwards. Built only with MPI. */
 #include "dist/dist-private.h"
 #include "qkv/qkv-optim.h"
 
@@ -131,13 +132,15 @@ match_states(QkvParams *params, const gchar *root_manifest)
 /* Every rank learns whether every rank is fine: the first rank's problem
  * becomes everyone's error. */
 static gboolean
-agree(QkvDist *dist, const gchar *problem, const gchar *what, GError **error)
+all_fine(QkvDist *dist, const gchar *problem, QkvDistOp op, GError **error)
 {
+  const gchar *what =
+      op == QKV_DIST_OP_STATE_CHECK ? "optimizer state broadcast" : "parameter broadcast";
   char mine[MESSAGE_LEN] = {0};
   if (problem != NULL)
     g_strlcpy(mine, problem, sizeof mine);
   g_autofree char *all = g_malloc0((gsize)MESSAGE_LEN * dist->size);
-  if (!qkv_dist_arrive(dist, what, error) ||
+  if (!qkv_dist_arrive(dist, op, 0, NULL, error) ||
       !qkv_dist_mpi_check(
           dist, MPI_Allgather(mine, MESSAGE_LEN, MPI_CHAR, all, MESSAGE_LEN, MPI_CHAR, dist->comm),
           "MPI_Allgather", error))
@@ -159,6 +162,7 @@ bcast_bytes(QkvDist *dist, gpointer data, gsize n, GError **error)
 {
   for (gsize off = 0; off < n;) {
     gsize chunk = MIN(n - off, (gsize)G_MAXINT);
+    qkv_dist_arm(dist, "parameter broadcast"); /* the timeout bounds each call */
     if (!qkv_dist_mpi_check(dist,
                             MPI_Bcast((char *)data + off, (int)chunk, MPI_BYTE, 0, dist->comm),
                             "MPI_Bcast", error))
@@ -177,7 +181,7 @@ broadcast_params_impl(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer,
   const gboolean states = optimizer != NULL;
   g_autofree gchar *text = dist->rank == 0 ? manifest(params, states) : NULL;
   guint64 len = text != NULL ? strlen(text) + 1 : 0;
-  if (!qkv_dist_arrive(dist, "parameter broadcast", error) ||
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_BROADCAST, 0, NULL, error) ||
       !qkv_dist_mpi_check(dist, MPI_Bcast(&len, 1, MPI_UINT64_T, 0, dist->comm), "MPI_Bcast",
                           error))
     return FALSE;
@@ -187,11 +191,11 @@ broadcast_params_impl(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer,
     return FALSE;
   text[len - 1] = '\0';
   g_autofree gchar *problem = dist->rank == 0 ? NULL : compare_params(params, text);
-  if (!agree(dist, problem, "parameter broadcast", error))
+  if (!all_fine(dist, problem, QKV_DIST_OP_PARAM_CHECK, error))
     return FALSE;
   if (states && dist->rank != 0)
     problem = match_states(params, text);
-  if (states && !agree(dist, problem, "optimizer state broadcast", error))
+  if (states && !all_fine(dist, problem, QKV_DIST_OP_STATE_CHECK, error))
     return FALSE;
   for (guint i = 0; i < qkv_params_size(params); i++) {
     QkvParam *p = qkv_params_nth(params, i);
@@ -224,6 +228,7 @@ reduce_floats(QkvDist *dist, float *buf, gsize n, GError **error)
   double t0 = now_s();
   for (gsize off = 0; off < n;) {
     gsize chunk = MIN(n - off, per_call);
+    qkv_dist_arm(dist, "gradient all-reduce"); /* the timeout bounds each call */
     if (!qkv_dist_mpi_check(
             dist,
             MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)chunk, MPI_FLOAT, MPI_SUM, dist->comm),
@@ -279,7 +284,7 @@ allreduce_grads_impl(QkvDist *dist, QkvParams *params, QkvDistReduce op, float *
     memcpy(at, extra, n_extra * sizeof(float));
   dist->stats.seconds_pack += now_s() - t0;
 
-  if (!qkv_dist_arrive(dist, "gradient all-reduce", error) ||
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_GRADS, (gint64)n, NULL, error) ||
       !reduce_floats(dist, dist->flat, n, error))
     return FALSE;
 
@@ -314,7 +319,7 @@ allreduce_impl(QkvDist *dist, double *values, guint n, QkvDistReduce op, GError 
     return FALSE;
   if (dist->size == 1 || n == 0)
     return TRUE;
-  if (!qkv_dist_arrive(dist, "all-reduce", error) ||
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_ALLREDUCE, n, NULL, error) ||
       !qkv_dist_mpi_check(
           dist, MPI_Allreduce(MPI_IN_PLACE, values, (int)n, MPI_DOUBLE, MPI_SUM, dist->comm),
           "MPI_Allreduce", error))
@@ -329,7 +334,7 @@ gboolean
 qkv_dist_barrier(QkvDist *dist, GError **error)
 {
   g_return_val_if_fail(dist != NULL, FALSE);
-  gboolean ok = qkv_dist_check_usable(dist, error) && qkv_dist_arrive(dist, "barrier", error);
+  gboolean ok = qkv_dist_arrive(dist, QKV_DIST_OP_BARRIER, 0, NULL, error);
   qkv_dist_disarm(dist);
   return ok;
 }

@@ -49,6 +49,13 @@ qkv_dist_free(QkvDist *dist)
   g_free(dist);
 }
 
+gboolean
+qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error)
+{
+  set_unavailable(error);
+  return FALSE;
+}
+
 gint
 qkv_dist_rank(const QkvDist *dist)
 {
@@ -76,6 +83,12 @@ qkv_dist_is_root(const QkvDist *dist)
 void
 qkv_dist_set_timeout(QkvDist *dist, double seconds)
 {
+}
+
+double
+qkv_dist_get_timeout(const QkvDist *dist)
+{
+  return 0;
 }
 
 void
