@@ -294,6 +294,46 @@ test_different_collectives(void)
   qkv_dist_free(g);
 }
 
+/* qkv_dist_agree(): equal values pass; differences name the ranks and
+ * their values (long ones by hash); the group stays usable; ranks agreeing
+ * on different things are at different collectives. */
+static void
+test_agree(void)
+{
+  const gint r = qkv_dist_rank(dist), w = qkv_dist_world_size(dist);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_dist_agree(dist, "option --lr", "0.005", &error));
+  g_assert_no_error(error);
+  if (w < 2) {
+    g_test_skip("needs two ranks");
+    return;
+  }
+  g_autofree gchar *mine = g_strdup_printf("%g", r == 1 ? 0.01 : 0.005);
+  g_assert_false(qkv_dist_agree(dist, "option --lr", mine, &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH);
+  g_autofree gchar *others = g_strdup_printf("%s 0", w > 2 ? "ranks" : "rank");
+  for (gint q = 2; q < w; q++) {
+    g_autofree gchar *was = others;
+    others = g_strdup_printf("%s, %d", was, q);
+  }
+  g_autofree gchar *want = g_strdup_printf("option --lr differs: %s %s 0.005; rank 1 has 0.01",
+                                           others, w > 2 ? "have" : "has");
+  g_assert_cmpstr(error->message, ==, want);
+  g_clear_error(&error);
+  g_autofree gchar *long_value = g_strnfill(200, r == 1 ? 'b' : 'a');
+  g_assert_false(qkv_dist_agree(dist, "the vocabulary", long_value, &error));
+  g_assert_nonnull(strstr(error->message, "rank 1 has a value of 200 bytes, SHA-256 "));
+  g_clear_error(&error);
+  g_assert_true(qkv_dist_barrier(dist, NULL));
+  QkvDist *g = other_group();
+  g_assert_false(qkv_dist_agree(g, r == 1 ? "option --seed" : "option --lr", "1", &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH);
+  g_assert_nonnull(strstr(error->message, "rank 0 was at the agreement on option --lr "
+                                          "(collective 1), rank 1 at the agreement on option "
+                                          "--seed"));
+  qkv_dist_free(g);
+}
+
 /* 60 s unless QKV_DIST_TIMEOUT says otherwise (test-dist.py setup sets
  * it: the environment is read once per group). */
 static void
@@ -332,6 +372,7 @@ main(int argc, char **argv)
   g_test_add_func("/dist/leave-early", test_leave_early);
   g_test_add_func("/dist/leave-together", test_leave_together);
   g_test_add_func("/dist/different-collectives", test_different_collectives);
+  g_test_add_func("/dist/agree", test_agree);
   g_test_add_func("/dist/timeout-default", test_timeout_default);
   int rc = g_test_run();
   qkv_dist_free(dist);

@@ -63,8 +63,8 @@ typedef enum {
   QKV_DIST_ERROR_MPI,         /* an MPI call failed */
   QKV_DIST_ERROR_PEER_LOST,   /* another rank died; the message names it */
   QKV_DIST_ERROR_TIMEOUT,     /* a collective waited longer than the timeout */
-  QKV_DIST_ERROR_MISMATCH,    /* ranks disagree (parameter names, shapes, state, which
-                               * collective they are at) */
+  QKV_DIST_ERROR_MISMATCH,    /* ranks disagree (parameter names, shapes, state, values
+                               * of qkv_dist_agree(), which collective they are at) */
   QKV_DIST_ERROR_BROKEN,      /* an earlier call failed or the group ended: unusable */
   QKV_DIST_ERROR_PEER_LEFT,   /* a rank left the group (qkv_dist_leave(), qkv_dist_free())
                                * while another was still in a collective; every rank gets
@@ -177,6 +177,16 @@ gboolean qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduc
                             GError **error);
 /* Wait for every rank (with the same failure detection as the reductions). */
 gboolean qkv_dist_barrier(QkvDist *dist, GError **error);
+
+/* Check that every rank holds the same value for what (an option, a
+ * configuration, a hash of the data): compares the values' SHA-256 across
+ * ranks. On a difference every rank fails with QKV_DIST_ERROR_MISMATCH
+ * "WHAT differs: rank 0 has 0.005; rank 1 has 0.01" (ranks grouped by
+ * value; values of 160 bytes or more are shown by their length and hash);
+ * the group stays usable. Every rank must agree on the same things in the
+ * same order: a rank agreeing on another what fails as ranks at different
+ * collectives do. */
+gboolean qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error);
 
 /* When a rank dies, mpirun (Open MPI's default) stops the others with
  * SIGTERM, often before they reach a collective and notice; this installs a

@@ -1,6 +1,6 @@
 /* dist-collectives.c: the collectives of qkv-dist.h: the parameter (and
  * optimizer state) broadcast from rank 0, the gradient and value
- * all-reduces, and the barrier. Each starts with
+ * all-reduces, the barrier, and the agreement on values. Each starts with
  * qkv_dist_arrive() (dist.c), where ranks wait for each other, check that
  * they are at the same collective and notice a dead peer, and moves the
  * data with blocking MPI calls afterwards. Built only with MPI. */
@@ -335,6 +335,105 @@ qkv_dist_barrier(QkvDist *dist, GError **error)
 {
   g_return_val_if_fail(dist != NULL, FALSE);
   gboolean ok = qkv_dist_arrive(dist, QKV_DIST_OP_BARRIER, 0, NULL, error);
+  qkv_dist_disarm(dist);
+  return ok;
+}
+
+/* ---- agreement on values ---- */
+
+#define SHOWN_LEN 160
+#define MAX_GROUPS_SHOWN 4
+
+/* One rank's value, as the ranks compare it. */
+typedef struct {
+  guint8 digest[32];     /* SHA-256 */
+  char shown[SHOWN_LEN]; /* the value, or its length and hash when long */
+} Fingerprint;
+
+static void
+fingerprint(const gchar *value, Fingerprint *fp)
+{
+  gsize len = strlen(value), n = sizeof fp->digest;
+  GChecksum *sha = g_checksum_new(G_CHECKSUM_SHA256);
+  g_checksum_update(sha, (const guchar *)value, (gssize)len);
+  g_checksum_get_digest(sha, fp->digest, &n);
+  g_checksum_free(sha);
+  if (len < SHOWN_LEN && g_utf8_validate(value, (gssize)len, NULL)) {
+    memcpy(fp->shown, value, len + 1);
+    return;
+  }
+  char hex[17];
+  for (gint i = 0; i < 8; i++)
+    g_snprintf(hex + 2 * i, 3, "%02x", fp->digest[i]);
+  g_snprintf(fp->shown, SHOWN_LEN, "a value of %zu bytes, SHA-256 %s...", len, hex);
+}
+
+/* "WHAT differs: rank 0 has A; ranks 1 and 2 have B", or NULL when every
+ * rank has the same value. */
+static gchar *
+describe_differences(const Fingerprint *all, gint n, const gchar *what)
+{
+  g_autofree gboolean *grouped = g_new0(gboolean, n);
+  GString *text = g_string_new(NULL);
+  gint groups = 0;
+  for (gint r = 0; r < n; r++) {
+    if (grouped[r])
+      continue;
+    GString *ranks = g_string_new(NULL);
+    gint members = 0;
+    for (gint q = r; q < n; q++) {
+      if (grouped[q] || memcmp(all[q].digest, all[r].digest, sizeof all[r].digest) != 0)
+        continue;
+      grouped[q] = TRUE;
+      members++;
+      g_string_append_printf(ranks, "%s%d", members == 1 ? "" : ", ", q);
+    }
+    if (++groups <= MAX_GROUPS_SHOWN)
+      g_string_append_printf(text, "%s%s %s %s %.*s", groups == 1 ? "" : "; ",
+                             members == 1 ? "rank" : "ranks", ranks->str,
+                             members == 1 ? "has" : "have", SHOWN_LEN, all[r].shown);
+    g_string_free(ranks, TRUE);
+  }
+  if (groups == 1) {
+    g_string_free(text, TRUE);
+    return NULL;
+  }
+  if (groups > MAX_GROUPS_SHOWN)
+    g_string_append_printf(text, "; %d more values", groups - MAX_GROUPS_SHOWN);
+  g_string_prepend(text, " differs: ");
+  g_string_prepend(text, what);
+  return g_string_free(text, FALSE);
+}
+
+static gboolean
+agree_impl(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
+{
+  if (!qkv_dist_check_usable(dist, error))
+    return FALSE;
+  if (dist->size == 1)
+    return qkv_dist_arrive(dist, QKV_DIST_OP_AGREE, 0, what, error);
+  Fingerprint mine = {0};
+  fingerprint(value, &mine);
+  g_autofree Fingerprint *all = g_new0(Fingerprint, dist->size);
+  /* the header carries a hash of what: ranks agreeing on different things
+   * are ranks at different collectives */
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_AGREE, g_str_hash(what), what, error) ||
+      !qkv_dist_mpi_check(
+          dist, MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, dist->comm),
+          "MPI_Allgather", error))
+    return FALSE;
+  g_autofree gchar *problem = describe_differences(all, dist->size, what);
+  if (problem == NULL)
+    return TRUE;
+  g_set_error_literal(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH, problem);
+  return FALSE;
+}
+
+gboolean
+qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
+{
+  g_return_val_if_fail(dist != NULL && what != NULL && value != NULL, FALSE);
+  gboolean ok = agree_impl(dist, what, value, error);
   qkv_dist_disarm(dist);
   return ok;
 }

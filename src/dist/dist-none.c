@@ -138,6 +138,13 @@ qkv_dist_barrier(QkvDist *dist, GError **error)
   return FALSE;
 }
 
+gboolean
+qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
+{
+  set_unavailable(error);
+  return FALSE;
+}
+
 void
 qkv_dist_report_sigterm(QkvDist *dist, const gchar *prefix)
 {
