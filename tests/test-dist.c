@@ -187,6 +187,165 @@ test_mismatch(void)
   g_assert_nonnull(strstr(error->message, "rank 1 holds 4 parameters, rank 0 holds 3"));
 }
 
+/* A second group over the same processes, for tests that end theirs. */
+static QkvDist *
+other_group(void)
+{
+  g_autoptr(GError) error = NULL;
+  QkvDist *g = qkv_dist_init(NULL, NULL, &error);
+  g_assert_no_error(error);
+  return g;
+}
+
+/* A group that has ended refuses every collective, and leaving it again
+ * does nothing. */
+static void
+assert_ended(QkvDist *g, const gchar *why)
+{
+  g_autoptr(GError) error = NULL;
+  double v = 1;
+  g_assert_false(qkv_dist_allreduce(g, &v, 1, QKV_DIST_SUM, &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_BROKEN);
+  g_assert_nonnull(strstr(error->message, "has ended"));
+  g_assert_nonnull(strstr(error->message, why));
+  g_assert_true(qkv_dist_leave(g, "again", NULL));
+}
+
+/* Rank 1 leaves while the others are at an all-reduce: every rank fails at
+ * once with the same story, instead of the others waiting forever. */
+static void
+test_leave_early(void)
+{
+  const gint r = qkv_dist_rank(dist), w = qkv_dist_world_size(dist);
+  if (w < 2) {
+    g_test_skip("needs two ranks");
+    return;
+  }
+  QkvDist *g = other_group();
+  g_assert_true(qkv_dist_barrier(g, NULL));
+  g_autoptr(GError) error = NULL;
+  double v[3] = {1, 2, 3};
+  if (r == 1)
+    g_assert_false(qkv_dist_leave(g, "finished after 3 epochs", &error));
+  else
+    g_assert_false(qkv_dist_allreduce(g, v, 3, QKV_DIST_SUM, &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_PEER_LEFT);
+  g_autofree gchar *want = g_strdup_printf(
+      "rank 1 left the job (finished after 3 epochs) while rank %d was at the all-reduce of 3 "
+      "values (collective 2)",
+      r == 1 ? 0 : r);
+  g_assert_cmpstr(error->message, ==, want);
+  g_assert_cmpfloat(v[0], ==, 1);
+  assert_ended(g, "left the job");
+  qkv_dist_free(g);
+}
+
+/* Every rank leaves at the same point: that is the end of the job. */
+static void
+test_leave_together(void)
+{
+  QkvDist *g = other_group();
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_dist_barrier(g, NULL));
+  g_assert_true(qkv_dist_leave(g, "done", &error));
+  g_assert_no_error(error);
+  assert_ended(g, "this rank left it");
+  qkv_dist_free(g);
+  if (qkv_dist_world_size(dist) < 2)
+    return;
+  /* freeing a group leaves it: the others see the reason */
+  g = other_group();
+  if (qkv_dist_rank(dist) == 1) {
+    qkv_dist_free(g);
+    return;
+  }
+  g_assert_false(qkv_dist_barrier(g, &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_PEER_LEFT);
+  g_assert_nonnull(strstr(error->message, "rank 1 left the job (its process group was freed)"));
+  qkv_dist_free(g);
+}
+
+/* Ranks at different collectives, or the same one with other sizes, fail
+ * before any data moves, naming both. */
+static void
+test_different_collectives(void)
+{
+  const gint r = qkv_dist_rank(dist), w = qkv_dist_world_size(dist);
+  if (w < 2) {
+    g_test_skip("needs two ranks");
+    return;
+  }
+  g_autoptr(GError) error = NULL;
+  QkvDist *g = other_group();
+  double v[4] = {0};
+  gboolean ok =
+      r == 0 ? qkv_dist_barrier(g, &error) : qkv_dist_allreduce(g, v, 2, QKV_DIST_SUM, &error);
+  g_assert_false(ok);
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH);
+  g_assert_nonnull(strstr(error->message, "rank 0 was at the barrier (collective 1), rank 1 at "
+                                          "the all-reduce of 2 values (collective 1)"));
+  assert_ended(g, "reached different collectives");
+  qkv_dist_free(g);
+  g_clear_error(&error);
+  g = other_group();
+  g_assert_false(qkv_dist_allreduce(g, v, r == 1 ? 4 : 3, QKV_DIST_SUM, &error));
+  g_assert_nonnull(strstr(error->message, "rank 0 was at the all-reduce of 3 values (collective "
+                                          "1), rank 1 at the all-reduce of 4 values"));
+  qkv_dist_free(g);
+}
+
+/* qkv_dist_agree(): equal values pass; differences name the ranks and
+ * their values (long ones by hash); the group stays usable; ranks agreeing
+ * on different things are at different collectives. */
+static void
+test_agree(void)
+{
+  const gint r = qkv_dist_rank(dist), w = qkv_dist_world_size(dist);
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_dist_agree(dist, "option --lr", "0.005", &error));
+  g_assert_no_error(error);
+  if (w < 2) {
+    g_test_skip("needs two ranks");
+    return;
+  }
+  g_autofree gchar *mine = g_strdup_printf("%g", r == 1 ? 0.01 : 0.005);
+  g_assert_false(qkv_dist_agree(dist, "option --lr", mine, &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH);
+  g_autofree gchar *others = g_strdup_printf("%s 0", w > 2 ? "ranks" : "rank");
+  for (gint q = 2; q < w; q++) {
+    g_autofree gchar *was = others;
+    others = g_strdup_printf("%s, %d", was, q);
+  }
+  g_autofree gchar *want = g_strdup_printf("option --lr differs: %s %s 0.005; rank 1 has 0.01",
+                                           others, w > 2 ? "have" : "has");
+  g_assert_cmpstr(error->message, ==, want);
+  g_clear_error(&error);
+  g_autofree gchar *long_value = g_strnfill(200, r == 1 ? 'b' : 'a');
+  g_assert_false(qkv_dist_agree(dist, "the vocabulary", long_value, &error));
+  g_assert_nonnull(strstr(error->message, "rank 1 has a value of 200 bytes, SHA-256 "));
+  g_clear_error(&error);
+  g_assert_true(qkv_dist_barrier(dist, NULL));
+  QkvDist *g = other_group();
+  g_assert_false(qkv_dist_agree(g, r == 1 ? "option --seed" : "option --lr", "1", &error));
+  g_assert_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH);
+  g_assert_nonnull(strstr(error->message, "rank 0 was at the agreement on option --lr "
+                                          "(collective 1), rank 1 at the agreement on option "
+                                          "--seed"));
+  qkv_dist_free(g);
+}
+
+/* 60 s unless QKV_DIST_TIMEOUT says otherwise (test-dist.py setup sets
+ * it: the environment is read once per group). */
+static void
+test_timeout_default(void)
+{
+  if (g_getenv("QKV_DIST_TIMEOUT") == NULL)
+    g_assert_cmpfloat(qkv_dist_get_timeout(dist), ==, QKV_DIST_DEFAULT_TIMEOUT);
+  qkv_dist_set_timeout(dist, 0);
+  g_assert_cmpfloat(qkv_dist_get_timeout(dist), ==, 0);
+  qkv_dist_set_timeout(dist, QKV_DIST_DEFAULT_TIMEOUT);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -210,6 +369,11 @@ main(int argc, char **argv)
   g_test_add_func("/dist/broadcast", test_broadcast);
   g_test_add_func("/dist/broadcast-identical", test_broadcast_identical);
   g_test_add_func("/dist/mismatch", test_mismatch);
+  g_test_add_func("/dist/leave-early", test_leave_early);
+  g_test_add_func("/dist/leave-together", test_leave_together);
+  g_test_add_func("/dist/different-collectives", test_different_collectives);
+  g_test_add_func("/dist/agree", test_agree);
+  g_test_add_func("/dist/timeout-default", test_timeout_default);
   int rc = g_test_run();
   qkv_dist_free(dist);
   return rc;

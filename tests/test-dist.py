@@ -8,7 +8,16 @@
     test-dist.py faults     a rank SIGKILLed mid-training: the other exits
                             within 30 s naming it; the last checkpoint loads
     test-dist.py setup      a batch smaller than the world, ranks that build
-                            different models, a job of one
+                            different models, QKV_DIST_TIMEOUT, a job of one
+    test-dist.py leave      ranks that would run different numbers of steps
+                            (--epochs, --batch-size, --reverse-size, a missing
+                            or later --resume) or one that fails (at set-up,
+                            mid-training): every rank stops within seconds,
+                            non-zero, with a message
+    test-dist.py agree      ranks given a different --lr, --seed,
+                            --label-smoothing, --clip or data are refused at
+                            set-up, naming the option and the ranks; options
+                            that may differ per rank (--threads, --save) do
 
 QKV_SEQ2SEQ is the example, QKV_MPIRUN mpirun (empty: qkv was built without
 MPI; then 'setup' checks that --distributed says so, the others exit 77).
@@ -221,18 +230,188 @@ def setup(tmp):
     msg = "a global batch of 1 cannot be split over 2 processes"
     check(p.returncode != 0 and msg in p.stderr, f"batch smaller than the world: {p.stderr.strip()}")
     check(p.stderr.count(msg) == 1, "reported once, by rank 0")
-    # ranks that build different models: found at the broadcast
+    # ranks asked for different models: refused before any parameter exists
+    # (test-dist.c checks the broadcast's own check of names and shapes)
     common = ["--distributed", "--task", "reverse", "--epochs", "1", "-q"]
     p, took = run([MPIRUN, "-np", "1", SEQ2SEQ, *common, "--hidden", "32", ":",
                    "-np", "1", SEQ2SEQ, *common, "--hidden", "16", "--heads", "2"])
-    check(p.returncode != 0 and re.search(
-        r"parameter broadcast: rank 1 holds parameter '[^']+' with shape \(\d+, 16\), "
-        r"rank 0 with shape \(\d+, 32\)", p.stderr) is not None,
-        f"different parameter shapes across ranks: {p.stderr.strip()}")
+    check(p.returncode != 0 and
+          "option --hidden differs: rank 0 has 32; rank 1 has 16" in p.stderr,
+          f"ranks asked for different models: {p.stderr.strip()}")
     check(took < 30, f"... found promptly ({took:.1f} s)")
+    # QKV_DIST_TIMEOUT: seconds, 0 for none, nothing else
+    for value, ok in (("0", True), ("2.5", True), ("soon", False)):
+        env = dict(os.environ, QKV_DIST_TIMEOUT=value)
+        p, _ = run(mpirun() + [SEQ2SEQ, *common, "--reverse-size", "64"], env=env)
+        if ok:
+            check(p.returncode == 0, f"QKV_DIST_TIMEOUT={value} is taken ({p.stderr.strip()})")
+        else:
+            check(p.returncode != 0 and
+                  f"QKV_DIST_TIMEOUT='{value}' is not a number of seconds" in p.stderr,
+                  f"QKV_DIST_TIMEOUT={value} is refused: {p.stderr.strip()}")
     # a job of one (no mpirun) trains as one process does
     p, _ = run([SEQ2SEQ, *common])
     check(p.returncode == 0, f"--distributed without mpirun is a job of one ({p.stderr.strip()})")
+
+
+def run_bounded(args, timeout):
+    """(exit status or None when it had to be killed after timeout seconds,
+    stdout and stderr together, seconds taken); a hung job is killed whole."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out, time.monotonic() - t0
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out, time.monotonic() - t0
+
+
+# each rank's command runs under sh, which says how it ended
+RANK_STATUS = re.compile(r"rank (\d+) exit status (\d+)")
+
+
+def two_ranks(args0, args1, timeout=20):
+    """mpirun -np 1 ARGS0 : -np 1 ARGS1 (MPMD: each rank its own command line);
+    (job status or None if it hung, output, {rank: exit status}, seconds)."""
+    wrap = ["sh", "-c", '"$@"; s=$?; echo "rank $OMPI_COMM_WORLD_RANK exit status $s" >&2; '
+            'exit $s', "sh"]
+    rc, out, took = run_bounded([MPIRUN, "-np", "1", *wrap, SEQ2SEQ, *args0, ":",
+                                 "-np", "1", *wrap, SEQ2SEQ, *args1], timeout)
+    return rc, out, {int(r): int(s) for r, s in RANK_STATUS.findall(out)}, took
+
+
+SMALL = ["--distributed", "--task", "reverse", "--reverse-size", "64", "--batch-size", "16",
+         "--threads", "1", "-q"]
+
+
+def stops_everywhere(what, args0, args1, message):
+    """Both ranks stop within seconds, non-zero, each with a line of its own,
+    and the job's output matches message."""
+    rc, out, status, took = two_ranks(args0, args1)
+    check(rc is not None, f"{what}: the job ends ({took:.1f} s; output:\n{out})")
+    check(rc is not None and took < 15, f"{what}: ... within seconds ({took:.1f} s)")
+    check(len(status) == 2 and all(s != 0 for s in status.values()),
+          f"{what}: every rank exits non-zero ({status})")
+    for r in (0, 1):
+        check(re.search(rf"^qkv-seq2seq \(rank {r}\): ", out, re.M) is not None,
+              f"{what}: rank {r} says why it stopped")
+    check(re.search(message, out) is not None, f"{what}: the message matches {message!r}:\n{out}")
+
+
+def differ_in_options(what, *options):
+    """Ranks given different values (OPTION, RANK 0'S, RANK 1'S) of options:
+    refused before training, every difference named."""
+    given = {option for option, _, _ in options}
+    args = [[*SMALL] + ([] if "--epochs" in given else ["--epochs", "1"]) for _ in (0, 1)]
+    for option, *values in options:
+        for r in (0, 1):
+            args[r] += [option, values[r]]
+    if len(options) == 1:
+        option, v0, v1 = options[0]
+        message = rf"\(rank 0\): option {option} differs: rank 0 has {v0}; rank 1 has {v1}\n"
+    else:
+        message = r"\(rank 0\): the ranks were given different options:\n" + "".join(
+            rf"  option {option} differs: rank 0 has {v0}; rank 1 has {v1}\n"
+            for option, v0, v1 in options)
+    stops_everywhere(f"ranks given different {what}", args[0], args[1], message)
+
+
+def leave(tmp):
+    """Ranks whose collectives would not pair up. Refused at set-up when the
+    options show it, otherwise the rank that leaves (finishing or failing)
+    tells the others, which stop instead of waiting for it forever."""
+    differ_in_options("--epochs", ("--epochs", "3", "1"))
+    differ_in_options("--batch-size and --reverse-size", ("--batch-size", "16", "32"),
+                      ("--reverse-size", "64", "48"))
+    missing = os.path.join(tmp, "missing.safetensors")
+    stops_everywhere("one rank's --resume file is missing",
+                     [*SMALL, "--epochs", "2"], [*SMALL, "--epochs", "2", "--resume", missing],
+                     rf"rank 1 left the job \(.*{re.escape(missing)}.*\) while rank 0 was at ")
+    ckpt = {}
+    for epochs in (1, 2):
+        ckpt[epochs] = os.path.join(tmp, f"epoch{epochs}.safetensors")
+        p, _ = run([SEQ2SEQ, *SMALL[1:], "--epochs", str(epochs), "--save", ckpt[epochs]])
+        check(p.returncode == 0, f"a checkpoint after epoch {epochs} ({p.stderr.strip()})")
+    stops_everywhere("one rank without --resume",
+                     [*SMALL, "--epochs", "3", "--resume", ckpt[1]], [*SMALL, "--epochs", "3"],
+                     r"the training position \(--resume\) differs: rank 0 has epoch 1 step 4; "
+                     r"rank 1 has epoch 0 step 0")
+    stops_everywhere("one rank with a later --resume",
+                     [*SMALL, "--epochs", "3", "--resume", ckpt[1]],
+                     [*SMALL, "--epochs", "3", "--resume", ckpt[2]],
+                     r"the training position \(--resume\) differs: rank 0 has epoch 1 step 4; "
+                     r"rank 1 has epoch 2 step 8")
+    fail_mid_training(tmp)
+
+
+def fail_mid_training(tmp):
+    """Rank 0 stops on an error of its own mid-training (its --save directory
+    is gone when it saves): rank 1, waiting at the next all-reduce, learns
+    why and stops too."""
+    folder = os.path.join(tmp, "vanishing")
+    os.mkdir(folder)
+    ckpt = os.path.join(folder, "m.safetensors")
+    proc = subprocess.Popen(mpirun() + [SEQ2SEQ, "--distributed", "--task", "reverse",
+                                        "--reverse-size", "400", "--batch-size", "32",
+                                        "--epochs", "100000", "--save", ckpt, "--save-every", "1",
+                                        "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ckpt) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        check(os.path.exists(ckpt), "failing rank 0: a checkpoint is written while training")
+        os.unlink(ckpt)
+        os.rmdir(folder)
+        t0 = time.monotonic()
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            check(False, "failing rank 0: the job ends (still running after 20 s)")
+            return
+        took = time.monotonic() - t0
+        check(proc.returncode != 0 and took < 15,
+              f"failing rank 0: the job fails within seconds ({took:.1f} s)")
+        check(re.search(r"qkv-seq2seq \(rank 1\): rank 0 left the job \(saving checkpoint .*\) "
+                        r"while rank 1 was at the gradient all-reduce of \d+ floats", out)
+              is not None, f"failing rank 0: rank 1 says why it stops:\n{out}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def agree(tmp):
+    differ_in_options("--lr", ("--lr", "0.005", "0.01"))
+    # in the order the example checks them
+    differ_in_options("--seed, --clip and --label-smoothing", ("--seed", "0", "1"),
+                      ("--clip", "1", "0.5"), ("--label-smoothing", "0", "0.1"))
+    # the same pairs, two French sides swapped: the vocabularies are the
+    # same, the training data is not
+    data = [os.path.join(tmp, f"fra{k}.txt") for k in (0, 1)]
+    lines = [f"go {i % 7} .\tva {i % 5} !" for i in range(40)]
+    swapped = list(lines)
+    swapped[30], swapped[31] = (swapped[30].split("\t")[0] + "\t" + lines[31].split("\t")[1],
+                                swapped[31].split("\t")[0] + "\t" + lines[30].split("\t")[1])
+    for path, text in zip(data, (lines, swapped)):
+        with open(path, "w") as f:
+            f.write("\n".join(text) + "\n")
+    fra = ["--distributed", "--num-examples", "40", "--batch-size", "8", "--epochs", "1",
+           "--threads", "1", "-q", "--heldout", "0", "--translate", "go 1 ."]
+    stops_everywhere("ranks given different data with the same vocabularies",
+                     [*fra, "--data", data[0]], [*fra, "--data", data[1]],
+                     r"the training data differs: rank 0 has 40 pairs, SHA-256 [0-9a-f]+; "
+                     r"rank 1 has 40 pairs, SHA-256 [0-9a-f]+")
+    # what may differ: threads, and the files only rank 0 writes
+    rc, out, status, took = two_ranks(
+        [*SMALL, "--epochs", "1", "--save", os.path.join(tmp, "m.safetensors")],
+        [*SMALL, "--epochs", "1", "--threads", "2"])
+    check(rc == 0 and status == {0: 0, 1: 0},
+          f"ranks with their own --threads and --save train ({status}):\n{out}")
 
 
 def main():
@@ -241,7 +420,8 @@ def main():
         print("qkv was built without MPI (or mpirun is missing): skipped")
         return SKIP
     with tempfile.TemporaryDirectory() as tmp:
-        {"equality": equality, "faults": faults, "setup": setup}[part](tmp)
+        {"equality": equality, "faults": faults, "setup": setup, "leave": leave,
+         "agree": agree}[part](tmp)
     return 1 if failures else 0
 
 

@@ -6,12 +6,28 @@
 #include <qkv/qkv.h>
 #include <qkv/qkv-optim.h>
 
+#include "data.h"
+#include "model.h"
+#include "options.h"
+
 /* Join the MPI job; the global batch (the whole of --batch-size, or the data
- * if smaller) must give every rank at least one example. Ranks other than 0
- * print nothing on stdout from here on. */
-gboolean seq2seq_dist_start(gint global_batch, GError **error);
-/* Leave the job (finalizes MPI unless a collective failed). */
-void seq2seq_dist_finish(void);
+ * if smaller) must give every rank at least one example, and the ranks must
+ * agree on every option that shapes training, on the model's configuration,
+ * the vocabularies and the training data (a hash); they differ only in
+ * their shard of each batch, their --threads, and what only rank 0 does
+ * (--save, --save-every, --step-losses, the evaluation after training).
+ * Ranks other than 0 print nothing on stdout from here on. */
+gboolean seq2seq_dist_start(const Seq2seqOptions *o, const ModelConfig *cfg,
+                            const Seq2SeqData *data, GError **error);
+/* --resume: every rank starts training at the same epoch and step. */
+gboolean seq2seq_dist_agree_position(gint epochs_done, gint64 global_step, GError **error);
+/* Training is over: leave the job's collectives together (before rank 0
+ * evaluates, so that no rank waits on that). Fails when another rank is
+ * still training. */
+gboolean seq2seq_dist_leave_trained(gint epochs_done, gint64 global_step, GError **error);
+/* Leave the job (finalizes MPI unless a collective failed). A rank stopped
+ * by error tells the others why first, so that they stop too. */
+void seq2seq_dist_finish(const GError *error);
 gboolean seq2seq_dist_active(void);
 gboolean seq2seq_dist_is_root(void);
 gint seq2seq_dist_rank(void);
@@ -30,7 +46,7 @@ gboolean seq2seq_dist_broadcast(QkvParams *params, QkvOptimizer *optimizer, GErr
  * sequences, so the sum of the shards' gradients is the whole batch's). */
 gboolean seq2seq_dist_reduce(QkvParams *params, double *loss, double *tokens, GError **error);
 /* Print a failure: each rank its own, except a mismatch every rank found
- * alike, which rank 0 prints for all. */
+ * alike, which rank 0 prints for all (the others say that it does). */
 void seq2seq_dist_print_error(const gchar *program, const GError *error);
 
 /* --step-losses FILE: one line per training step, "STEP LOSS" with the book's

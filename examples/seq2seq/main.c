@@ -266,7 +266,7 @@ trainer_setup(Trainer *tr, const gchar *data_path, GError **error)
   tr->params = qkv_params_new();
   translator_init(&tr->translator, o->steps, 1, o->beam, o->length_penalty, o->threads);
   if (o->distributed) {
-    if (!seq2seq_dist_start(MIN(o->batch, tr->data.n), error))
+    if (!seq2seq_dist_start(o, &tr->cfg, &tr->data, error))
       return FALSE;
     if (o->threads == 0)
       qkv_set_num_threads(seq2seq_dist_default_threads());
@@ -291,7 +291,8 @@ trainer_setup(Trainer *tr, const gchar *data_path, GError **error)
     qkv_schedule_set_position(tr->schedule, tr->global_step);
   }
   /* --distributed: every rank starts from rank 0's weights and state */
-  return seq2seq_dist_broadcast(tr->params, tr->optimizer, error);
+  return seq2seq_dist_agree_position(tr->epochs_done, tr->global_step, error) &&
+         seq2seq_dist_broadcast(tr->params, tr->optimizer, error);
 }
 
 static void
@@ -383,6 +384,7 @@ run(const Seq2seqOptions *o, GError **error)
   /* rank 0 translates and reports */
   gboolean ok = trainer_setup(&tr, data_path, error) && print_setup(&tr, error) &&
                 train_and_save(&tr, error) &&
+                seq2seq_dist_leave_trained(tr.epochs_done, tr.global_step, error) &&
                 (!seq2seq_dist_is_root() || seq2seq_evaluate(&tr, data_path, error));
   trainer_clear(&tr);
   return ok;
@@ -404,7 +406,7 @@ main(int argc, char **argv)
     seq2seq_dist_print_error("qkv-seq2seq", error);
   /* after a failed collective this leaves MPI as it is (finalizing could
    * wait for a dead rank) */
-  seq2seq_dist_finish();
+  seq2seq_dist_finish(ok ? NULL : error);
   seq2seq_options_clear(&options);
   return ok ? 0 : 1;
 }

@@ -27,13 +27,25 @@
  * unconditionally and report why it cannot work; qkv_dist_available() tells
  * beforehand.
  *
+ * Every rank must make the same collective calls in the same order. Before
+ * each one the ranks agree on what it is (its sequence number, which
+ * function, how much data): ranks that reach different calls fail with
+ * QKV_DIST_ERROR_MISMATCH naming both instead of mixing their data. A rank
+ * that is done with the group — finished, or stopping on an error — says so
+ * with qkv_dist_leave() (qkv_dist_free() does it too): the others fail in
+ * their next collective with QKV_DIST_ERROR_PEER_LEFT, naming it and its
+ * reason, instead of waiting for it forever. A group whose ranks reached
+ * different points has ended on every rank: further collectives fail with
+ * QKV_DIST_ERROR_BROKEN, and qkv_dist_free() still finalizes MPI cleanly.
+ *
  * Failures: a rank that dies (killed, crashed) while the others wait in a
  * collective is noticed within a fraction of a second when it ran on the same
  * machine (its process is gone) and reported as QKV_DIST_ERROR_PEER_LOST
  * naming the rank; for ranks on other machines the launcher (mpirun) aborts
- * the job and names the rank, and qkv_dist_set_timeout() bounds the wait
- * otherwise. After any failure the QkvDist is broken: further calls fail at
- * once, and qkv_dist_free() does not finalize MPI (that could hang).
+ * the job and names the rank, and the timeout (qkv_dist_set_timeout(), 60 s
+ * unless set) bounds every wait otherwise. After such a failure the QkvDist
+ * is broken: further calls fail at once, and qkv_dist_free() does not
+ * finalize MPI (that could hang).
  *
  * Threads: call every function from the thread that created the QkvDist.
  */
@@ -51,8 +63,13 @@ typedef enum {
   QKV_DIST_ERROR_MPI,         /* an MPI call failed */
   QKV_DIST_ERROR_PEER_LOST,   /* another rank died; the message names it */
   QKV_DIST_ERROR_TIMEOUT,     /* a collective waited longer than the timeout */
-  QKV_DIST_ERROR_MISMATCH,    /* ranks disagree (parameter names, shapes, state) */
-  QKV_DIST_ERROR_BROKEN,      /* an earlier call failed; the group is unusable */
+  QKV_DIST_ERROR_MISMATCH,    /* ranks disagree (parameter names, shapes, state, values
+                               * of qkv_dist_agree(), which collective they are at) */
+  QKV_DIST_ERROR_BROKEN,      /* an earlier call failed or the group ended: unusable */
+  QKV_DIST_ERROR_PEER_LEFT,   /* a rank left the group (qkv_dist_leave(), qkv_dist_free())
+                               * while another was still in a collective; every rank gets
+                               * it, and the message names who left, why, and where the
+                               * others were */
 } QkvDistError;
 GQuark qkv_dist_error_quark(void);
 
@@ -86,9 +103,22 @@ QkvDist *qkv_dist_init(int *argc, char ***argv, GError **error);
  * MPI_Comm (a pointer keeps MPI's types out of this header). MPI must be
  * initialised by the caller, with at least MPI_THREAD_FUNNELED. */
 QkvDist *qkv_dist_new_for_comm(const void *mpi_comm, GError **error);
-/* Free the group; finalizes MPI if qkv_dist_init() initialised it and the
- * group is not broken. */
+/* Free the group: leaves it first if this rank has not (qkv_dist_leave()
+ * with the reason "its process group was freed"), then finalizes MPI if
+ * qkv_dist_init() initialised it and the group is not broken. */
 void qkv_dist_free(QkvDist *dist);
+
+/* This rank takes part in no more collectives: tell the others, and why
+ * (reason: "finished training after 3 epochs", or the error that stops this
+ * rank). Collective in effect: it waits, like a collective, for every rank
+ * to reach its next call. TRUE when every rank left there together; when
+ * some were still at a collective, every rank fails with
+ * QKV_DIST_ERROR_PEER_LEFT ("rank 1 left the job (finished training after
+ * 3 epochs) while rank 0 was at the gradient all-reduce of 1234 floats
+ * (collective 57)"). Either way the group has ended: leaving again does
+ * nothing and returns TRUE, other collectives fail with
+ * QKV_DIST_ERROR_BROKEN. */
+gboolean qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error);
 
 gint qkv_dist_rank(const QkvDist *dist);
 gint qkv_dist_world_size(const QkvDist *dist);
@@ -98,10 +128,18 @@ gint qkv_dist_local_size(const QkvDist *dist);
 /* Rank 0: the one that prints and writes checkpoints. */
 gboolean qkv_dist_is_root(const QkvDist *dist);
 
-/* Give up waiting on a collective after this many seconds (0, the default:
- * wait as long as it takes; a slow rank — one writing a checkpoint — is
- * not a dead one). The environment's QKV_DIST_TIMEOUT sets the initial value. */
+#define QKV_DIST_DEFAULT_TIMEOUT 60.0
+
+/* Give up waiting after this many seconds: for the other ranks to reach a
+ * collective (QKV_DIST_ERROR_TIMEOUT), and in each MPI call that moves its
+ * data (the process exits with a message: such a call cannot be
+ * abandoned). 0 waits as long as it takes. The default,
+ * QKV_DIST_DEFAULT_TIMEOUT, or the environment's QKV_DIST_TIMEOUT (seconds;
+ * 0 for none; qkv_dist_init() refuses other text) when set. A rank that
+ * is slow but alive — writing a large checkpoint while the others wait at
+ * the next step — must finish within it: raise it for such programs. */
 void qkv_dist_set_timeout(QkvDist *dist, double seconds);
+double qkv_dist_get_timeout(const QkvDist *dist);
 /* Largest all-reduce call in bytes (default 64 MiB): the gradients go out in
  * as few calls as this allows. */
 void qkv_dist_set_bucket_bytes(QkvDist *dist, gsize bytes);
@@ -139,6 +177,16 @@ gboolean qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduc
                             GError **error);
 /* Wait for every rank (with the same failure detection as the reductions). */
 gboolean qkv_dist_barrier(QkvDist *dist, GError **error);
+
+/* Check that every rank holds the same value for what (an option, a
+ * configuration, a hash of the data): compares the values' SHA-256 across
+ * ranks. On a difference every rank fails with QKV_DIST_ERROR_MISMATCH
+ * "WHAT differs: rank 0 has 0.005; rank 1 has 0.01" (ranks grouped by
+ * value; values of 160 bytes or more are shown by their length and hash);
+ * the group stays usable. Every rank must agree on the same things in the
+ * same order: a rank agreeing on another what fails as ranks at different
+ * collectives do. */
+gboolean qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error);
 
 /* When a rank dies, mpirun (Open MPI's default) stops the others with
  * SIGTERM, often before they reach a collective and notice; this installs a

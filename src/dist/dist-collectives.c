@@ -1,8 +1,9 @@
 /* dist-collectives.c: the collectives of qkv-dist.h: the parameter (and
  * optimizer state) broadcast from rank 0, the gradient and value
- * all-reduces, and the barrier. Each starts with qkv_dist_arrive() (dist.c),
- * where ranks wait for each other and a dead peer is noticed, and moves the
- * data with the blocking MPI call afterwards. Built only with MPI. */
+ * all-reduces, the barrier, and the agreement on values. Each starts with
+ * qkv_dist_arrive() (dist.c), where ranks wait for each other, check that
+ * they are at the same collective and notice a dead peer, and moves the
+ * data with blocking MPI calls afterwards. Built only with MPI. */
 #include "dist/dist-private.h"
 #include "qkv/qkv-optim.h"
 
@@ -131,13 +132,15 @@ match_states(QkvParams *params, const gchar *root_manifest)
 /* Every rank learns whether every rank is fine: the first rank's problem
  * becomes everyone's error. */
 static gboolean
-agree(QkvDist *dist, const gchar *problem, const gchar *what, GError **error)
+all_fine(QkvDist *dist, const gchar *problem, QkvDistOp op, GError **error)
 {
+  const gchar *what =
+      op == QKV_DIST_OP_STATE_CHECK ? "optimizer state broadcast" : "parameter broadcast";
   char mine[MESSAGE_LEN] = {0};
   if (problem != NULL)
     g_strlcpy(mine, problem, sizeof mine);
   g_autofree char *all = g_malloc0((gsize)MESSAGE_LEN * dist->size);
-  if (!qkv_dist_arrive(dist, what, error) ||
+  if (!qkv_dist_arrive(dist, op, 0, NULL, error) ||
       !qkv_dist_mpi_check(
           dist, MPI_Allgather(mine, MESSAGE_LEN, MPI_CHAR, all, MESSAGE_LEN, MPI_CHAR, dist->comm),
           "MPI_Allgather", error))
@@ -159,6 +162,7 @@ bcast_bytes(QkvDist *dist, gpointer data, gsize n, GError **error)
 {
   for (gsize off = 0; off < n;) {
     gsize chunk = MIN(n - off, (gsize)G_MAXINT);
+    qkv_dist_arm(dist, "parameter broadcast"); /* the timeout bounds each call */
     if (!qkv_dist_mpi_check(dist,
                             MPI_Bcast((char *)data + off, (int)chunk, MPI_BYTE, 0, dist->comm),
                             "MPI_Bcast", error))
@@ -177,7 +181,7 @@ broadcast_params_impl(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer,
   const gboolean states = optimizer != NULL;
   g_autofree gchar *text = dist->rank == 0 ? manifest(params, states) : NULL;
   guint64 len = text != NULL ? strlen(text) + 1 : 0;
-  if (!qkv_dist_arrive(dist, "parameter broadcast", error) ||
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_BROADCAST, 0, NULL, error) ||
       !qkv_dist_mpi_check(dist, MPI_Bcast(&len, 1, MPI_UINT64_T, 0, dist->comm), "MPI_Bcast",
                           error))
     return FALSE;
@@ -187,11 +191,11 @@ broadcast_params_impl(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer,
     return FALSE;
   text[len - 1] = '\0';
   g_autofree gchar *problem = dist->rank == 0 ? NULL : compare_params(params, text);
-  if (!agree(dist, problem, "parameter broadcast", error))
+  if (!all_fine(dist, problem, QKV_DIST_OP_PARAM_CHECK, error))
     return FALSE;
   if (states && dist->rank != 0)
     problem = match_states(params, text);
-  if (states && !agree(dist, problem, "optimizer state broadcast", error))
+  if (states && !all_fine(dist, problem, QKV_DIST_OP_STATE_CHECK, error))
     return FALSE;
   for (guint i = 0; i < qkv_params_size(params); i++) {
     QkvParam *p = qkv_params_nth(params, i);
@@ -224,6 +228,7 @@ reduce_floats(QkvDist *dist, float *buf, gsize n, GError **error)
   double t0 = now_s();
   for (gsize off = 0; off < n;) {
     gsize chunk = MIN(n - off, per_call);
+    qkv_dist_arm(dist, "gradient all-reduce"); /* the timeout bounds each call */
     if (!qkv_dist_mpi_check(
             dist,
             MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)chunk, MPI_FLOAT, MPI_SUM, dist->comm),
@@ -279,7 +284,7 @@ allreduce_grads_impl(QkvDist *dist, QkvParams *params, QkvDistReduce op, float *
     memcpy(at, extra, n_extra * sizeof(float));
   dist->stats.seconds_pack += now_s() - t0;
 
-  if (!qkv_dist_arrive(dist, "gradient all-reduce", error) ||
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_GRADS, (gint64)n, NULL, error) ||
       !reduce_floats(dist, dist->flat, n, error))
     return FALSE;
 
@@ -314,7 +319,7 @@ allreduce_impl(QkvDist *dist, double *values, guint n, QkvDistReduce op, GError 
     return FALSE;
   if (dist->size == 1 || n == 0)
     return TRUE;
-  if (!qkv_dist_arrive(dist, "all-reduce", error) ||
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_ALLREDUCE, n, NULL, error) ||
       !qkv_dist_mpi_check(
           dist, MPI_Allreduce(MPI_IN_PLACE, values, (int)n, MPI_DOUBLE, MPI_SUM, dist->comm),
           "MPI_Allreduce", error))
@@ -329,7 +334,106 @@ gboolean
 qkv_dist_barrier(QkvDist *dist, GError **error)
 {
   g_return_val_if_fail(dist != NULL, FALSE);
-  gboolean ok = qkv_dist_check_usable(dist, error) && qkv_dist_arrive(dist, "barrier", error);
+  gboolean ok = qkv_dist_arrive(dist, QKV_DIST_OP_BARRIER, 0, NULL, error);
+  qkv_dist_disarm(dist);
+  return ok;
+}
+
+/* ---- agreement on values ---- */
+
+#define SHOWN_LEN 160
+#define MAX_GROUPS_SHOWN 4
+
+/* One rank's value, as the ranks compare it. */
+typedef struct {
+  guint8 digest[32];     /* SHA-256 */
+  char shown[SHOWN_LEN]; /* the value, or its length and hash when long */
+} Fingerprint;
+
+static void
+fingerprint(const gchar *value, Fingerprint *fp)
+{
+  gsize len = strlen(value), n = sizeof fp->digest;
+  GChecksum *sha = g_checksum_new(G_CHECKSUM_SHA256);
+  g_checksum_update(sha, (const guchar *)value, (gssize)len);
+  g_checksum_get_digest(sha, fp->digest, &n);
+  g_checksum_free(sha);
+  if (len < SHOWN_LEN && g_utf8_validate(value, (gssize)len, NULL)) {
+    memcpy(fp->shown, value, len + 1);
+    return;
+  }
+  char hex[17];
+  for (gint i = 0; i < 8; i++)
+    g_snprintf(hex + 2 * i, 3, "%02x", fp->digest[i]);
+  g_snprintf(fp->shown, SHOWN_LEN, "a value of %zu bytes, SHA-256 %s...", len, hex);
+}
+
+/* "WHAT differs: rank 0 has A; ranks 1 and 2 have B", or NULL when every
+ * rank has the same value. */
+static gchar *
+describe_differences(const Fingerprint *all, gint n, const gchar *what)
+{
+  g_autofree gboolean *grouped = g_new0(gboolean, n);
+  GString *text = g_string_new(NULL);
+  gint groups = 0;
+  for (gint r = 0; r < n; r++) {
+    if (grouped[r])
+      continue;
+    GString *ranks = g_string_new(NULL);
+    gint members = 0;
+    for (gint q = r; q < n; q++) {
+      if (grouped[q] || memcmp(all[q].digest, all[r].digest, sizeof all[r].digest) != 0)
+        continue;
+      grouped[q] = TRUE;
+      members++;
+      g_string_append_printf(ranks, "%s%d", members == 1 ? "" : ", ", q);
+    }
+    if (++groups <= MAX_GROUPS_SHOWN)
+      g_string_append_printf(text, "%s%s %s %s %.*s", groups == 1 ? "" : "; ",
+                             members == 1 ? "rank" : "ranks", ranks->str,
+                             members == 1 ? "has" : "have", SHOWN_LEN, all[r].shown);
+    g_string_free(ranks, TRUE);
+  }
+  if (groups == 1) {
+    g_string_free(text, TRUE);
+    return NULL;
+  }
+  if (groups > MAX_GROUPS_SHOWN)
+    g_string_append_printf(text, "; %d more values", groups - MAX_GROUPS_SHOWN);
+  g_string_prepend(text, " differs: ");
+  g_string_prepend(text, what);
+  return g_string_free(text, FALSE);
+}
+
+static gboolean
+agree_impl(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
+{
+  if (!qkv_dist_check_usable(dist, error))
+    return FALSE;
+  if (dist->size == 1)
+    return qkv_dist_arrive(dist, QKV_DIST_OP_AGREE, 0, what, error);
+  Fingerprint mine = {0};
+  fingerprint(value, &mine);
+  g_autofree Fingerprint *all = g_new0(Fingerprint, dist->size);
+  /* the header carries a hash of what: ranks agreeing on different things
+   * are ranks at different collectives */
+  if (!qkv_dist_arrive(dist, QKV_DIST_OP_AGREE, g_str_hash(what), what, error) ||
+      !qkv_dist_mpi_check(
+          dist, MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, dist->comm),
+          "MPI_Allgather", error))
+    return FALSE;
+  g_autofree gchar *problem = describe_differences(all, dist->size, what);
+  if (problem == NULL)
+    return TRUE;
+  g_set_error_literal(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH, problem);
+  return FALSE;
+}
+
+gboolean
+qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
+{
+  g_return_val_if_fail(dist != NULL && what != NULL && value != NULL, FALSE);
+  gboolean ok = agree_impl(dist, what, value, error);
   qkv_dist_disarm(dist);
   return ok;
 }

@@ -49,6 +49,13 @@ qkv_dist_free(QkvDist *dist)
   g_free(dist);
 }
 
+gboolean
+qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error)
+{
+  set_unavailable(error);
+  return FALSE;
+}
+
 gint
 qkv_dist_rank(const QkvDist *dist)
 {
@@ -76,6 +83,12 @@ qkv_dist_is_root(const QkvDist *dist)
 void
 qkv_dist_set_timeout(QkvDist *dist, double seconds)
 {
+}
+
+double
+qkv_dist_get_timeout(const QkvDist *dist)
+{
+  return 0;
 }
 
 void
@@ -120,6 +133,13 @@ qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduce op, GEr
 
 gboolean
 qkv_dist_barrier(QkvDist *dist, GError **error)
+{
+  set_unavailable(error);
+  return FALSE;
+}
+
+gboolean
+qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
 {
   set_unavailable(error);
   return FALSE;

@@ -3,12 +3,19 @@
  * themselves are in dist-collectives.c. Compiled only when Meson found MPI;
  * dist-none.c stands in otherwise.
  *
- * Every collective is split in two: a non-blocking barrier that this rank
- * polls (MPI_Ibarrier + MPI_Test), then the blocking collective itself. The
- * barrier is where a rank waits for slower ones — usually a whole backward
- * pass of imbalance, and where a dead peer is noticed: while polling, the
- * processes of the ranks on this machine are checked every 50 ms, and the
- * timeout (if any) is enforced. Once every rank has arrived, the data moves
+ * Every collective is split in two: a non-blocking all-reduce of a small
+ * header that this rank polls (MPI_Iallreduce + MPI_Test), then the blocking
+ * collective itself. The header says which collective this is (a sequence
+ * number, the function, the size of its data): reduced with MPI_MAX over
+ * the values and their negations it gives every rank the largest and the
+ * smallest, so every rank learns at once whether all are at the same call.
+ * Where they are not, or a rank has announced that it leaves, the ranks
+ * exchange who is where and why, and all fail with the same story instead
+ * of mixing unrelated data or waiting forever for a rank that is gone.
+ * The header is also where a rank waits for slower ones — usually a whole
+ * backward pass of imbalance, and where a dead peer is noticed: while
+ * polling, the processes of the ranks on this machine are checked every
+ * 50 ms, and the timeout is enforced. Once every rank has arrived, the data moves
  * with MPI_Allreduce/MPI_Bcast, whose tuned algorithms are about twice as fast
  * as their non-blocking twins (18 MB over shared memory, 2 ranks: 6.4 ms
  * blocking, 13.9 ms for MPI_Iallreduce polled to completion). A rank that dies
@@ -19,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -57,12 +65,17 @@ qkv_dist_mpi_check(QkvDist *dist, int rc, const gchar *what, GError **error)
 gboolean
 qkv_dist_check_usable(QkvDist *dist, GError **error)
 {
-  if (!dist->broken)
-    return TRUE;
-  g_set_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_BROKEN,
-              "rank %d: an earlier collective failed; this process group cannot be used any more",
-              dist->rank);
-  return FALSE;
+  if (dist->broken)
+    g_set_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_BROKEN,
+                "rank %d: an earlier collective failed; this process group cannot be used any "
+                "more",
+                dist->rank);
+  else if (dist->ended)
+    g_set_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_BROKEN,
+                "rank %d: this process group has ended (%s); it takes part in no more "
+                "collectives",
+                dist->rank, dist->ended_why);
+  return !dist->broken && !dist->ended;
 }
 
 /* Whether the process of a rank on this machine is gone: no such pid, or a
@@ -225,8 +238,8 @@ watchdog_main(gpointer data)
   return NULL;
 }
 
-static void
-arm(QkvDist *dist, const gchar *what)
+void
+qkv_dist_arm(QkvDist *dist, const gchar *what)
 {
   if (dist->size == 1)
     return;
@@ -242,22 +255,122 @@ qkv_dist_disarm(QkvDist *dist)
   __atomic_store_n(&dist->armed_since, 0, __ATOMIC_RELEASE);
 }
 
-/* Wait until every rank reaches this point, noticing dead local peers and
- * the timeout; what names the collective for messages. */
-gboolean
-qkv_dist_arrive(QkvDist *dist, const gchar *what, GError **error)
+/* ---- the agreement before every collective ---- */
+
+#define LABEL_LEN 400
+
+/* Where one rank is, as the ranks exchange it when their headers differ. */
+typedef struct {
+  gint64 seq, op, size;
+  char label[LABEL_LEN]; /* why it leaves, what it agrees on */
+} Arrival;
+
+static const gchar *
+op_name(gint64 op)
 {
-  if (dist->size == 1)
-    return TRUE;
+  switch ((QkvDistOp)op) {
+  case QKV_DIST_OP_LEAVE:
+    return "leave";
+  case QKV_DIST_OP_BROADCAST:
+  case QKV_DIST_OP_PARAM_CHECK:
+    return "parameter broadcast";
+  case QKV_DIST_OP_STATE_CHECK:
+    return "optimizer state broadcast";
+  case QKV_DIST_OP_GRADS:
+    return "gradient all-reduce";
+  case QKV_DIST_OP_ALLREDUCE:
+    return "all-reduce";
+  case QKV_DIST_OP_BARRIER:
+    return "barrier";
+  case QKV_DIST_OP_AGREE:
+    return "agreement";
+  }
+  return "unknown collective";
+}
+
+/* "the gradient all-reduce of 1234 floats (collective 57)" */
+static gchar *
+describe_arrival(const Arrival *a)
+{
+  g_autofree gchar *what = NULL;
+  if (a->op == QKV_DIST_OP_GRADS)
+    what = g_strdup_printf("the gradient all-reduce of %" G_GINT64_FORMAT " floats", a->size);
+  else if (a->op == QKV_DIST_OP_ALLREDUCE)
+    what = g_strdup_printf("the all-reduce of %" G_GINT64_FORMAT " values", a->size);
+  else if (a->op == QKV_DIST_OP_AGREE)
+    what = g_strdup_printf("the agreement on %s", a->label);
+  else if (a->op == QKV_DIST_OP_PARAM_CHECK || a->op == QKV_DIST_OP_STATE_CHECK)
+    what = g_strdup_printf("the check of the %s", op_name(a->op));
+  else
+    what = g_strdup_printf("the %s", op_name(a->op));
+  return g_strdup_printf("%s (collective %" G_GINT64_FORMAT ")", what, a->seq);
+}
+
+/* Copy text into a label, cut at a character boundary. */
+static void
+set_label(char *label, const gchar *text)
+{
+  const gchar *end = NULL;
+  g_strlcpy(label, text != NULL ? text : "", LABEL_LEN);
+  g_utf8_validate(label, -1, &end);
+  label[end - label] = '\0';
+}
+
+/* The ranks' headers differ: learn where each is, and fail as every other
+ * rank does. Every rank completed the header, so every rank is here. */
+static gboolean
+diverged(QkvDist *dist, const gint64 mine[3], const gchar *label, GError **error)
+{
+  Arrival me = {.seq = mine[0], .op = mine[1], .size = mine[2]};
+  set_label(me.label, label);
+  g_autofree Arrival *all = g_new0(Arrival, dist->size);
+  qkv_dist_arm(dist, "exchange of where each rank is");
+  int rc = MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, dist->comm);
   qkv_dist_disarm(dist);
-  MPI_Request req;
-  if (!qkv_dist_mpi_check(dist, MPI_Ibarrier(dist->comm, &req), "MPI_Ibarrier", error))
+  if (!qkv_dist_mpi_check(dist, rc, "MPI_Allgather", error))
     return FALSE;
+  gint left = -1, stayed = -1;
+  for (gint r = 0; r < dist->size; r++) {
+    all[r].label[LABEL_LEN - 1] = '\0';
+    if (all[r].op == QKV_DIST_OP_LEAVE && left < 0)
+      left = r;
+    if (all[r].op != QKV_DIST_OP_LEAVE && (stayed < 0 || r == dist->rank))
+      stayed = r;
+  }
+  g_autofree gchar *message = NULL;
+  if (left >= 0 && stayed >= 0) {
+    g_autofree gchar *where = describe_arrival(&all[stayed]);
+    message = g_strdup_printf("rank %d left the job (%s) while rank %d was at %s", left,
+                              all[left].label, stayed, where);
+  } else {
+    gint other = 1;
+    while (other < dist->size - 1 && memcmp(&all[other], &all[0], 3 * sizeof(gint64)) == 0)
+      other++;
+    g_autofree gchar *where0 = describe_arrival(&all[0]);
+    g_autofree gchar *where = describe_arrival(&all[other]);
+    message = g_strdup_printf("the ranks reached different collectives: rank 0 was at %s, rank "
+                              "%d at %s (every rank must make the same calls in the same order)",
+                              where0, other, where);
+  }
+  dist->ended = TRUE;
+  g_free(dist->ended_why);
+  dist->ended_why = g_strdup(message);
+  g_set_error_literal(error, QKV_DIST_ERROR,
+                      left >= 0 && stayed >= 0 ? QKV_DIST_ERROR_PEER_LEFT : QKV_DIST_ERROR_MISMATCH,
+                      message);
+  return FALSE;
+}
+
+/* Poll req until it completes, checking the local peers and the timeout
+ * every 50 ms; what names the collective for messages. */
+static gboolean
+wait_for_all(QkvDist *dist, MPI_Request *req, const gchar *what, GError **error)
+{
   const double start = now_s();
   double next_check = start + 0.05;
   for (guint64 spins = 0;; spins++) {
     int done = 0;
-    if (!qkv_dist_mpi_check(dist, MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test", error))
+    if (!qkv_dist_mpi_check(dist, MPI_Test(req, &done, MPI_STATUS_IGNORE), "MPI_Test", error))
       return FALSE;
     if (done)
       break;
@@ -282,27 +395,92 @@ qkv_dist_arrive(QkvDist *dist, const gchar *what, GError **error)
       dist->broken = TRUE;
       g_set_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_TIMEOUT,
                   "rank %d waited %.0f s in the %s for ranks that did not arrive "
-                  "(QKV_DIST_TIMEOUT); a rank on another machine may have died",
+                  "(QKV_DIST_TIMEOUT); a rank on another machine may have died, or one is "
+                  "busy for longer than that",
                   dist->rank, t - start, what);
       return FALSE;
     }
   }
   dist->stats.seconds_wait += now_s() - start;
-  arm(dist, what);
+  return TRUE;
+}
+
+gboolean
+qkv_dist_arrive(QkvDist *dist, QkvDistOp op, gint64 size, const gchar *label, GError **error)
+{
+  if (!qkv_dist_check_usable(dist, error))
+    return FALSE;
+  if (dist->size == 1) {
+    dist->seq++;
+    return TRUE;
+  }
+  qkv_dist_disarm(dist);
+  const gint64 mine[3] = {dist->seq + 1, op, size};
+  /* the maxima, and the negated minima */
+  gint64 header[6] = {mine[0], mine[1], mine[2], -mine[0], -mine[1], -mine[2]};
+  MPI_Request req;
+  if (!qkv_dist_mpi_check(
+          dist, MPI_Iallreduce(MPI_IN_PLACE, header, 6, MPI_INT64_T, MPI_MAX, dist->comm, &req),
+          "MPI_Iallreduce", error))
+    return FALSE;
+  dist->seq++;
+  if (!wait_for_all(dist, &req, op_name(op), error))
+    return FALSE;
+  for (gint i = 0; i < 3; i++)
+    if (header[i] != -header[i + 3])
+      return diverged(dist, mine, label, error);
+  if (op != QKV_DIST_OP_LEAVE)
+    qkv_dist_arm(dist, op_name(op));
+  return TRUE;
+}
+
+gboolean
+qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error)
+{
+  g_return_val_if_fail(dist != NULL, FALSE);
+  if (dist->ended)
+    return TRUE;
+  gboolean ok = qkv_dist_arrive(dist, QKV_DIST_OP_LEAVE, 0, reason, error);
+  if (ok) {
+    dist->ended = TRUE;
+    dist->ended_why = g_strdup("this rank left it");
+  }
+  return ok;
+}
+
+/* QKV_DIST_TIMEOUT, or the default when it is not set. Every rank reads
+ * its own environment before any collective, so a bad value fails alike
+ * on every rank that has it, without leaving the others in a collective. */
+static gboolean
+initial_timeout(double *seconds, GError **error)
+{
+  const gchar *text = g_getenv("QKV_DIST_TIMEOUT");
+  *seconds = QKV_DIST_DEFAULT_TIMEOUT;
+  if (text == NULL)
+    return TRUE;
+  gchar *end = NULL;
+  double x = g_ascii_strtod(text, &end);
+  if (end == text || *end != '\0' || !isfinite(x) || x < 0) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "QKV_DIST_TIMEOUT='%s' is not a number of seconds (0 waits without a limit)", text);
+    return FALSE;
+  }
+  *seconds = x;
   return TRUE;
 }
 
 static QkvDist *
 dist_new(MPI_Comm comm, gboolean owns_mpi, GError **error)
 {
+  double timeout;
+  if (!initial_timeout(&timeout, error))
+    return NULL;
   QkvDist *dist = g_new0(QkvDist, 1);
   dist->owns_mpi = owns_mpi;
   dist->comm = MPI_COMM_NULL;
   dist->bucket_bytes = 64u << 20;
   dist->prefix = g_strdup("qkv");
-  const gchar *timeout = g_getenv("QKV_DIST_TIMEOUT");
-  if (timeout != NULL)
-    dist->timeout = MAX(g_ascii_strtod(timeout, NULL), 0);
+  dist->timeout = timeout;
   if (!qkv_dist_mpi_check(NULL, MPI_Comm_dup(comm, &dist->comm), "MPI_Comm_dup", error))
     goto fail;
   /* errors come back as return codes, which become GErrors, instead of
@@ -384,6 +562,9 @@ qkv_dist_free(QkvDist *dist)
 {
   if (dist == NULL)
     return;
+  /* the others learn that this rank is gone at their next collective */
+  if (!dist->broken && !dist->ended)
+    qkv_dist_leave(dist, "its process group was freed", NULL);
   /* A broken group may have a peer stuck in a collective, or none left to
    * answer: freeing the communicator or finalizing could wait forever. */
   if (!dist->broken) {
@@ -396,6 +577,7 @@ qkv_dist_free(QkvDist *dist)
     g_thread_join(dist->watchdog);
   }
   g_free(dist->prefix);
+  g_free(dist->ended_why);
   g_free(dist->peers);
   g_free(dist->flat);
   g_free(dist);
@@ -429,6 +611,12 @@ void
 qkv_dist_set_timeout(QkvDist *dist, double seconds)
 {
   dist->timeout = seconds > 0 ? seconds : 0;
+}
+
+double
+qkv_dist_get_timeout(const QkvDist *dist)
+{
+  return dist->timeout;
 }
 
 void
