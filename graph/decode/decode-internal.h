@@ -18,6 +18,9 @@ struct _QkvStepDecoder {
   gint rows;      /* rows in use since start(); 0 before */
   gint next_step; /* the step the next call must be */
   gboolean stepped;
+  /* 1 while a thread runs start, step or translate (taken with a
+   * compare-and-swap: a second thread is refused, QKV_ERROR_BUSY) */
+  gint busy;
 
   QkvGraph *enc_graph;
   QkvPlan *enc_plan;

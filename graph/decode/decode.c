@@ -503,11 +503,31 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
 
 /* ---- running ------------------------------------------------------------- */
 
-gboolean
-qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
-                       gint rows_per_sentence, GError **error)
+/* The decoder for one call in this thread, or a refusal at once: its
+ * caches, staging tensors and plans are one set, which two threads would
+ * overwrite under each other. */
+static gboolean
+decoder_acquire(QkvStepDecoder *d, const gchar *me, GError **error)
 {
-  g_return_val_if_fail(d != NULL && src != NULL && src_valid != NULL, FALSE);
+  if (g_atomic_int_compare_and_exchange(&d->busy, 0, 1))
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_BUSY,
+              "%s: the decoder is in use in another thread (a step decoder decodes for one "
+              "thread at a time; make one per thread)",
+              me);
+  return FALSE;
+}
+
+static void
+decoder_release(QkvStepDecoder *d)
+{
+  g_atomic_int_set(&d->busy, 0);
+}
+
+static gboolean
+decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
+              gint rows_per_sentence, GError **error)
+{
   const gchar *me = "qkv_step_decoder_start";
   d->rows = 0;
   const QkvShape *ss = qkv_tensor_shape(src), *vs = qkv_tensor_shape(src_valid);
@@ -565,6 +585,18 @@ qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor 
   return TRUE;
 }
 
+gboolean
+qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
+                       gint rows_per_sentence, GError **error)
+{
+  g_return_val_if_fail(d != NULL && src != NULL && src_valid != NULL, FALSE);
+  if (!decoder_acquire(d, "qkv_step_decoder_start", error))
+    return FALSE;
+  gboolean ok = decoder_start(d, src, src_valid, rows_per_sentence, error);
+  decoder_release(d);
+  return ok;
+}
+
 static gboolean
 parents_identity(const gint32 *parents, gint n)
 {
@@ -588,12 +620,13 @@ move_rows(float *data, float *scratch, gint64 outer, gint max_rows, gint64 inner
   }
 }
 
-gboolean
-qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents,
-                      gint n_rows, float *logits, GError **error)
+/* qkv_step_decoder_step() for a caller that holds the decoder (translate's
+ * search). */
+static gboolean
+decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents, gint n_rows,
+             float *logits, GError **error)
 {
   QkvStepDecoder *d = decoder;
-  g_return_val_if_fail(d != NULL && tokens != NULL && logits != NULL, FALSE);
   const gchar *me = "qkv_step_decoder_step";
   if (d->rows == 0 || n_rows != d->rows || step != d->next_step || step >= d->max_len) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
@@ -666,6 +699,19 @@ qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const g
   return TRUE;
 }
 
+gboolean
+qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents,
+                      gint n_rows, float *logits, GError **error)
+{
+  QkvStepDecoder *d = decoder;
+  g_return_val_if_fail(d != NULL && tokens != NULL && logits != NULL, FALSE);
+  if (!decoder_acquire(d, "qkv_step_decoder_step", error))
+    return FALSE;
+  gboolean ok = decoder_step(d, step, tokens, parents, n_rows, logits, error);
+  decoder_release(d);
+  return ok;
+}
+
 const QkvTensor *
 qkv_step_decoder_cross_weights(QkvStepDecoder *d, gint layer)
 {
@@ -701,8 +747,12 @@ qkv_step_decoder_translate(QkvStepDecoder *d, const QkvTensor *src, const QkvTen
         options->bos, options->eos, d->vocab);
     return FALSE;
   }
-  if (!qkv_step_decoder_start(d, src, src_valid, MAX(options->beam_size, 1), error))
+  g_return_val_if_fail(src != NULL && src_valid != NULL, FALSE);
+  if (!decoder_acquire(d, "qkv_step_decoder_translate", error))
     return FALSE;
-  return qkv_beam_search(options, (gint)qkv_tensor_dim(src, 0), qkv_step_decoder_step, d,
-                         out_tokens, out_lengths, out_scores, error);
+  gboolean ok = decoder_start(d, src, src_valid, MAX(options->beam_size, 1), error) &&
+                qkv_beam_search(options, (gint)qkv_tensor_dim(src, 0), decoder_step, d, out_tokens,
+                                out_lengths, out_scores, error);
+  decoder_release(d);
+  return ok;
 }

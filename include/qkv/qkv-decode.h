@@ -88,6 +88,16 @@ gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeSte
 /* ((5 + length) / 6)^alpha. */
 double qkv_beam_length_penalty(gint length, double alpha);
 
+/* Threads: a step decoder decodes for one thread at a time.
+ * qkv_step_decoder_start(), _step() and _translate() called while another
+ * thread is in one of them on the same decoder fail at once with
+ * QKV_ERROR_BUSY and change nothing (translate holds the decoder for its
+ * whole search). Steps from two threads that interleave with each other's
+ * start or steps are refused by the step order check
+ * (QKV_ERROR_INVALID_ARGUMENT). Decoders over one parameter store only read
+ * it: different decoders, and plans, may run in different threads at once.
+ * qkv_step_decoder_cross_weights() is valid until the next step from any
+ * thread; free a decoder when no thread uses it. */
 typedef struct _QkvStepDecoder QkvStepDecoder;
 
 /* A step decoder for the book's Transformer (qkv_build_transformer_encoder

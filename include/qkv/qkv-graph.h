@@ -4,6 +4,13 @@
  * (taken from a QkvParams store), constants and op nodes. Adding a node runs
  * the op's shape rule at once: on bad input it returns NULL with a QKV_ERROR
  * and leaves the graph unchanged.
+ *
+ * Threads: a graph is built by one thread at a time, with no guard (adding
+ * values or nodes, backward, marks and rollbacks, the scope). A graph that no
+ * thread changes may be read by several at once: compiling plans from it,
+ * qkv_graph_eval(), listing it. Plans compiled from it read its nodes when
+ * they bind and run: change the graph only while none of them binds or runs
+ * (qkv-plan.h has the plans' own rule).
  */
 #pragma once
 

@@ -4,6 +4,14 @@
  * "encoder.blks.block0.attention.W_q.weight"), each with a gradient buffer of
  * the same shape and named optimizer-state tensors. It outlives graphs; any
  * number of graphs (training, evaluation, decoding) may read the same store.
+ *
+ * Threads: plans and decoders in different threads may read one store at
+ * the same time. A plan run that writes parameter gradients holds the
+ * store's gradient buffers for the run; another such run over the same
+ * store in another thread is refused with QKV_ERROR_BUSY (qkv-plan.h).
+ * Everything that changes the store (adding, rolling back, zero_grad,
+ * optimizer steps, accumulators, loading a checkpoint) takes no guard:
+ * do it while no plan over the store runs.
  */
 #pragma once
 

@@ -49,7 +49,13 @@ struct _QkvParam {
 struct _QkvParams {
   GPtrArray *list;     /* QkvParam*, insertion order, owned */
   GHashTable *by_name; /* name -> QkvParam* */
+  gint grads_busy;     /* atomic: a plan run is writing the gradient buffers */
 };
+
+/* Take the store's gradient buffers for one plan run: FALSE (without
+ * waiting) when another run holds them. */
+gboolean qkv_params_grads_acquire(QkvParams *params);
+void qkv_params_grads_release(QkvParams *params);
 
 struct _QkvValue {
   QkvGraph *graph;

@@ -259,3 +259,15 @@ qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark)
     g_ptr_array_remove_index(params->list, params->list->len - 1);
   }
 }
+
+gboolean
+qkv_params_grads_acquire(QkvParams *params)
+{
+  return g_atomic_int_compare_and_exchange(&params->grads_busy, 0, 1);
+}
+
+void
+qkv_params_grads_release(QkvParams *params)
+{
+  g_atomic_int_set(&params->grads_busy, 0);
+}
