@@ -1,7 +1,8 @@
 /* test-misuse.c: values a user can pass that used to corrupt memory or
  * silently do the wrong thing, and are now refused: stale graph and store
- * marks (a mark whose point was rolled back past) and a gradient
- * accumulator whose parameters a store rollback removed. */
+ * marks (a mark whose point was rolled back past), a gradient accumulator
+ * whose parameters a store rollback removed, and step decoders asked for
+ * sizes whose arithmetic overflows. */
 #include <string.h>
 
 #include "test-util.h"
@@ -219,6 +220,99 @@ test_accumulator_after_rollback(void)
   g_assert_cmpfloat(qkv_tensor_get(qkv_param_grad(kept), 0), ==, 4.0);
 }
 
+/* ---- step decoders asked for sizes that overflow --------------------------- */
+
+static const QkvTransformerConfig tcfg = {.src_vocab = 13,
+                                          .tgt_vocab = 11,
+                                          .num_hiddens = 16,
+                                          .ffn_hiddens = 24,
+                                          .num_heads = 4,
+                                          .num_layers = 1};
+static const QkvGruSeq2SeqConfig gcfg = {
+    .src_vocab = 13, .tgt_vocab = 11, .embed_size = 8, .num_hiddens = 16, .num_layers = 1};
+static const QkvLuongConfig lcfg = {.src_vocab = 13,
+                                    .tgt_vocab = 11,
+                                    .embed_size = 8,
+                                    .num_hiddens = 16,
+                                    .num_layers = 1,
+                                    .attention = {QKV_LUONG_GENERAL, QKV_LUONG_GLOBAL, 0}};
+
+/* The parameters of model 0 (the Transformer), 1 (Bahdanau) or 2 (Luong). */
+static void
+train_model(gint model, QkvParams *params)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *src = qkv_test_input(g, "src", QKV_I32, QKV_SHAPE(2, 5));
+  QkvValue *valid = qkv_test_input(g, "src_valid", QKV_I32, QKV_SHAPE(2));
+  QkvValue *dec = qkv_test_input(g, "dec_in", QKV_I32, QKV_SHAPE(2, 4));
+  QkvBuilder b = {.graph = g, .params = params, .seed = 1};
+  if (model == 0) {
+    QkvValue *enc = qkv_build_transformer_encoder(&b, &tcfg, src, valid, &error);
+    qkv_build_transformer_decoder(&b, &tcfg, dec, enc, valid, NULL, &error);
+  } else if (model == 1) {
+    qkv_build_bahdanau_seq2seq(&b, &gcfg, src, valid, dec, NULL, &error);
+  } else {
+    qkv_build_luong_seq2seq(&b, &lcfg, src, valid, dec, NULL, &error);
+  }
+  g_assert_no_error(error);
+}
+
+static QkvStepDecoder *
+new_decoder(gint model, QkvParams *params, gint max_rows, gint64 src_len, gint max_len,
+            GError **error)
+{
+  if (model == 0)
+    return qkv_step_decoder_new_transformer(params, &tcfg, max_rows, src_len, max_len, 1, error);
+  if (model == 1)
+    return qkv_step_decoder_new_bahdanau(params, &gcfg, max_rows, src_len, max_len, 1, error);
+  return qkv_step_decoder_new_luong(params, &lcfg, max_rows, src_len, max_len, 1, error);
+}
+
+static void
+expect_refused(gint model, QkvParams *params, gint max_rows, gint64 src_len, gint max_len,
+               const gchar *named)
+{
+  g_autoptr(GError) error = NULL;
+  guint n_params = qkv_params_size(params);
+  QkvStepDecoder *d = new_decoder(model, params, max_rows, src_len, max_len, &error);
+  if (d != NULL)
+    g_error("model %d: a decoder of %d rows, src_len %" G_GINT64_FORMAT " and max_len %d was made",
+            model, max_rows, src_len, max_len);
+  g_assert_nonnull(error);
+  if (!g_error_matches(error, QKV_ERROR, QKV_ERROR_MEMORY) &&
+      !g_error_matches(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT))
+    g_error("model %d: refused with an unexpected error: %s", model, error->message);
+  if (strstr(error->message, named) == NULL)
+    g_error("model %d: the message does not name %s: %s", model, named, error->message);
+  g_test_message("model %d: %s", model, error->message);
+  g_assert_cmpuint(qkv_params_size(params), ==, n_params);
+}
+
+static void
+test_decoder_sizes(void)
+{
+  g_autoptr(GError) error = NULL;
+  for (gint model = 0; model < 3; model++) {
+    g_autoptr(QkvParams) params = qkv_params_new();
+    train_model(model, params);
+    /* the sizes work at small values */
+    g_autoptr(QkvStepDecoder) d = new_decoder(model, params, 2, 5, 4, &error);
+    g_assert_no_error(error);
+    expect_refused(model, params, 2, G_GINT64_CONSTANT(1) << 40, 4, "1099511627776");
+    expect_refused(model, params, G_MAXINT, G_MAXINT64, 4, "9223372036854775807");
+    if (model == 0) {
+      /* the Transformer attends to max_len + 1 keys per step */
+      expect_refused(model, params, 2, 5, G_MAXINT, "2147483647");
+    } else {
+      /* the GRU decoders keep no cache: max_len only bounds the steps */
+      g_autoptr(QkvStepDecoder) long_one = new_decoder(model, params, 2, 5, G_MAXINT, &error);
+      g_assert_no_error(error);
+      g_assert_nonnull(long_one);
+    }
+  }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -230,5 +324,6 @@ main(int argc, char **argv)
                   test_graph_mark_of_rolled_back_branch);
   g_test_add_func("/misuse/params-stale-mark", test_params_stale_mark);
   g_test_add_func("/misuse/accumulator-after-rollback", test_accumulator_after_rollback);
+  g_test_add_func("/misuse/decoder-sizes", test_decoder_sizes);
   return g_test_run();
 }

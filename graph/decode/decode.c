@@ -68,18 +68,6 @@ qkv_step_decoder_vocab(const QkvStepDecoder *d)
   return d->vocab;
 }
 
-static gboolean
-decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len, GError **error)
-{
-  const gchar *bad = max_rows < 1  ? "max_rows must be at least 1"
-                     : src_len < 1 ? "src_len must be at least 1"
-                     : max_len < 1 ? "max_len must be at least 1"
-                                   : NULL;
-  if (bad != NULL)
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "%s: %s", me, bad);
-  return bad == NULL;
-}
-
 /* A step decoder must not make up weights: building found every parameter
  * it asked for, or the ones it created are removed again and named. */
 static gboolean
@@ -218,7 +206,7 @@ transformer_step_block(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *x, Qk
   s = s ? qkv_scale(s, scale, error) : NULL;
   QkvValue *w = s ? qkv_masked_softmax(s, self_valid, FALSE, error) : NULL;
   QkvValue *w_new = w ? qkv_slice(w, -1, 0, 1, error) : NULL;
-  QkvValue *w_old = w_new ? qkv_slice(w, -1, 1, d->max_len + 1, error) : NULL;
+  QkvValue *w_old = w_new ? qkv_slice(w, -1, 1, (gint64)d->max_len + 1, error) : NULL;
   QkvValue *o_new = w_old ? qkv_matmul(w_new, new_kv[1], FALSE, FALSE, error) : NULL;
   QkvValue *o_old = o_new ? qkv_matmul(w_old, vc, FALSE, FALSE, error) : NULL;
   QkvValue *a = o_old ? qkv_add(o_old, o_new, error) : NULL;
@@ -310,16 +298,8 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
 {
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_transformer";
-  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
+  if (!decode_check_transformer(me, config, max_rows, src_len, max_len, error))
     return NULL;
-  if (config->num_layers < 1 || config->num_heads < 1 || config->num_hiddens < 1 ||
-      config->num_hiddens % config->num_heads != 0 || config->tgt_vocab < 1) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "%s: config needs num_layers, num_heads, tgt_vocab ≥ 1 and num_hiddens a "
-                "multiple of num_heads",
-                me);
-    return NULL;
-  }
   g_autoptr(QkvStepDecoder) d = g_new0(QkvStepDecoder, 1);
   d->transformer = TRUE;
   d->tc = *config;
@@ -447,15 +427,8 @@ QkvStepDecoder *
 decode_new_gru(const gchar *me, const QkvGruSeq2SeqConfig *config, gint max_rows, gint64 src_len,
                gint max_len, GError **error)
 {
-  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
+  if (!decode_check_gru(me, config, max_rows, src_len, max_len, error))
     return NULL;
-  if (config->num_layers < 1 || config->num_hiddens < 1 || config->embed_size < 1 ||
-      config->tgt_vocab < 1 || config->src_vocab < 1) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "%s: config needs num_layers, num_hiddens, embed_size and the vocabularies ≥ 1",
-                me);
-    return NULL;
-  }
   QkvStepDecoder *d = g_new0(QkvStepDecoder, 1);
   d->gc = *config;
   d->gc.dropout = 0.0;

@@ -105,9 +105,13 @@ typedef struct _QkvStepDecoder QkvStepDecoder;
  * encoder and every layer's cross-attention keys and values run once per
  * sentence, then one plan run per token. Compiled for max_rows rows (batch ×
  * beam size), sources of src_len tokens and up to max_len decoded tokens
- * (the self-attention cache length). Every parameter must be in params
- * already (QKV_ERROR_NOT_FOUND naming the first one missing). n_threads 0:
- * the library's default. Evaluation mode: no dropout. */
+ * (the self-attention cache length, below G_MAXINT). Every parameter must be
+ * in params already (QKV_ERROR_NOT_FOUND naming the first one missing).
+ * Sizes whose buffers (max_rows × src_len × heads × src_len encoder scores,
+ * max_rows × max_len × num_hiddens caches, max_rows × tgt_vocab logits)
+ * would not fit the address space are refused before anything is built
+ * (QKV_ERROR_MEMORY naming them). n_threads 0: the library's default.
+ * Evaluation mode: no dropout. */
 QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
                                                  const QkvTransformerConfig *config, gint max_rows,
                                                  gint64 src_len, gint max_len, gint n_threads,
@@ -115,7 +119,11 @@ QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
 /* The same for the book's GRU encoder and Bahdanau-attention decoder
  * (qkv_build_bahdanau_seq2seq): the encoder runs once per sentence, then
  * each step runs attention, the decoder GRU and the dense layer on the
- * recurrent state the previous step left. max_len only bounds the steps. */
+ * recurrent state the previous step left. max_len only bounds the steps.
+ * The encoder is unrolled over the source: src_len × num_layers above
+ * G_MAXUINT / 32 is refused (QKV_ERROR_INVALID_ARGUMENT naming src_len), as
+ * are sizes whose buffers would not fit the address space
+ * (QKV_ERROR_MEMORY). The same holds for Luong's decoder below. */
 QkvStepDecoder *qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config,
                                               gint max_rows, gint64 src_len, gint max_len,
                                               gint n_threads, GError **error);
