@@ -1,6 +1,7 @@
 /* decode-internal.h: the step decoder's state and the helpers its model
  * files share (decode.c: the Transformer, Bahdanau and running;
- * decode-luong.c: Luong). Not installed; G_GNUC_INTERNAL. */
+ * decode-luong.c: Luong; decode-sizes.c: the checks of sizes and configs).
+ * Not installed; G_GNUC_INTERNAL. */
 #pragma once
 
 #include <qkv/qkv.h>
@@ -18,6 +19,9 @@ struct _QkvStepDecoder {
   gint rows;      /* rows in use since start(); 0 before */
   gint next_step; /* the step the next call must be */
   gboolean stepped;
+  /* 1 while a thread runs start, step or translate (taken with a
+   * compare-and-swap: a second thread is refused, QKV_ERROR_BUSY) */
+  gint busy;
 
   QkvGraph *enc_graph;
   QkvPlan *enc_plan;
@@ -39,6 +43,18 @@ struct _QkvStepDecoder {
   gint n_self, n_cross;
   float *scratch; /* one cache (or state), for moving rows to their parents */
 };
+
+/* decode-sizes.c: the sizes and config of a new decoder, checked before
+ * anything is built: each size at least 1 and the config's fields
+ * (QKV_ERROR_INVALID_ARGUMENT naming me), and the buffers they imply within
+ * the address space, with overflow-safe arithmetic (QKV_ERROR_MEMORY naming
+ * the sizes). */
+G_GNUC_INTERNAL gboolean decode_check_transformer(const gchar *me,
+                                                  const QkvTransformerConfig *config, gint max_rows,
+                                                  gint64 src_len, gint max_len, GError **error);
+G_GNUC_INTERNAL gboolean decode_check_gru(const gchar *me, const QkvGruSeq2SeqConfig *config,
+                                          gint max_rows, gint64 src_len, gint max_len,
+                                          GError **error);
 
 G_GNUC_INTERNAL QkvTensor *decode_new_tensor(QkvDType dtype, QkvShape shape, GError **error);
 /* Compile outs (NULL if any is NULL: its builder set the error). */

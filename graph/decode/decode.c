@@ -68,18 +68,6 @@ qkv_step_decoder_vocab(const QkvStepDecoder *d)
   return d->vocab;
 }
 
-static gboolean
-decode_check_sizes(const gchar *me, gint max_rows, gint64 src_len, gint max_len, GError **error)
-{
-  const gchar *bad = max_rows < 1  ? "max_rows must be at least 1"
-                     : src_len < 1 ? "src_len must be at least 1"
-                     : max_len < 1 ? "max_len must be at least 1"
-                                   : NULL;
-  if (bad != NULL)
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "%s: %s", me, bad);
-  return bad == NULL;
-}
-
 /* A step decoder must not make up weights: building found every parameter
  * it asked for, or the ones it created are removed again and named. */
 static gboolean
@@ -218,7 +206,7 @@ transformer_step_block(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *x, Qk
   s = s ? qkv_scale(s, scale, error) : NULL;
   QkvValue *w = s ? qkv_masked_softmax(s, self_valid, FALSE, error) : NULL;
   QkvValue *w_new = w ? qkv_slice(w, -1, 0, 1, error) : NULL;
-  QkvValue *w_old = w_new ? qkv_slice(w, -1, 1, d->max_len + 1, error) : NULL;
+  QkvValue *w_old = w_new ? qkv_slice(w, -1, 1, (gint64)d->max_len + 1, error) : NULL;
   QkvValue *o_new = w_old ? qkv_matmul(w_new, new_kv[1], FALSE, FALSE, error) : NULL;
   QkvValue *o_old = o_new ? qkv_matmul(w_old, vc, FALSE, FALSE, error) : NULL;
   QkvValue *a = o_old ? qkv_add(o_old, o_new, error) : NULL;
@@ -310,16 +298,8 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
 {
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_transformer";
-  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
+  if (!decode_check_transformer(me, config, max_rows, src_len, max_len, error))
     return NULL;
-  if (config->num_layers < 1 || config->num_heads < 1 || config->num_hiddens < 1 ||
-      config->num_hiddens % config->num_heads != 0 || config->tgt_vocab < 1) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "%s: config needs num_layers, num_heads, tgt_vocab ≥ 1 and num_hiddens a "
-                "multiple of num_heads",
-                me);
-    return NULL;
-  }
   g_autoptr(QkvStepDecoder) d = g_new0(QkvStepDecoder, 1);
   d->transformer = TRUE;
   d->tc = *config;
@@ -447,15 +427,8 @@ QkvStepDecoder *
 decode_new_gru(const gchar *me, const QkvGruSeq2SeqConfig *config, gint max_rows, gint64 src_len,
                gint max_len, GError **error)
 {
-  if (!decode_check_sizes(me, max_rows, src_len, max_len, error))
+  if (!decode_check_gru(me, config, max_rows, src_len, max_len, error))
     return NULL;
-  if (config->num_layers < 1 || config->num_hiddens < 1 || config->embed_size < 1 ||
-      config->tgt_vocab < 1 || config->src_vocab < 1) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                "%s: config needs num_layers, num_hiddens, embed_size and the vocabularies ≥ 1",
-                me);
-    return NULL;
-  }
   QkvStepDecoder *d = g_new0(QkvStepDecoder, 1);
   d->gc = *config;
   d->gc.dropout = 0.0;
@@ -503,11 +476,31 @@ qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *conf
 
 /* ---- running ------------------------------------------------------------- */
 
-gboolean
-qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
-                       gint rows_per_sentence, GError **error)
+/* The decoder for one call in this thread, or a refusal at once: its
+ * caches, staging tensors and plans are one set, which two threads would
+ * overwrite under each other. */
+static gboolean
+decoder_acquire(QkvStepDecoder *d, const gchar *me, GError **error)
 {
-  g_return_val_if_fail(d != NULL && src != NULL && src_valid != NULL, FALSE);
+  if (g_atomic_int_compare_and_exchange(&d->busy, 0, 1))
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_BUSY,
+              "%s: the decoder is in use in another thread (a step decoder decodes for one "
+              "thread at a time; make one per thread)",
+              me);
+  return FALSE;
+}
+
+static void
+decoder_release(QkvStepDecoder *d)
+{
+  g_atomic_int_set(&d->busy, 0);
+}
+
+static gboolean
+decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
+              gint rows_per_sentence, GError **error)
+{
   const gchar *me = "qkv_step_decoder_start";
   d->rows = 0;
   const QkvShape *ss = qkv_tensor_shape(src), *vs = qkv_tensor_shape(src_valid);
@@ -565,6 +558,18 @@ qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor 
   return TRUE;
 }
 
+gboolean
+qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
+                       gint rows_per_sentence, GError **error)
+{
+  g_return_val_if_fail(d != NULL && src != NULL && src_valid != NULL, FALSE);
+  if (!decoder_acquire(d, "qkv_step_decoder_start", error))
+    return FALSE;
+  gboolean ok = decoder_start(d, src, src_valid, rows_per_sentence, error);
+  decoder_release(d);
+  return ok;
+}
+
 static gboolean
 parents_identity(const gint32 *parents, gint n)
 {
@@ -588,12 +593,13 @@ move_rows(float *data, float *scratch, gint64 outer, gint max_rows, gint64 inner
   }
 }
 
-gboolean
-qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents,
-                      gint n_rows, float *logits, GError **error)
+/* qkv_step_decoder_step() for a caller that holds the decoder (translate's
+ * search). */
+static gboolean
+decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents, gint n_rows,
+             float *logits, GError **error)
 {
   QkvStepDecoder *d = decoder;
-  g_return_val_if_fail(d != NULL && tokens != NULL && logits != NULL, FALSE);
   const gchar *me = "qkv_step_decoder_step";
   if (d->rows == 0 || n_rows != d->rows || step != d->next_step || step >= d->max_len) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
@@ -666,6 +672,19 @@ qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const g
   return TRUE;
 }
 
+gboolean
+qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents,
+                      gint n_rows, float *logits, GError **error)
+{
+  QkvStepDecoder *d = decoder;
+  g_return_val_if_fail(d != NULL && tokens != NULL && logits != NULL, FALSE);
+  if (!decoder_acquire(d, "qkv_step_decoder_step", error))
+    return FALSE;
+  gboolean ok = decoder_step(d, step, tokens, parents, n_rows, logits, error);
+  decoder_release(d);
+  return ok;
+}
+
 const QkvTensor *
 qkv_step_decoder_cross_weights(QkvStepDecoder *d, gint layer)
 {
@@ -701,8 +720,12 @@ qkv_step_decoder_translate(QkvStepDecoder *d, const QkvTensor *src, const QkvTen
         options->bos, options->eos, d->vocab);
     return FALSE;
   }
-  if (!qkv_step_decoder_start(d, src, src_valid, MAX(options->beam_size, 1), error))
+  g_return_val_if_fail(src != NULL && src_valid != NULL, FALSE);
+  if (!decoder_acquire(d, "qkv_step_decoder_translate", error))
     return FALSE;
-  return qkv_beam_search(options, (gint)qkv_tensor_dim(src, 0), qkv_step_decoder_step, d,
-                         out_tokens, out_lengths, out_scores, error);
+  gboolean ok = decoder_start(d, src, src_valid, MAX(options->beam_size, 1), error) &&
+                qkv_beam_search(options, (gint)qkv_tensor_dim(src, 0), decoder_step, d, out_tokens,
+                                out_lengths, out_scores, error);
+  decoder_release(d);
+  return ok;
 }

@@ -88,6 +88,16 @@ gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeSte
 /* ((5 + length) / 6)^alpha. */
 double qkv_beam_length_penalty(gint length, double alpha);
 
+/* Threads: a step decoder decodes for one thread at a time.
+ * qkv_step_decoder_start(), _step() and _translate() called while another
+ * thread is in one of them on the same decoder fail at once with
+ * QKV_ERROR_BUSY and change nothing (translate holds the decoder for its
+ * whole search). Steps from two threads that interleave with each other's
+ * start or steps are refused by the step order check
+ * (QKV_ERROR_INVALID_ARGUMENT). Decoders over one parameter store only read
+ * it: different decoders, and plans, may run in different threads at once.
+ * qkv_step_decoder_cross_weights() is valid until the next step from any
+ * thread; free a decoder when no thread uses it. */
 typedef struct _QkvStepDecoder QkvStepDecoder;
 
 /* A step decoder for the book's Transformer (qkv_build_transformer_encoder
@@ -95,9 +105,13 @@ typedef struct _QkvStepDecoder QkvStepDecoder;
  * encoder and every layer's cross-attention keys and values run once per
  * sentence, then one plan run per token. Compiled for max_rows rows (batch ×
  * beam size), sources of src_len tokens and up to max_len decoded tokens
- * (the self-attention cache length). Every parameter must be in params
- * already (QKV_ERROR_NOT_FOUND naming the first one missing). n_threads 0:
- * the library's default. Evaluation mode: no dropout. */
+ * (the self-attention cache length, below G_MAXINT). Every parameter must be
+ * in params already (QKV_ERROR_NOT_FOUND naming the first one missing).
+ * Sizes whose buffers (max_rows × src_len × heads × src_len encoder scores,
+ * max_rows × max_len × num_hiddens caches, max_rows × tgt_vocab logits)
+ * would not fit the address space are refused before anything is built
+ * (QKV_ERROR_MEMORY naming them). n_threads 0: the library's default.
+ * Evaluation mode: no dropout. */
 QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
                                                  const QkvTransformerConfig *config, gint max_rows,
                                                  gint64 src_len, gint max_len, gint n_threads,
@@ -105,7 +119,11 @@ QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
 /* The same for the book's GRU encoder and Bahdanau-attention decoder
  * (qkv_build_bahdanau_seq2seq): the encoder runs once per sentence, then
  * each step runs attention, the decoder GRU and the dense layer on the
- * recurrent state the previous step left. max_len only bounds the steps. */
+ * recurrent state the previous step left. max_len only bounds the steps.
+ * The encoder is unrolled over the source: src_len × num_layers above
+ * G_MAXUINT / 32 is refused (QKV_ERROR_INVALID_ARGUMENT naming src_len), as
+ * are sizes whose buffers would not fit the address space
+ * (QKV_ERROR_MEMORY). The same holds for Luong's decoder below. */
 QkvStepDecoder *qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config,
                                               gint max_rows, gint64 src_len, gint max_len,
                                               gint n_threads, GError **error);

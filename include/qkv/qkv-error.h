@@ -28,6 +28,11 @@ typedef enum {
   QKV_ERROR_CORRUPT,          /* a file whose content is malformed */
   QKV_ERROR_PLUGIN,           /* a plugin that cannot be loaded */
   QKV_ERROR_MEMORY,           /* memory for a tensor, parameter or plan could not be had */
+  /* An object already in use by another thread: a plan being bound or run,
+   * a step decoder decoding, a parameter store whose gradient buffers a
+   * plan run is writing (docs/threads.md, "What may run concurrently").
+   * Nothing was done; the call may be retried once the other one returns. */
+  QKV_ERROR_BUSY,
 } QkvError;
 
 GQuark qkv_error_quark(void);

@@ -4,6 +4,13 @@
  * (taken from a QkvParams store), constants and op nodes. Adding a node runs
  * the op's shape rule at once: on bad input it returns NULL with a QKV_ERROR
  * and leaves the graph unchanged.
+ *
+ * Threads: a graph is built by one thread at a time, with no guard (adding
+ * values or nodes, backward, marks and rollbacks, the scope). A graph that no
+ * thread changes may be read by several at once: compiling plans from it,
+ * qkv_graph_eval(), listing it. Plans compiled from it read its nodes when
+ * they bind and run: change the graph only while none of them binds or runs
+ * (qkv-plan.h has the plans' own rule).
  */
 #pragma once
 
@@ -105,12 +112,16 @@ const gchar *qkv_graph_get_scope(const QkvGraph *graph);
 
 /* A point to roll a graph back to, for all-or-nothing construction: take a
  * mark, add inputs, constants, parameters and nodes, and on failure roll
- * back to the mark. Plain data; nothing to free. */
+ * back to the mark. Plain data; nothing to free. generation is the graph's
+ * count of truncations when the mark was taken, which lets a rollback tell
+ * a stale mark (this field took one of the two reserved pointers: the
+ * struct's size is unchanged on 64-bit systems). */
 typedef struct {
   guint n_values;
   guint n_nodes;
   gboolean had_backward;
-  gpointer reserved[2];
+  guint64 generation;
+  gpointer reserved[1];
 } QkvGraphMark;
 
 /* Record in *mark what the graph holds now. */
@@ -118,10 +129,19 @@ void qkv_graph_mark(QkvGraph *graph, QkvGraphMark *mark);
 /* Remove every value and node added since mark was taken (they are freed:
  * pointers to them become invalid), including the gradient nodes of a
  * qkv_graph_backward() run since. The scope is not changed. Marks nest:
- * rolling back to an inner mark, then to an outer one, is fine; a mark taken
- * after the point rolled back to must not be used any more. Plans compiled
- * from the graph since the mark must be freed first. */
+ * rolling back to an inner mark, then to an outer one, is fine, and so is
+ * rolling back to the same mark twice. Plans compiled from the graph since
+ * the mark must be freed first.
+ *
+ * A mark is stale once a rollback (or a failed qkv_graph_backward(), which
+ * rolls itself back) removed something the mark counted: a mark taken
+ * inside a branch that was then rolled back, even when the graph has grown
+ * past the mark's counts again. qkv_graph_rollback_checked() refuses a
+ * stale mark with QKV_ERROR_INVALID_ARGUMENT and leaves the graph as it is;
+ * qkv_graph_rollback() does the same silently (it has no way to report:
+ * check marks you are unsure of with the _checked variant). */
 void qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark);
+gboolean qkv_graph_rollback_checked(QkvGraph *graph, const QkvGraphMark *mark, GError **error);
 
 /* Append to the graph the nodes that compute d loss / d v for every parameter
  * that is not frozen and every input marked requires_grad. loss must be an f32

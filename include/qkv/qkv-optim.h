@@ -246,7 +246,10 @@ void qkv_grad_accumulator_free(QkvGradAccumulator *acc);
  * or a store copies them). */
 void qkv_grad_accumulator_add(QkvGradAccumulator *acc);
 /* Write the sum into the gradient buffers (zeros if nothing was added) and
- * start a new sum. Returns the number of adds the sum held. */
+ * start a new sum. Returns the number of adds the sum held.
+ * After a qkv_params_rollback() that removed a parameter of the store as it
+ * was at creation, the accumulator is dead: add does nothing and store
+ * writes nothing and returns G_MAXUINT; free it and make a new one. */
 guint qkv_grad_accumulator_store(QkvGradAccumulator *acc);
 
 /* Part index of n items split into parts as evenly as possible, the first

@@ -4,6 +4,14 @@
  * "encoder.blks.block0.attention.W_q.weight"), each with a gradient buffer of
  * the same shape and named optimizer-state tensors. It outlives graphs; any
  * number of graphs (training, evaluation, decoding) may read the same store.
+ *
+ * Threads: plans and decoders in different threads may read one store at
+ * the same time. A plan run that writes parameter gradients holds the
+ * store's gradient buffers for the run; another such run over the same
+ * store in another thread is refused with QKV_ERROR_BUSY (qkv-plan.h).
+ * Everything that changes the store (adding, rolling back, zero_grad,
+ * optimizer steps, accumulators, loading a checkpoint) takes no guard:
+ * do it while no plan over the store runs.
  */
 #pragma once
 
@@ -61,10 +69,12 @@ guint qkv_param_n_states(QkvParam *param);
 const gchar *qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor);
 
 /* A point to roll a store back to (see QkvGraphMark): what
- * qkv_params_mark() saw. Plain data; nothing to free. */
+ * qkv_params_mark() saw. Plain data; nothing to free. generation took one
+ * of the reserved pointers (same size on 64-bit systems). */
 typedef struct {
   guint n_params;
-  gpointer reserved[2];
+  guint64 generation;
+  gpointer reserved[1];
 } QkvParamsMark;
 
 /* Record in *mark which parameters the store holds now. */
@@ -72,8 +82,13 @@ void qkv_params_mark(QkvParams *params, QkvParamsMark *mark);
 /* Remove (and free) the parameters added since mark was taken; those there
  * before keep their values. Nothing may use a removed parameter any more: roll
  * back the graphs that took it (qkv_graph_rollback()) first, and do not use
- * an optimizer or plan made since the mark. */
+ * a plan made since the mark (a gradient accumulator made since notices and
+ * does nothing, see qkv-optim.h). Marks nest as graph marks do; a stale mark
+ * (one taken before a rollback removed a parameter it counted) is refused by
+ * qkv_params_rollback_checked() with QKV_ERROR_INVALID_ARGUMENT and ignored
+ * silently by qkv_params_rollback(); the store is unchanged then. */
 void qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark);
+gboolean qkv_params_rollback_checked(QkvParams *params, const QkvParamsMark *mark, GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvParams, qkv_params_free)
 

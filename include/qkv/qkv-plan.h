@@ -5,6 +5,19 @@
  * allocates nothing. Parameter gradients (if qkv_graph_backward() was called)
  * are written into the QkvParams store on every run: they overwrite the
  * gradient buffers, like zero_grad() followed by backward() in PyTorch.
+ *
+ * Threads (docs/threads.md, "What may run concurrently"): a plan is used by
+ * one thread at a time. qkv_plan_bind() and qkv_plan_run() called while
+ * another thread binds or runs the same plan fail at once with
+ * QKV_ERROR_BUSY and change nothing. A run of a plan that writes parameter
+ * gradients also holds its store's gradient buffers: a run of another plan
+ * writing gradients into the same store, from another thread, fails with
+ * QKV_ERROR_BUSY while it lasts (plans that only read the store, for
+ * evaluation or decoding, run alongside). Used one after the other, from
+ * one thread or several, plans work as always. The other functions here
+ * (outputs, setters, profiling, qkv_plan_free) take no such guard: call
+ * them from the thread that binds and runs, or with no bind or run in
+ * flight. Different plans may run in different threads at the same time.
  */
 #pragma once
 
@@ -61,9 +74,15 @@ void qkv_plan_free(QkvPlan *plan);
  * Numbers a builder computed from shapes at build time and stored as
  * attributes (a scale by 1/T, an expand to a fixed size) stay as built. */
 gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
-/* Run once. Every input the plan needs must be bound. */
+/* Run once. Every input the plan needs must be bound. QKV_ERROR_BUSY (and
+ * nothing done) while another thread binds or runs this plan, or runs a plan
+ * writing gradients into a store this one writes (see the top of this
+ * file). A thread binding its own tensors then running can still find
+ * another thread's tensors bound in between: share a plan between threads
+ * only under a lock of your own, or give each thread its own plan. */
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
-/* Requested output i, valid until the next run or qkv_plan_free(). */
+/* Requested output i, valid until the next run (from any thread) or
+ * qkv_plan_free(). */
 const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
 /* Requested output i as a float (element 0). */
 float qkv_plan_output_scalar(QkvPlan *plan, guint index);

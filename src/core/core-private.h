@@ -38,6 +38,7 @@ void qkv_attrs_free(QkvAttrs *attrs);
 gchar *qkv_attrs_to_string(const QkvAttrs *attrs);
 
 struct _QkvParam {
+  guint64 born; /* the store's generation when the param was added */
   gchar *name;
   QkvTensor *value;
   QkvTensor *grad;
@@ -49,11 +50,25 @@ struct _QkvParam {
 struct _QkvParams {
   GPtrArray *list;     /* QkvParam*, insertion order, owned */
   GHashTable *by_name; /* name -> QkvParam* */
+  /* Bumped by every rollback that removes parameters. A mark (or anything
+   * that counted the first n params) is still good when the n-th param was
+   * born no later than the generation it saw: a param at that index born
+   * later replaced one that a rollback removed. */
+  guint64 generation;
+  gint grads_busy; /* atomic: a plan run is writing the gradient buffers */
 };
+
+/* The first mark->n_params params are still those the mark counted. */
+gboolean qkv_params_mark_is_current(const QkvParams *params, const QkvParamsMark *mark);
+/* Take the store's gradient buffers for one plan run: FALSE (without
+ * waiting) when another run holds them. */
+gboolean qkv_params_grads_acquire(QkvParams *params);
+void qkv_params_grads_release(QkvParams *params);
 
 struct _QkvValue {
   QkvGraph *graph;
   guint id;
+  guint64 born; /* the graph's generation when the value was added */
   QkvValueKind kind;
   QkvShape shape;
   QkvDType dtype;
@@ -69,6 +84,7 @@ struct _QkvValue {
 struct _QkvNode {
   QkvGraph *graph;
   guint id;
+  guint64 born;       /* the graph's generation when the node was added */
   const QkvOpDef *op; /* stable pointer into the registry */
   gchar *name;
   guint n_inputs;
@@ -89,6 +105,10 @@ struct _QkvGraph {
   QkvValue *backward_loss; /* the loss of that backward pass, for error messages */
   GHashTable *grads;       /* QkvValue* (param or input) -> gradient QkvValue* */
   GPtrArray *param_grads;  /* QkvValue* param values that have a gradient, in order */
+  /* Bumped by every truncation (rollback, a failed backward pass): a mark
+   * is stale when the last value or node it counted was born later than
+   * the generation it saw (see QkvParams). */
+  guint64 generation;
 };
 
 /* Build the shape context of a node from its input values. */
@@ -96,7 +116,8 @@ void qkv_node_fill_shape_ctx(const QkvNode *node, QkvShapeCtx *ctx, QkvShape *in
                              QkvDType *in_dtypes);
 
 /* Drop every value and node added after the given counts (rollbacks, and
- * autodiff undoing a failed backward pass). */
+ * autodiff undoing a failed backward pass); bumps the generation when
+ * anything goes. */
 void qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes);
 
 /* Registry internals (the built-in registration entry lives in ops/builtins.h). */

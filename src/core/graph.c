@@ -59,6 +59,7 @@ value_new(QkvGraph *graph, QkvValueKind kind, QkvDType dtype, const QkvShape *sh
   QkvValue *v = g_new0(QkvValue, 1);
   v->graph = graph;
   v->id = graph->values->len;
+  v->born = graph->generation;
   v->kind = kind;
   v->dtype = dtype;
   v->shape = *shape;
@@ -301,6 +302,7 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
   QkvNode *node = g_new0(QkvNode, 1);
   node->graph = graph;
   node->id = graph->nodes->len;
+  node->born = graph->generation;
   node->op = op;
   node->name = g_steal_pointer(&node_name);
   node->n_inputs = n_inputs;
@@ -515,6 +517,8 @@ qkv_graph_to_dot(QkvGraph *graph)
 void
 qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes)
 {
+  if (n_values < graph->values->len || n_nodes < graph->nodes->len)
+    graph->generation++;
   for (guint i = n_values; i < graph->values->len; i++) {
     QkvValue *v = g_ptr_array_index(graph->values, i);
     if (v->kind == QKV_VALUE_PARAM)
@@ -543,15 +547,40 @@ qkv_graph_mark(QkvGraph *graph, QkvGraphMark *mark)
       .n_values = graph->values->len,
       .n_nodes = graph->nodes->len,
       .had_backward = graph->has_backward,
+      .generation = graph->generation,
   };
 }
 
-void
-qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark)
+/* The first n objects of array are still those a mark of that generation
+ * counted: none of them went in a truncation since (then the one now at
+ * index n - 1, if any, was born after the mark). */
+static gboolean
+prefix_is_current(GPtrArray *array, guint n, guint64 generation, gboolean values)
 {
-  g_return_if_fail(graph != NULL && mark != NULL);
-  /* A mark from after an earlier rollback would point past the end. */
-  g_return_if_fail(mark->n_values <= graph->values->len && mark->n_nodes <= graph->nodes->len);
+  if (n > array->len)
+    return FALSE;
+  if (n == 0)
+    return TRUE;
+  gpointer last = g_ptr_array_index(array, n - 1);
+  guint64 born = values ? ((QkvValue *)last)->born : ((QkvNode *)last)->born;
+  return born <= generation;
+}
+
+gboolean
+qkv_graph_rollback_checked(QkvGraph *graph, const QkvGraphMark *mark, GError **error)
+{
+  g_return_val_if_fail(graph != NULL && mark != NULL, FALSE);
+  /* A mark with a backward pass that the graph no longer has was taken
+   * after values that a rollback removed since. */
+  if (!prefix_is_current(graph->values, mark->n_values, mark->generation, TRUE) ||
+      !prefix_is_current(graph->nodes, mark->n_nodes, mark->generation, FALSE) ||
+      mark->generation > graph->generation || (mark->had_backward && !graph->has_backward)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_graph_rollback: stale mark (%u values, %u nodes): a rollback since it was "
+                "taken removed what it counted; the graph is unchanged",
+                mark->n_values, mark->n_nodes);
+    return FALSE;
+  }
   if (graph->has_backward && !mark->had_backward) {
     /* Every gradient value came after the mark and is about to go. */
     g_hash_table_remove_all(graph->grads);
@@ -560,4 +589,11 @@ qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark)
     graph->backward_loss = NULL;
   }
   qkv_graph_truncate(graph, mark->n_values, mark->n_nodes);
+  return TRUE;
+}
+
+void
+qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark)
+{
+  qkv_graph_rollback_checked(graph, mark, NULL);
 }

@@ -59,6 +59,7 @@ qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape, GErr
     return NULL;
   }
   QkvParam *p = g_new0(QkvParam, 1);
+  p->born = params->generation;
   p->name = g_strdup(name);
   p->value = g_steal_pointer(&value);
   p->grad = g_steal_pointer(&grad);
@@ -245,17 +246,55 @@ void
 qkv_params_mark(QkvParams *params, QkvParamsMark *mark)
 {
   g_return_if_fail(params != NULL && mark != NULL);
-  *mark = (QkvParamsMark){.n_params = params->list->len};
+  *mark = (QkvParamsMark){.n_params = params->list->len, .generation = params->generation};
 }
 
-void
-qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark)
+gboolean
+qkv_params_mark_is_current(const QkvParams *params, const QkvParamsMark *mark)
 {
-  g_return_if_fail(params != NULL && mark != NULL);
-  g_return_if_fail(mark->n_params <= params->list->len);
+  if (mark->n_params > params->list->len || mark->generation > params->generation)
+    return FALSE;
+  if (mark->n_params == 0)
+    return TRUE;
+  const QkvParam *last = g_ptr_array_index(params->list, mark->n_params - 1);
+  return last->born <= mark->generation;
+}
+
+gboolean
+qkv_params_rollback_checked(QkvParams *params, const QkvParamsMark *mark, GError **error)
+{
+  g_return_val_if_fail(params != NULL && mark != NULL, FALSE);
+  if (!qkv_params_mark_is_current(params, mark)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_params_rollback: stale mark (%u parameters): a rollback since it was taken "
+                "removed what it counted; the store is unchanged",
+                mark->n_params);
+    return FALSE;
+  }
+  if (params->list->len > mark->n_params)
+    params->generation++;
   while (params->list->len > mark->n_params) {
     QkvParam *p = g_ptr_array_index(params->list, params->list->len - 1);
     g_hash_table_remove(params->by_name, p->name);
     g_ptr_array_remove_index(params->list, params->list->len - 1);
   }
+  return TRUE;
+}
+
+void
+qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark)
+{
+  qkv_params_rollback_checked(params, mark, NULL);
+}
+
+gboolean
+qkv_params_grads_acquire(QkvParams *params)
+{
+  return g_atomic_int_compare_and_exchange(&params->grads_busy, 0, 1);
+}
+
+void
+qkv_params_grads_release(QkvParams *params)
+{
+  g_atomic_int_set(&params->grads_busy, 0);
 }

@@ -97,12 +97,18 @@ mark_roots(CompileState *cs)
     return;
   plan->n_param_grads = graph->param_grads->len;
   plan->param_grads = g_new0(ParamGrad, plan->n_param_grads);
+  plan->grad_stores = g_new0(QkvParams *, plan->n_param_grads);
   for (guint i = 0; i < graph->param_grads->len; i++) {
     QkvValue *pv = g_ptr_array_index(graph->param_grads, i);
     QkvValue *gv = g_hash_table_lookup(graph->grads, pv);
     plan->param_grads[i].param = pv->param;
     plan->param_grads[i].grad = gv;
     keep_to_the_end(cs, gv);
+    gboolean seen = FALSE;
+    for (guint j = 0; j < plan->n_grad_stores; j++)
+      seen |= plan->grad_stores[j] == pv->params;
+    if (!seen)
+      plan->grad_stores[plan->n_grad_stores++] = pv->params;
   }
 }
 
@@ -307,6 +313,7 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->outputs);
   g_free(plan->output_values);
   g_free(plan->param_grads);
+  g_free(plan->grad_stores);
   g_free(plan->value_offset);
   g_free(plan->value_external);
   g_free(plan->value_shape);

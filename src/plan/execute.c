@@ -18,10 +18,55 @@ shape_fits(const QkvShape *got, const QkvShape *max)
   return TRUE;
 }
 
-gboolean
-qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error)
+/* Take the plan for one bind or run in this thread, or refuse at once: a
+ * plan has one set of kernel contexts, views and arena, which two threads
+ * would overwrite under each other's kernels. */
+static gboolean
+plan_acquire(QkvPlan *plan, const gchar *what, GError **error)
 {
-  g_return_val_if_fail(plan != NULL && input_name != NULL && tensor != NULL, FALSE);
+  if (g_atomic_int_compare_and_exchange(&plan->busy, 0, 1))
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_BUSY,
+              "%s: the plan is being bound or run in another thread (a plan is used by one "
+              "thread at a time; compile one plan per thread)",
+              what);
+  return FALSE;
+}
+
+static void
+plan_release(QkvPlan *plan)
+{
+  g_atomic_int_set(&plan->busy, 0);
+}
+
+/* The gradient buffers of every store the run writes, all or none. */
+static gboolean
+grad_stores_acquire(QkvPlan *plan, GError **error)
+{
+  for (guint i = 0; i < plan->n_grad_stores; i++) {
+    if (!qkv_params_grads_acquire(plan->grad_stores[i])) {
+      while (i-- > 0)
+        qkv_params_grads_release(plan->grad_stores[i]);
+      g_set_error(error, QKV_ERROR, QKV_ERROR_BUSY,
+                  "run: another plan's run in another thread is writing the gradient buffers of "
+                  "the parameter store this plan writes its gradients to (plans over one store "
+                  "that compute gradients run one at a time)");
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static void
+grad_stores_release(QkvPlan *plan)
+{
+  for (guint i = 0; i < plan->n_grad_stores; i++)
+    qkv_params_grads_release(plan->grad_stores[i]);
+}
+
+static gboolean
+bind_input(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error)
+{
   Binding *b = NULL;
   for (guint i = 0; i < plan->n_bindings; i++)
     if (g_str_equal(plan->bindings[i].value->name, input_name))
@@ -54,6 +99,17 @@ qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError 
     if (plan->output_values[i] == v)
       plan->outputs[i]->data = tensor->data;
   return TRUE;
+}
+
+gboolean
+qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error)
+{
+  g_return_val_if_fail(plan != NULL && input_name != NULL && tensor != NULL, FALSE);
+  if (!plan_acquire(plan, "bind", error))
+    return FALSE;
+  gboolean ok = bind_input(plan, input_name, tensor, error);
+  plan_release(plan);
+  return ok;
 }
 
 /* Re-run every step's shape rule on the bound shapes, so that kernels see the
@@ -165,10 +221,9 @@ reshape_steps(QkvPlan *plan, GError **error)
   return TRUE;
 }
 
-gboolean
-qkv_plan_run(QkvPlan *plan, GError **error)
+static gboolean
+run_steps(QkvPlan *plan, GError **error)
 {
-  g_return_val_if_fail(plan != NULL, FALSE);
   for (guint i = 0; i < plan->n_bindings; i++) {
     Binding *b = &plan->bindings[i];
     gboolean is_output = FALSE;
@@ -208,6 +263,21 @@ qkv_plan_run(QkvPlan *plan, GError **error)
   }
   plan->step++;
   return TRUE;
+}
+
+gboolean
+qkv_plan_run(QkvPlan *plan, GError **error)
+{
+  g_return_val_if_fail(plan != NULL, FALSE);
+  if (!plan_acquire(plan, "run", error))
+    return FALSE;
+  gboolean ok = grad_stores_acquire(plan, error);
+  if (ok) {
+    ok = run_steps(plan, error);
+    grad_stores_release(plan);
+  }
+  plan_release(plan);
+  return ok;
 }
 
 void

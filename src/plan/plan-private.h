@@ -64,6 +64,13 @@ struct _QkvPlan {
   QkvDType *rule_in_dtypes;
   gboolean shapes_dirty;  /* a bound shape changed since the last shape pass */
   gboolean shapes_varied; /* the current shapes are not the compiled ones */
+  /* Concurrency (docs/threads.md): 1 while a thread binds or runs the plan,
+   * taken with a compare-and-swap so that a second thread is refused at
+   * once; and the stores whose gradient buffers a run writes (distinct,
+   * usually one), each taken for the run with qkv_params_grads_acquire(). */
+  gint busy;
+  QkvParams **grad_stores;
+  guint n_grad_stores;
 };
 
 /* arena.c */

@@ -7,8 +7,9 @@
 
 struct _QkvGradAccumulator {
   QkvParams *params;
-  GPtrArray *members; /* QkvParam *: the non-frozen params at creation */
-  float *sum;         /* their gradients end to end */
+  QkvParamsMark created; /* the store at creation: members are among its params */
+  GPtrArray *members;    /* QkvParam *: the non-frozen params at creation */
+  float *sum;            /* their gradients end to end */
   gsize n;
   guint adds;
 };
@@ -37,6 +38,7 @@ qkv_grad_accumulator_new(QkvParams *params, GError **error)
   }
   QkvGradAccumulator *acc = g_new0(QkvGradAccumulator, 1);
   acc->params = params;
+  qkv_params_mark(params, &acc->created);
   acc->members = members;
   acc->sum = sum;
   acc->n = n;
@@ -53,10 +55,20 @@ qkv_grad_accumulator_free(QkvGradAccumulator *acc)
   g_free(acc);
 }
 
+/* A qkv_params_rollback() since creation may have freed members: then the
+ * accumulator must not touch them (a user-passable state, so no warning). */
+static gboolean
+members_alive(const QkvGradAccumulator *acc)
+{
+  return qkv_params_mark_is_current(acc->params, &acc->created);
+}
+
 void
 qkv_grad_accumulator_add(QkvGradAccumulator *acc)
 {
   g_return_if_fail(acc != NULL);
+  if (!members_alive(acc))
+    return;
   float *at = acc->sum;
   for (guint i = 0; i < acc->members->len; i++) {
     QkvTensor *g = qkv_param_grad(g_ptr_array_index(acc->members, i));
@@ -78,6 +90,8 @@ guint
 qkv_grad_accumulator_store(QkvGradAccumulator *acc)
 {
   g_return_val_if_fail(acc != NULL, 0);
+  if (!members_alive(acc))
+    return G_MAXUINT;
   const float *at = acc->sum;
   for (guint i = 0; i < acc->members->len; i++) {
     QkvTensor *g = qkv_param_grad(g_ptr_array_index(acc->members, i));
