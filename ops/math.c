@@ -373,11 +373,11 @@ qkv_square(QkvValue *x, GError **error)
 QkvValue *
 qkv_pow(QkvValue *x, double exponent, GError **error)
 {
+  if (x == NULL)
+    return NULL; /* before building attrs that nothing would free */
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "exponent", g_variant_new_double(exponent));
-  if (x == NULL)
-    return NULL; /* before building attrs that nothing would free */
   return unary_call("pow", x, g_variant_builder_end(&attrs), error);
 }
 
