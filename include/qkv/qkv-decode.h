@@ -166,6 +166,120 @@ const QkvTensor *qkv_step_decoder_cross_weights(QkvStepDecoder *decoder, gint la
 /* The vocabulary size (columns of the logits). */
 gint64 qkv_step_decoder_vocab(const QkvStepDecoder *decoder);
 
+/* ---- sampling and generation ----------------------------------------------
+ *
+ * qkv_sample_logits() draws one token per row of logits: greedy, or from
+ * softmax(logits / temperature) restricted by top-k and top-p. Its random
+ * numbers are counter-based (qkv_random_uniform()): a row's draw depends only
+ * on the seed, the step and the row's id, never on the thread count, the
+ * other rows or the order of the calls, so the same seed gives the same
+ * tokens on every run. qkv_generate() is the loop around it: it feeds
+ * prompts through a QkvDecodeStepFunc one token per step and samples each
+ * row's continuation until its stop token or a length limit. */
+
+typedef struct {
+  /* T ≥ 0, finite. 0 is greedy decoding: the argmax of each row, the
+   * lowest token id on a tie (as torch.argmax), and top_k, top_p and seed do
+   * not matter. Otherwise tokens are drawn from softmax(logits / T). */
+  double temperature;
+  /* k ≥ 0: keep the tokens whose logit is at least the k-th largest (so
+   * every token tied with the k-th is kept, as Hugging Face's
+   * TopKLogitsWarper does). 0, or k at least the number of tokens whose
+   * logit is not -inf, keeps them all. */
+  gint top_k;
+  /* p in (0, 1]: nucleus sampling after top-k, over the distribution that
+   * top-k left (renormalised). Tokens are ranked by logit, ties by lower id
+   * first; a token is kept while the probability of the tokens ranked before
+   * it is below p (Hugging Face's TopPLogitsWarper), so the first token
+   * always is and the one that makes the total reach p is too. 1 keeps all. */
+  double top_p;
+  /* Keys the random numbers. */
+  guint64 seed;
+  gpointer reserved[4];
+} QkvSampleOptions;
+
+/* temperature 1, top_k 0, top_p 1 (plain sampling from the softmax), seed 0. */
+QkvSampleOptions qkv_sample_options_default(void);
+
+/* One token per row of logits (n_rows × vocab floats, row after row) into
+ * tokens_out[r]. Row r's draw comes from the uniform of (options->seed,
+ * step, row_ids[r]): pass a sequence's own id in row_ids so that its draws
+ * do not change when other sequences join or leave the batch; NULL uses the
+ * row index. Each call should use a new step (or new ids): the same seed,
+ * step and id give the same uniform.
+ *
+ * Logits may be -inf (a token that cannot be drawn); a NaN or +inf, or a row
+ * of -inf only, is refused. A token whose probability underflows to 0 is
+ * never drawn. The uniform has 48 bits and probabilities are summed in
+ * double, so a token of probability q is drawn with probability q to within
+ * about 2^-48 + vocab · 2^-53.
+ *
+ * Returns FALSE with QKV_ERROR_INVALID_ARGUMENT naming the bad option
+ * (temperature negative, NaN or infinite; top_k negative; top_p NaN or
+ * outside (0, 1]), a vocab outside [1, 2^31), a negative n_rows, or the
+ * first bad row and token; with QKV_ERROR_MEMORY when the vocab token ids
+ * that top-k and top-p work on (4 · vocab bytes, allocated once per call,
+ * only with either of them on) cannot be had. tokens_out is not written
+ * then. Single-threaded. */
+gboolean qkv_sample_logits(const QkvSampleOptions *options, const float *logits, gint n_rows,
+                           gint64 vocab, guint64 step, const guint64 *row_ids, gint32 *tokens_out,
+                           GError **error);
+
+typedef struct {
+  /* How each token is chosen; temperature 0 is greedy generation. */
+  QkvSampleOptions sample;
+  /* Scores per row that the callback writes, in [1, 2^31). */
+  gint64 vocab;
+  /* A token id in [0, vocab) fed at step 0 before every prompt, or -1 for
+   * none (each prompt then needs a token). */
+  gint32 bos;
+  /* A token id in [0, vocab) that ends a row when it is drawn, or -1 for
+   * none (every row runs to max_new_tokens). */
+  gint32 eos;
+  gpointer reserved[4];
+} QkvGenerateOptions;
+
+/* The default sampling options (qkv_sample_options_default()), vocab 0
+ * (set it), no bos and no eos (-1). */
+QkvGenerateOptions qkv_generate_options_default(void);
+
+/* Continue batch prompts. prompt holds the prompts one after another (row
+ * b's prompt_lens[b] tokens follow row b - 1's). Each step calls step once
+ * for all batch rows, each row its own parent: at step t row b feeds
+ * position t of its context (<bos> if set, then its prompt) while t is
+ * inside it, then the token it drew at step t - 1. From the step that feeds
+ * the last token of its context on, row b draws its next token from its
+ * logits (qkv_sample_logits()'s rule, with step the index of the token among
+ * the ones the row generates and id b, so a row's tokens do not depend on
+ * the other rows' prompts or stopping). A row stops when it draws eos, or
+ * when it has drawn max_new_tokens tokens (eos included); a stopped row is
+ * still in later calls, fed eos (its last token when there is no eos), and
+ * its scores are ignored, as are those of rows that have not reached the
+ * last token of their context. The loop ends when every row has stopped:
+ * at most max(context length) + max_new_tokens - 1 steps, so a
+ * QkvStepDecoder compiled for that max_len can run it (with
+ * rows_per_sentence 1).
+ *
+ * Out: out_tokens (batch × max_new_tokens) gets each row's new tokens
+ * without eos, followed by eos up to max_new_tokens (with no eos every row
+ * fills it); out_lens (batch) their count, below max_new_tokens exactly when
+ * the row ended with eos. Everything is allocated before the first step:
+ * the scores (4 · batch · vocab bytes) and, with top-k or top-p on, 4 ·
+ * vocab bytes.
+ *
+ * Returns FALSE with QKV_ERROR_INVALID_ARGUMENT, before any step, for a bad
+ * option, batch < 1, max_new_tokens < 1, a negative prompt length (or 0
+ * without bos), prompt NULL with a prompt length above 0, a prompt token
+ * outside [0, vocab) or steps that would not fit a gint (each names what is
+ * wrong); QKV_ERROR_INVALID_ARGUMENT naming the step and row when the
+ * callback writes NaN or +inf, or -inf only, for a row that draws;
+ * QKV_ERROR_MEMORY when the buffers cannot be had; or the callback's error
+ * (QKV_ERROR_INVALID_ARGUMENT naming the step if it returned FALSE without
+ * one). The outputs are partly written then. */
+gboolean qkv_generate(const QkvGenerateOptions *options, gint batch, const gint32 *prompt,
+                      const gint *prompt_lens, gint max_new_tokens, QkvDecodeStepFunc step,
+                      gpointer user_data, gint32 *out_tokens, gint *out_lens, GError **error);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvStepDecoder, qkv_step_decoder_free)
 
 G_END_DECLS
