@@ -41,4 +41,6 @@ void qkv_register_builtin_ops(void);
   X(argreduce)                                                                                     \
   X(index)                                                                                         \
   X(cast)                                                                                          \
-  X(view)
+  X(view)                                                                                          \
+  X(activation)                                                                                    \
+  X(rms_norm)
