@@ -218,6 +218,59 @@ test_addnorm(Fixture *f, gconstpointer data)
 }
 
 static void
+test_norms(Fixture *f, gconstpointer data)
+{
+  QkvBuilder *b = &f->b;
+  ASSERT_FAILS(f, qkv_build_layer_norm(b, "ln", f->x, -1, TRUE, TRUE, &error),
+               "qkv_build_layer_norm: eps is -1, it must be >= 0");
+  ASSERT_FAILS(f, qkv_build_rms_norm(b, "rms", f->x, NAN, &error),
+               "qkv_build_rms_norm: eps is nan, it must be >= 0");
+  /* The weight exists before the bias is found wrong. */
+  add_wrong(f, "ln.bias");
+  ASSERT_FAILS(f, qkv_build_layer_norm(b, "ln", f->x, 1e-5, TRUE, TRUE, &error),
+               "parameter 'ln.bias' exists with shape (97)*");
+  g_assert_null(qkv_params_lookup(f->params, "ln.weight"));
+  add_wrong(f, "rms.weight");
+  ASSERT_FAILS(f, qkv_build_rms_norm(b, "rms", f->x, 1e-6, &error),
+               "parameter 'rms.weight' exists with shape (97)*");
+  /* i32 input: the op refuses it after the weight was made */
+  ASSERT_FAILS(f, qkv_build_rms_norm(b, "rms2", f->labels, 1e-6, &error), "*expected f32*");
+  g_assert_null(qkv_params_lookup(f->params, "rms2.weight"));
+}
+
+static void
+test_mha_bias(Fixture *f, gconstpointer data)
+{
+  QkvBuilder *b = &f->b;
+  QkvValue *x = f->x, *w = x;
+  QkvMhaOptions o = {.bias = TRUE, .dropout = -0.1};
+  ASSERT_FAILS(f, qkv_build_mha_full(b, "att", x, x, x, 8, 2, &o, &w, &error),
+               "qkv_build_mha: dropout is -0.1, it must be in [0, 1)");
+  g_assert_null(w);
+  o.dropout = 0;
+  add_wrong(f, "att.W_v.bias");
+  w = x;
+  ASSERT_FAILS(f, qkv_build_mha_full(b, "att", x, x, x, 8, 2, &o, &w, &error),
+               "parameter 'att.W_v.bias' exists*");
+  g_assert_null(w);
+  g_assert_null(qkv_params_lookup(f->params, "att.W_q.weight"));
+  g_assert_null(qkv_params_lookup(f->params, "att.W_q.bias"));
+}
+
+static void
+test_ffn_activation(Fixture *f, gconstpointer data)
+{
+  QkvBuilder *b = &f->b;
+  ASSERT_FAILS(f, qkv_build_ffn_activation(b, "ffn", f->x, 16, 8, 99, &error),
+               "qkv_build_ffn: activation is 99, it must be QKV_ACTIVATION_RELU, "
+               "QKV_ACTIVATION_GELU, QKV_ACTIVATION_GELU_TANH or QKV_ACTIVATION_SILU");
+  add_wrong(f, "ffn.dense2.bias");
+  ASSERT_FAILS(f, qkv_build_ffn_activation(b, "ffn", f->x, 16, 8, QKV_ACTIVATION_GELU, &error),
+               "parameter 'ffn.dense2.bias' exists*");
+  g_assert_null(qkv_params_lookup(f->params, "ffn.dense1.weight"));
+}
+
+static void
 test_transformer_encoder(Fixture *f, gconstpointer data)
 {
   QkvBuilder *b = &f->b;
@@ -240,6 +293,16 @@ test_transformer_encoder(Fixture *f, gconstpointer data)
     ASSERT_FAILS(f, qkv_build_transformer_encoder(b, &bad[i].cfg, f->src, f->src_valid, &error),
                  pattern);
   }
+  QkvTransformerConfig act = f->tcfg;
+  act.ffn_activation = 7;
+  ASSERT_FAILS(f, qkv_build_transformer_encoder(b, &act, f->src, f->src_valid, &error),
+               "qkv_build_transformer_encoder: cfg->ffn_activation is 7, it must be*");
+  /* Pre-LN: the final norm fails, after every block. */
+  QkvTransformerConfig pre = f->tcfg;
+  pre.norm_first = TRUE;
+  add_wrong(f, "encoder.norm.bias");
+  ASSERT_FAILS(f, qkv_build_transformer_encoder(b, &pre, f->src, f->src_valid, &error),
+               "parameter 'encoder.norm.bias' exists*");
   /* The second block's FFN fails, after the embedding and the first block. */
   add_wrong(f, "encoder.blks.block1.ffn.dense2.bias");
   ASSERT_FAILS(f, qkv_build_transformer_encoder(b, &f->tcfg, f->src, f->src_valid, &error),
@@ -583,6 +646,9 @@ main(int argc, char **argv)
   ADD("/builders/mha", test_mha, NULL);
   ADD("/builders/ffn", test_ffn, NULL);
   ADD("/builders/addnorm", test_addnorm, NULL);
+  ADD("/builders/norms", test_norms, NULL);
+  ADD("/builders/mha-bias", test_mha_bias, NULL);
+  ADD("/builders/ffn-activation", test_ffn_activation, NULL);
   ADD("/builders/transformer-encoder", test_transformer_encoder, "empty");
   ADD("/builders/transformer-decoder", test_transformer_decoder, NULL);
   ADD("/builders/gru", test_gru, NULL);

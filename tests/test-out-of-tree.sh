@@ -74,7 +74,7 @@ unset QKV_PLUGIN_PATH
 
 echo "== qkv-info --plugin $tmp/gelu.so"
 "$qkv_info" --plugin "$tmp/gelu.so" | tee "$tmp/info.txt"
-grep -q "ops (2): gelu, gelu_backward" "$tmp/info.txt" ||
+grep -q "ops (2): example.gelu, example.gelu_backward" "$tmp/info.txt" ||
   { echo "FAIL: qkv-info did not report the plugin's ops"; exit 1; }
 
 echo "== consumer (against the installed libqkv)"
@@ -83,6 +83,6 @@ LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/consumer" "
 # A plugin dropped into QKV_PLUGIN_PATH is found at initialisation.
 mkdir -p "$tmp/plugins"
 cp "$tmp/gelu.so" "$tmp/plugins/"
-QKV_PLUGIN_PATH="$tmp/plugins" "$qkv_info" --op gelu | grep -q "gelu  \[$tmp/plugins/gelu.so\]" ||
+QKV_PLUGIN_PATH="$tmp/plugins" "$qkv_info" --op example.gelu | grep -q "example.gelu  \[$tmp/plugins/gelu.so\]" ||
   { echo "FAIL: QKV_PLUGIN_PATH did not load the plugin"; exit 1; }
 echo "ok"

@@ -265,7 +265,7 @@ test_truncated(void)
     g_autofree gchar *path = g_build_filename(dir, name, NULL);
     assert_load_fails(path, cut_reason(n));
   }
-  g_assert_null(qkv_op_lookup("gelu"));
+  g_assert_null(qkv_op_lookup("example.gelu"));
   remove_dir(dir);
 }
 
@@ -335,7 +335,7 @@ test_truncated_autoload(void)
     g_log_set_fatal_mask("qkv", G_LOG_FATAL_MASK);
     g_assert_cmpuint(qkv_plugin_count(), ==, 1);
     g_assert_nonnull(qkv_op_lookup("test.good_a"));
-    g_assert_null(qkv_op_lookup("gelu"));
+    g_assert_null(qkv_op_lookup("example.gelu"));
     assert_library_works();
     remove_dir(dir);
     return;

@@ -116,8 +116,8 @@ test_autoload(void)
 {
   /* The suite runs with QKV_PLUGIN_PATH set to the example plugins' build
    * directory: qkv_init() (here, through qkv_op_lookup()) loaded them. */
-  g_assert_nonnull(qkv_op_lookup("gelu"));
-  const gchar *const gelu_ops[] = {"gelu", "gelu_backward", NULL};
+  g_assert_nonnull(qkv_op_lookup("example.gelu"));
+  const gchar *const gelu_ops[] = {"example.gelu", "example.gelu_backward", NULL};
   const gchar *const alibi_ops[] = {"alibi", "alibi_backward", NULL};
   const gchar *const act_ops[] = {"mish", "softplus", "swish", NULL};
   assert_plugin("gelu", PLUGIN_GELU, gelu_ops);
@@ -168,7 +168,7 @@ test_gelu_values(void)
   QkvShape s = QKV_SHAPE(1000);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 7, -12, 12);
   qkv_tensor_f32(x)[0] = 0.0f;
-  OpCall call = {"gelu", NULL};
+  OpCall call = {"example.gelu", NULL};
   g_autoptr(QkvTensor) y = qkv_test_eval(1, &x, build_op, &call);
   for (gint64 i = 0; i < 1000; i++) {
     double xi = qkv_tensor_get(x, i);
@@ -179,7 +179,7 @@ test_gelu_values(void)
   g_autoptr(QkvTensor) ones = qkv_tensor_new(QKV_F32, &s);
   qkv_tensor_fill(ones, 1.0);
   QkvTensor *inputs[] = {ones, x};
-  OpCall back = {"gelu_backward", NULL};
+  OpCall back = {"example.gelu_backward", NULL};
   g_autoptr(QkvTensor) d = qkv_test_eval(2, inputs, build_op, &back);
   for (gint64 i = 0; i < 1000; i++)
     g_assert_cmpfloat_with_epsilon(qkv_tensor_get(d, i), gelu_grad_ref(qkv_tensor_get(x, i)), 1e-5);
@@ -193,8 +193,8 @@ test_gelu_gradcheck(void)
 {
   QkvShape s = QKV_SHAPE(3, 7);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 11, -3, 3);
-  OpCall call = {"gelu", NULL};
-  qkv_test_gradcheck("gelu", 1, &x, NULL, build_op, &call);
+  OpCall call = {"example.gelu", NULL};
+  qkv_test_gradcheck("example.gelu", 1, &x, NULL, build_op, &call);
 }
 
 /* gelu_backward has no gradient rule: its gradient (gelu's second
@@ -206,9 +206,9 @@ test_gelu_backward_gradcheck(void)
   g_autoptr(QkvTensor) dy = qkv_test_uniform(&s, 12, -1, 1);
   g_autoptr(QkvTensor) x = qkv_test_uniform(&s, 13, -3, 3);
   QkvTensor *inputs[] = {dy, x};
-  OpCall call = {"gelu_backward", NULL};
-  g_assert_null(qkv_op_lookup("gelu_backward")->gradient);
-  qkv_test_gradcheck("gelu_backward", 2, inputs, NULL, build_op, &call);
+  OpCall call = {"example.gelu_backward", NULL};
+  g_assert_null(qkv_op_lookup("example.gelu_backward")->gradient);
+  qkv_test_gradcheck("example.gelu_backward", 2, inputs, NULL, build_op, &call);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -548,7 +548,7 @@ test_gelu_mlp_trains(void)
   QkvValue *y = qkv_graph_input(g, "y", QKV_F32, &xs, &error);
   QkvValue *h = qkv_matmul(x, qkv_graph_param(g, params, "l1.weight", &error), FALSE, TRUE, &error);
   h = qkv_add(h, qkv_graph_param(g, params, "l1.bias", &error), &error);
-  h = qkv_graph_op(g, "gelu", &h, 1, NULL, &error);
+  h = qkv_graph_op(g, "example.gelu", &h, 1, NULL, &error);
   QkvValue *pred =
       qkv_matmul(h, qkv_graph_param(g, params, "l2.weight", &error), FALSE, TRUE, &error);
   pred = qkv_add(pred, qkv_graph_param(g, params, "l2.bias", &error), &error);
@@ -623,7 +623,7 @@ test_qkv_info(void)
   g_assert_cmpint(run_qkv_info(list, &out, &err), ==, 0);
   g_assert_nonnull(strstr(out, "matmul  [built-in]"));
   g_assert_nonnull(strstr(out, "transpose_a: bool, default false"));
-  g_autofree gchar *gelu_line = g_strdup_printf("gelu  [%s]", PLUGIN_GELU);
+  g_autofree gchar *gelu_line = g_strdup_printf("example.gelu  [%s]", PLUGIN_GELU);
   g_assert_nonnull(strstr(out, gelu_line));
   g_assert_nonnull(strstr(out, "window: int, default 0"));
   g_assert_nonnull(strstr(out, "gradient: decomposition into existing ops"));

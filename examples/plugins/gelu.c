@@ -2,12 +2,20 @@
  *
  *   gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
  *
+ * qkv has GELU built in ("gelu" with approximate = "tanh"); this plugin is
+ * the worked example of a fused op pair. Its ops carry the prefix
+ * "example.", as a plugin's ops should carry one of their own: registering
+ * a name that is taken (a built-in's, or another plugin's) fails, and qkv
+ * may gain built-ins under plain names.
+ *
  * Two ops:
- *   "gelu"           x → y, with a gradient rule that adds one gelu_backward node;
- *   "gelu_backward"  (dy, x) → dx = dy · gelu'(x), a fused kernel. It has no
- *                    gradient rule of its own but a decomposition into
- *                    built-in ops, so autodiff can take a gradient of the
- *                    gradient (second order) through it.
+ *   "example.gelu"           x → y, with a gradient rule that adds one
+ *                            example.gelu_backward node;
+ *   "example.gelu_backward"  (dy, x) → dx = dy · gelu'(x), a fused kernel. It
+ *                            has no gradient rule of its own but a
+ *                            decomposition into built-in ops, so autodiff can
+ *                            take a gradient of the gradient (second order)
+ *                            through it.
  *
  * It uses only the installed headers, so it builds out of the source tree:
  *
@@ -72,7 +80,7 @@ static gboolean
 gelu_gradient(QkvGradCtx *g, GError **error)
 {
   QkvValue *inputs[] = {g->out_grads[0], g->inputs[0]};
-  g->in_grads[0] = qkv_graph_op(g->graph, "gelu_backward", inputs, 2, NULL, error);
+  g->in_grads[0] = qkv_graph_op(g->graph, "example.gelu_backward", inputs, 2, NULL, error);
   return g->in_grads[0] != NULL;
 }
 
@@ -155,7 +163,7 @@ gelu_backward_decompose(QkvDecomposeCtx *d, GError **error)
 static const QkvOpDef gelu_ops[] = {
     {
         QKV_OP_DEF_INIT,
-        .name = "gelu",
+        .name = "example.gelu",
         .doc = "0.5 · x · (1 + tanh(√(2/π) (x + 0.044715 x³))), the tanh form of GELU",
         .min_inputs = 1,
         .max_inputs = 1,
@@ -168,7 +176,7 @@ static const QkvOpDef gelu_ops[] = {
     },
     {
         QKV_OP_DEF_INIT,
-        .name = "gelu_backward",
+        .name = "example.gelu_backward",
         .doc = "dy · gelu'(x)",
         .min_inputs = 2,
         .max_inputs = 2,

@@ -120,13 +120,42 @@ weight(QkvBuilder *b, const gchar *block, const gchar *what, gint64 out, gint64 
   return qkv_build_param(b, name, &s, "linear_weight", in, error);
 }
 
-/* x (R, n, d) · wᵀ split into heads: (R, heads, n, d_head). */
+/* A projection of an attention: its weight and, with attention biases,
+ * its bias (else NULL). FALSE when a parameter is missing. */
+typedef struct {
+  QkvValue *w, *bias;
+} Projection;
+
+static gboolean
+projection(QkvBuilder *b, const QkvTransformerConfig *c, const gchar *attention, const gchar *what,
+           Projection *p, GError **error)
+{
+  const gint64 D = c->num_hiddens;
+  p->w = weight(b, attention, what, D, D, error);
+  p->bias = NULL;
+  if (p->w == NULL || !c->attention_bias)
+    return p->w != NULL;
+  g_autofree gchar *name = g_strdup_printf("%s.%s.bias", attention, what);
+  QkvShape s = QKV_SHAPE(D);
+  p->bias = qkv_build_param(b, name, &s, "linear_bias", D, error);
+  return p->bias != NULL;
+}
+
+/* x · wᵀ (+ bias): an attention's input or output projection. */
 static QkvValue *
-project_heads(QkvValue *x, QkvValue *w, gint heads, GError **error)
+project(QkvValue *x, const Projection *p, GError **error)
+{
+  QkvValue *y = x ? qkv_matmul(x, p->w, FALSE, TRUE, error) : NULL;
+  return y && p->bias ? qkv_add(y, p->bias, error) : y;
+}
+
+/* x (R, n, d) · wᵀ (+ bias) split into heads: (R, heads, n, d_head). */
+static QkvValue *
+project_heads(QkvValue *x, const Projection *p, gint heads, GError **error)
 {
   const QkvShape *s = qkv_value_shape(x);
   gint64 rows = s->dims[0], n = s->dims[1], d = s->dims[2];
-  QkvValue *y = x && w ? qkv_matmul(x, w, FALSE, TRUE, error) : NULL;
+  QkvValue *y = project(x, p, error);
   if (n == 1) { /* (R, 1, d) is already (R, heads, 1, d_head) in memory */
     QkvShape hs = QKV_SHAPE(rows, heads, 1, d / heads);
     return y ? qkv_reshape(y, &hs, error) : NULL;
@@ -150,10 +179,11 @@ transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GErro
   g_autofree QkvValue **outs = g_new0(QkvValue *, 2 * c->num_layers);
   for (gint i = 0; enc != NULL && i < c->num_layers; i++) {
     g_autofree gchar *att = g_strdup_printf("decoder.blks.block%d.attention2", i);
-    QkvValue *wk = weight(b, att, "W_k", c->num_hiddens, c->num_hiddens, error);
-    QkvValue *wv = wk ? weight(b, att, "W_v", c->num_hiddens, c->num_hiddens, error) : NULL;
-    outs[2 * i] = wv ? project_heads(enc, wk, c->num_heads, error) : NULL;
-    outs[2 * i + 1] = outs[2 * i] ? project_heads(enc, wv, c->num_heads, error) : NULL;
+    Projection k, v;
+    if (!projection(b, c, att, "W_k", &k, error) || !projection(b, c, att, "W_v", &v, error))
+      return FALSE;
+    outs[2 * i] = project_heads(enc, &k, c->num_heads, error);
+    outs[2 * i + 1] = outs[2 * i] ? project_heads(enc, &v, c->num_heads, error) : NULL;
     if (outs[2 * i + 1] == NULL)
       return FALSE;
   }
@@ -163,47 +193,35 @@ transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GErro
   return d->enc_plan != NULL;
 }
 
-/* One decoder block for one token per row. x (R, 1, d). new_kv gets k_new
- * and v_new (R, heads, 1, d_head), *cross_w the block's encoder-decoder
- * attention weights (R, heads, 1, S). */
+/* Block i's self-attention for one token per row, h (R, 1, d) its input,
+ * over [this token, the cached ones] masked to self_valid: the output
+ * (R, 1, d) after W_o; new_kv gets k_new and v_new (R, heads, 1, d_head). */
 static QkvValue *
-transformer_step_block(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *x, QkvValue *self_valid,
-                       QkvValue *src_valid, QkvValue **new_kv, QkvValue **cross_w, GError **error)
+step_self_attention(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *h, QkvValue *self_valid,
+                    QkvValue **new_kv, GError **error)
 {
   const QkvTransformerConfig *c = &d->tc;
   const gint64 D = c->num_hiddens, R = d->max_rows;
   const gint H = c->num_heads;
-  const double scale = 1.0 / sqrt((double)(D / H));
-  QkvGraph *g = b->graph;
-  g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
-  g_autofree gchar *att1 = g_strconcat(blk, ".attention1", NULL);
-  g_autofree gchar *att2 = g_strconcat(blk, ".attention2", NULL);
-  g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
-  g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
-  g_autofree gchar *an3 = g_strconcat(blk, ".addnorm3", NULL);
-  g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
+  g_autofree gchar *att = g_strdup_printf("decoder.blks.block%d.attention1", i);
   g_autofree gchar *kc_name = g_strdup_printf("self_kv%d", 2 * i);
   g_autofree gchar *vc_name = g_strdup_printf("self_kv%d", 2 * i + 1);
-  g_autofree gchar *kx_name = g_strdup_printf("cross_kv%d", 2 * i);
-  g_autofree gchar *vx_name = g_strdup_printf("cross_kv%d", 2 * i + 1);
-  QkvShape cache = QKV_SHAPE(R, H, d->max_len, D / H), xs = QKV_SHAPE(R, H, d->src_len, D / H);
-  QkvShape row = QKV_SHAPE(R, 1, D);
-
-  /* self-attention over [this token, the cached ones] */
-  QkvValue *kc = qkv_graph_input(g, kc_name, QKV_F32, &cache, error);
-  QkvValue *vc = kc ? qkv_graph_input(g, vc_name, QKV_F32, &cache, error) : NULL;
-  QkvValue *wq = vc ? weight(b, att1, "W_q", D, D, error) : NULL;
-  QkvValue *wk = wq ? weight(b, att1, "W_k", D, D, error) : NULL;
-  QkvValue *wv = wk ? weight(b, att1, "W_v", D, D, error) : NULL;
-  QkvValue *wo = wv ? weight(b, att1, "W_o", D, D, error) : NULL;
-  QkvValue *q = wo ? project_heads(x, wq, H, error) : NULL;
-  new_kv[0] = q ? project_heads(x, wk, H, error) : NULL;
-  new_kv[1] = new_kv[0] ? project_heads(x, wv, H, error) : NULL;
+  QkvShape cache = QKV_SHAPE(R, H, d->max_len, D / H), row = QKV_SHAPE(R, 1, D);
+  QkvValue *kc = qkv_graph_input(b->graph, kc_name, QKV_F32, &cache, error);
+  QkvValue *vc = kc ? qkv_graph_input(b->graph, vc_name, QKV_F32, &cache, error) : NULL;
+  Projection pq, pk, pv, po;
+  if (vc == NULL || !projection(b, c, att, "W_q", &pq, error) ||
+      !projection(b, c, att, "W_k", &pk, error) || !projection(b, c, att, "W_v", &pv, error) ||
+      !projection(b, c, att, "W_o", &po, error))
+    return NULL;
+  QkvValue *q = project_heads(h, &pq, H, error);
+  new_kv[0] = q ? project_heads(h, &pk, H, error) : NULL;
+  new_kv[1] = new_kv[0] ? project_heads(h, &pv, H, error) : NULL;
   QkvValue *s_new = new_kv[1] ? qkv_matmul(q, new_kv[0], FALSE, TRUE, error) : NULL;
   QkvValue *s_old = s_new ? qkv_matmul(q, kc, FALSE, TRUE, error) : NULL;
   QkvValue *parts[] = {s_new, s_old};
   QkvValue *s = s_old ? qkv_concat(parts, 2, -1, error) : NULL;
-  s = s ? qkv_scale(s, scale, error) : NULL;
+  s = s ? qkv_scale(s, 1.0 / sqrt((double)(D / H)), error) : NULL;
   QkvValue *w = s ? qkv_masked_softmax(s, self_valid, FALSE, error) : NULL;
   QkvValue *w_new = w ? qkv_slice(w, -1, 0, 1, error) : NULL;
   QkvValue *w_old = w_new ? qkv_slice(w, -1, 1, (gint64)d->max_len + 1, error) : NULL;
@@ -211,24 +229,63 @@ transformer_step_block(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *x, Qk
   QkvValue *o_old = o_new ? qkv_matmul(w_old, vc, FALSE, FALSE, error) : NULL;
   QkvValue *a = o_old ? qkv_add(o_old, o_new, error) : NULL;
   a = a ? qkv_reshape(a, &row, error) : NULL;
-  a = a ? qkv_matmul(a, wo, FALSE, TRUE, error) : NULL;
-  QkvValue *y = a ? qkv_build_addnorm(b, an1, x, a, 0.0, error) : NULL;
+  return project(a, &po, error);
+}
 
-  /* encoder-decoder attention on the keys and values of the encoder plan */
-  QkvValue *kx = y ? qkv_graph_input(g, kx_name, QKV_F32, &xs, error) : NULL;
-  QkvValue *vx = kx ? qkv_graph_input(g, vx_name, QKV_F32, &xs, error) : NULL;
-  QkvValue *wq2 = vx ? weight(b, att2, "W_q", D, D, error) : NULL;
-  QkvValue *wo2 = wq2 ? weight(b, att2, "W_o", D, D, error) : NULL;
-  QkvValue *q2 = wo2 ? project_heads(y, wq2, H, error) : NULL;
-  QkvValue *s2 = q2 ? qkv_matmul(q2, kx, FALSE, TRUE, error) : NULL;
-  s2 = s2 ? qkv_scale(s2, scale, error) : NULL;
-  *cross_w = s2 ? qkv_masked_softmax(s2, src_valid, FALSE, error) : NULL;
-  QkvValue *a2 = *cross_w ? qkv_matmul(*cross_w, vx, FALSE, FALSE, error) : NULL;
-  a2 = a2 ? qkv_reshape(a2, &row, error) : NULL;
-  a2 = a2 ? qkv_matmul(a2, wo2, FALSE, TRUE, error) : NULL;
-  QkvValue *z = a2 ? qkv_build_addnorm(b, an2, y, a2, 0.0, error) : NULL;
-  QkvValue *f = z ? qkv_build_ffn(b, ffn, z, c->ffn_hiddens, D, error) : NULL;
-  return f ? qkv_build_addnorm(b, an3, z, f, 0.0, error) : NULL;
+/* Block i's encoder-decoder attention for h (R, 1, d) on the keys and
+ * values of the encoder plan: the output (R, 1, d) after W_o; *cross_w
+ * gets its weights (R, heads, 1, S). */
+static QkvValue *
+step_cross_attention(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *h, QkvValue *src_valid,
+                     QkvValue **cross_w, GError **error)
+{
+  const QkvTransformerConfig *c = &d->tc;
+  const gint64 D = c->num_hiddens, R = d->max_rows;
+  const gint H = c->num_heads;
+  g_autofree gchar *att = g_strdup_printf("decoder.blks.block%d.attention2", i);
+  g_autofree gchar *kx_name = g_strdup_printf("cross_kv%d", 2 * i);
+  g_autofree gchar *vx_name = g_strdup_printf("cross_kv%d", 2 * i + 1);
+  QkvShape xs = QKV_SHAPE(R, H, d->src_len, D / H), row = QKV_SHAPE(R, 1, D);
+  QkvValue *kx = qkv_graph_input(b->graph, kx_name, QKV_F32, &xs, error);
+  QkvValue *vx = kx ? qkv_graph_input(b->graph, vx_name, QKV_F32, &xs, error) : NULL;
+  Projection pq, po;
+  if (vx == NULL || !projection(b, c, att, "W_q", &pq, error) ||
+      !projection(b, c, att, "W_o", &po, error))
+    return NULL;
+  QkvValue *q = project_heads(h, &pq, H, error);
+  QkvValue *s = q ? qkv_matmul(q, kx, FALSE, TRUE, error) : NULL;
+  s = s ? qkv_scale(s, 1.0 / sqrt((double)(D / H)), error) : NULL;
+  *cross_w = s ? qkv_masked_softmax(s, src_valid, FALSE, error) : NULL;
+  QkvValue *a = *cross_w ? qkv_matmul(*cross_w, vx, FALSE, FALSE, error) : NULL;
+  a = a ? qkv_reshape(a, &row, error) : NULL;
+  return project(a, &po, error);
+}
+
+/* One decoder block for one token per row, as the full decoder's (post-LN
+ * or pre-LN, transformer_sublayer_in/out). x (R, 1, d). new_kv gets k_new
+ * and v_new (R, heads, 1, d_head), *cross_w the block's encoder-decoder
+ * attention weights (R, heads, 1, S). */
+static QkvValue *
+transformer_step_block(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *x, QkvValue *self_valid,
+                       QkvValue *src_valid, QkvValue **new_kv, QkvValue **cross_w, GError **error)
+{
+  const QkvTransformerConfig *c = &d->tc;
+  g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
+  g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
+  g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
+  g_autofree gchar *an3 = g_strconcat(blk, ".addnorm3", NULL);
+  g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
+  QkvValue *h = transformer_sublayer_in(b, c, an1, x, error);
+  QkvValue *a = h ? step_self_attention(d, b, i, h, self_valid, new_kv, error) : NULL;
+  QkvValue *y = a ? transformer_sublayer_out(b, c, an1, x, a, error) : NULL;
+  h = y ? transformer_sublayer_in(b, c, an2, y, error) : NULL;
+  QkvValue *a2 = h ? step_cross_attention(d, b, i, h, src_valid, cross_w, error) : NULL;
+  QkvValue *z = a2 ? transformer_sublayer_out(b, c, an2, y, a2, error) : NULL;
+  h = z ? transformer_sublayer_in(b, c, an3, z, error) : NULL;
+  QkvValue *f = h ? qkv_build_ffn_activation(b, ffn, h, c->ffn_hiddens, c->num_hiddens,
+                                             c->ffn_activation, error)
+                  : NULL;
+  return f ? transformer_sublayer_out(b, c, an3, z, f, error) : NULL;
 }
 
 /* Step plan outputs: 0 logits (R, V); then per block k_new, v_new; then per
@@ -254,6 +311,7 @@ transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError *
   for (gint i = 0; x != NULL && i < L; i++)
     x = transformer_step_block(d, b, i, x, self_valid, src_valid, &outs[1 + 2 * i],
                                &outs[1 + 2 * L + i], error);
+  x = x ? transformer_final_norm(b, c, "decoder", x, error) : NULL;
   QkvValue *logits = transformer_output(b, c, x, error);
   outs[0] = logits ? qkv_reshape(logits, &logits_shape, error) : NULL;
   if (outs[0] == NULL)

@@ -1,5 +1,7 @@
 /* transformer.c: the book's Transformer encoder and decoder (d2l 0.17,
- * section 10.7) as graph builders, with its state_dict names. */
+ * section 10.7) as graph builders, with its state_dict names, and the
+ * variants of today's models on the same names: pre-LN blocks
+ * (cfg->norm_first), another FFN activation, attention biases. */
 #include <math.h>
 #include <qkv/qkv.h>
 
@@ -16,7 +18,8 @@ check_config(const gchar *builder, const QkvTransformerConfig *cfg, const gchar 
                            cfg->num_hiddens, error) ||
       !builder_check_positive(builder, "cfg->ffn_hiddens", cfg->ffn_hiddens, error) ||
       !builder_check_positive(builder, "cfg->num_layers", cfg->num_layers, error) ||
-      !builder_check_dropout(builder, "cfg->dropout", cfg->dropout, error))
+      !builder_check_dropout(builder, "cfg->dropout", cfg->dropout, error) ||
+      !builder_check_activation(builder, "cfg->ffn_activation", cfg->ffn_activation, error))
     return FALSE;
   if (cfg->tie_embeddings != QKV_TIE_NONE && cfg->tie_embeddings != QKV_TIE_DECODER &&
       cfg->tie_embeddings != QKV_TIE_ALL) {
@@ -58,6 +61,61 @@ embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint
                                  0, error);
 }
 
+QkvValue *
+transformer_sublayer_in(QkvBuilder *b, const QkvTransformerConfig *cfg, const gchar *name,
+                        QkvValue *x, GError **error)
+{
+  if (!cfg->norm_first)
+    return x;
+  qkv_builder_push(b, name, error);
+  QkvValue *h = qkv_build_layer_norm(b, "ln", x, 1e-5, TRUE, TRUE, error);
+  qkv_builder_pop(b);
+  return h;
+}
+
+QkvValue *
+transformer_sublayer_out(QkvBuilder *b, const QkvTransformerConfig *cfg, const gchar *name,
+                         QkvValue *x, QkvValue *y, GError **error)
+{
+  if (!cfg->norm_first)
+    return qkv_build_addnorm(b, name, x, y, cfg->dropout, error);
+  QkvValue *d = cfg->dropout > 0 ? qkv_dropout(y, cfg->dropout, error) : y;
+  return qkv_add(d, x, error);
+}
+
+QkvValue *
+transformer_final_norm(QkvBuilder *b, const QkvTransformerConfig *cfg, const gchar *half,
+                       QkvValue *x, GError **error)
+{
+  if (!cfg->norm_first)
+    return x;
+  g_autofree gchar *name = g_strconcat(half, ".norm", NULL);
+  return qkv_build_layer_norm(b, name, x, 1e-5, TRUE, TRUE, error);
+}
+
+/* An attention of a block: the book's, with biases under cfg->attention_bias. */
+static QkvValue *
+attention(QkvBuilder *b, const QkvTransformerConfig *cfg, const gchar *name, QkvValue *q,
+          QkvValue *kv, QkvValue *valid_lens, gboolean causal, QkvValue **weights, GError **error)
+{
+  QkvMhaOptions o = {
+      .valid_lens = valid_lens,
+      .causal = causal,
+      .dropout = cfg->dropout,
+      .bias = cfg->attention_bias,
+  };
+  return qkv_build_mha_full(b, name, q, kv, kv, cfg->num_hiddens, cfg->num_heads, &o, weights,
+                            error);
+}
+
+/* The FFN sub-layer "ffn" of a block on x. */
+static QkvValue *
+ffn(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *x, GError **error)
+{
+  return qkv_build_ffn_activation(b, "ffn", x, cfg->ffn_hiddens, cfg->num_hiddens,
+                                  cfg->ffn_activation, error);
+}
+
 /* self_weights: NULL, or cfg->num_layers slots for each block's attention weights */
 static QkvValue *
 encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src, QkvValue *valid_lens,
@@ -66,15 +124,15 @@ encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src, QkvValue 
   QkvValue *x = embed_and_encode_positions(b, "encoder", src, cfg->src_vocab, cfg, error);
   for (gint i = 0; i < cfg->num_layers; i++) {
     qkv_builder_push_printf(b, error, "encoder.blks.block%d", i);
-    QkvValue *a =
-        qkv_build_mha(b, "attention", x, x, x, cfg->num_hiddens, cfg->num_heads, valid_lens, FALSE,
-                      cfg->dropout, self_weights ? &self_weights[i] : NULL, error);
-    QkvValue *y = qkv_build_addnorm(b, "addnorm1", x, a, cfg->dropout, error);
-    QkvValue *f = qkv_build_ffn(b, "ffn", y, cfg->ffn_hiddens, cfg->num_hiddens, error);
-    x = qkv_build_addnorm(b, "addnorm2", y, f, cfg->dropout, error);
+    QkvValue *h = transformer_sublayer_in(b, cfg, "addnorm1", x, error);
+    QkvValue *a = attention(b, cfg, "attention", h, h, valid_lens, FALSE,
+                            self_weights ? &self_weights[i] : NULL, error);
+    QkvValue *y = transformer_sublayer_out(b, cfg, "addnorm1", x, a, error);
+    QkvValue *f = ffn(b, cfg, transformer_sublayer_in(b, cfg, "addnorm2", y, error), error);
+    x = transformer_sublayer_out(b, cfg, "addnorm2", y, f, error);
     qkv_builder_pop(b);
   }
-  return x;
+  return transformer_final_norm(b, cfg, "encoder", x, error);
 }
 
 QkvValue *
@@ -158,20 +216,21 @@ decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *tgt, QkvValue 
     qkv_builder_push_printf(b, error, "decoder.blks.block%d", i);
     /* the book's training-time dec_valid_lens = 1..T per query is the causal mask */
     QkvValue **self_w = (taps && taps->self_weights) ? &taps->self_weights[i] : NULL;
-    QkvValue *a1 = qkv_build_mha(b, "attention1", x, x, x, cfg->num_hiddens, cfg->num_heads, NULL,
-                                 TRUE, cfg->dropout, self_w, error);
-    QkvValue *y = qkv_build_addnorm(b, "addnorm1", x, a1, cfg->dropout, error);
+    QkvValue *h = transformer_sublayer_in(b, cfg, "addnorm1", x, error);
+    QkvValue *a1 = attention(b, cfg, "attention1", h, h, NULL, TRUE, self_w, error);
+    QkvValue *y = transformer_sublayer_out(b, cfg, "addnorm1", x, a1, error);
     QkvValue **weights = (cross_weights != NULL && i == cfg->num_layers - 1) ? cross_weights : NULL;
     if (taps != NULL && taps->cross_weights != NULL)
       weights = &taps->cross_weights[i];
+    h = transformer_sublayer_in(b, cfg, "addnorm2", y, error);
     QkvValue *a2 =
-        qkv_build_mha(b, "attention2", y, enc_outputs, enc_outputs, cfg->num_hiddens,
-                      cfg->num_heads, enc_valid_lens, FALSE, cfg->dropout, weights, error);
-    QkvValue *z = qkv_build_addnorm(b, "addnorm2", y, a2, cfg->dropout, error);
-    QkvValue *f = qkv_build_ffn(b, "ffn", z, cfg->ffn_hiddens, cfg->num_hiddens, error);
-    x = qkv_build_addnorm(b, "addnorm3", z, f, cfg->dropout, error);
+        attention(b, cfg, "attention2", h, enc_outputs, enc_valid_lens, FALSE, weights, error);
+    QkvValue *z = transformer_sublayer_out(b, cfg, "addnorm2", y, a2, error);
+    QkvValue *f = ffn(b, cfg, transformer_sublayer_in(b, cfg, "addnorm3", z, error), error);
+    x = transformer_sublayer_out(b, cfg, "addnorm3", z, f, error);
     qkv_builder_pop(b);
   }
+  x = transformer_final_norm(b, cfg, "decoder", x, error);
   return transformer_output(b, cfg, x, error);
 }
 

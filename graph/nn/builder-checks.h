@@ -40,6 +40,19 @@ builder_check_heads(const gchar *builder, const gchar *heads_field, gint heads,
   return FALSE;
 }
 
+static inline gboolean
+builder_check_activation(const gchar *builder, const gchar *field, QkvActivation act,
+                         GError **error)
+{
+  if ((guint)act <= QKV_ACTIVATION_SILU)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: %s is %d, it must be QKV_ACTIVATION_RELU, QKV_ACTIVATION_GELU, "
+              "QKV_ACTIVATION_GELU_TANH or QKV_ACTIVATION_SILU",
+              builder, field, (gint)act);
+  return FALSE;
+}
+
 /* The checks every builder makes of its QkvBuilder. */
 /* A builder's first line: a broken QkvBuilder is a programming error; an
  * error already set means an earlier call of a chain failed, so add nothing

@@ -1,5 +1,6 @@
 /* layers.c: the book's building blocks — Linear, Embedding,
- * MultiHeadAttention, PositionWiseFFN, AddNorm — as graph builders. */
+ * MultiHeadAttention (with or without biases), PositionWiseFFN (ReLU or
+ * another activation), AddNorm — as graph builders. */
 #include <math.h>
 #include <qkv/qkv.h>
 
@@ -96,30 +97,56 @@ qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvVal
                      QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
                      QkvValue **weights, GError **error)
 {
+  QkvMhaOptions options = {
+      .valid_lens = valid_lens,
+      .mask = mask,
+      .mask_kind = kind,
+      .causal = causal,
+      .dropout = dropout,
+  };
+  return qkv_build_mha_full(b, name, queries, keys, values, num_hiddens, num_heads, &options,
+                            weights, error);
+}
+
+QkvValue *
+qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
+                   QkvValue *values, gint64 num_hiddens, gint num_heads,
+                   const QkvMhaOptions *options, QkvValue **weights, GError **error)
+{
   g_return_val_if_fail(name != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
   BUILDER_RETURN_IF_INVALID(b, error);
   if (queries == NULL || keys == NULL || values == NULL)
     return NULL;
+  const QkvMhaOptions none = {0}, *o = options != NULL ? options : &none;
   if (!builder_check_heads("qkv_build_mha", "num_heads", num_heads, "num_hiddens", num_hiddens,
                            error) ||
-      !builder_check_dropout("qkv_build_mha", "dropout", dropout, error))
+      !builder_check_dropout("qkv_build_mha", "dropout", o->dropout, error))
     return NULL;
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
-  const gchar *proj[] = {"W_q.weight", "W_k.weight", "W_v.weight", "W_o.weight"};
+  const gchar *proj[] = {"W_q", "W_k", "W_v", "W_o"};
   gint64 in[] = {last_dim(queries), last_dim(keys), last_dim(values), num_hiddens};
-  QkvValue *w[4] = {NULL};
+  QkvValue *w[4] = {NULL}, *bias[4] = {NULL};
+  QkvShape bs = QKV_SHAPE(num_hiddens);
   qkv_builder_push(b, name, error);
   for (int i = 0; i < 4; i++) {
     QkvShape ws = QKV_SHAPE(num_hiddens, in[i]);
-    w[i] = qkv_build_param(b, proj[i], &ws, "linear_weight", in[i], error);
+    g_autofree gchar *wname = g_strconcat(proj[i], ".weight", NULL);
+    w[i] = qkv_build_param(b, wname, &ws, "linear_weight", in[i], error);
+  }
+  for (int i = 0; o->bias && i < 4; i++) {
+    g_autofree gchar *bname = g_strconcat(proj[i], ".bias", NULL);
+    bias[i] = qkv_build_param(b, bname, &bs, "linear_bias", in[i], error);
   }
   QkvValue *attention_weights = NULL;
-  QkvValue *out = qkv_multi_head_attention_masked(
-      queries, keys, values, w[0], w[1], w[2], w[3], NULL, num_heads, valid_lens, mask, kind,
-      causal, dropout, weights ? &attention_weights : NULL, error);
+  QkvValue *out = NULL;
+  if (!o->bias || (bias[0] && bias[1] && bias[2] && bias[3]))
+    out = qkv_multi_head_attention_masked(queries, keys, values, w[0], w[1], w[2], w[3],
+                                          o->bias ? bias : NULL, num_heads, o->valid_lens, o->mask,
+                                          o->mask_kind, o->causal, o->dropout,
+                                          weights ? &attention_weights : NULL, error);
   qkv_builder_pop(b);
   out = qkv_builder_end(b, &mark, out);
   if (out != NULL && weights != NULL)
@@ -131,24 +158,58 @@ QkvValue *
 qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
               gint64 out_features, GError **error)
 {
+  return qkv_build_ffn_activation(b, name, x, ffn_hiddens, out_features, QKV_ACTIVATION_RELU,
+                                  error);
+}
+
+/* The activation's op on x; NULL with an error for an unknown one. */
+static QkvValue *
+activation(QkvValue *x, QkvActivation act, GError **error)
+{
+  switch (act) {
+  case QKV_ACTIVATION_RELU:
+    return qkv_relu(x, error);
+  case QKV_ACTIVATION_GELU:
+    return qkv_gelu(x, "none", error);
+  case QKV_ACTIVATION_GELU_TANH:
+    return qkv_gelu(x, "tanh", error);
+  case QKV_ACTIVATION_SILU:
+    return qkv_silu(x, error);
+  }
+  return NULL;
+}
+
+QkvValue *
+qkv_build_ffn_activation(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
+                         gint64 out_features, QkvActivation act, GError **error)
+{
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
     return NULL;
   if (!builder_check_positive("qkv_build_ffn", "ffn_hiddens", ffn_hiddens, error) ||
-      !builder_check_positive("qkv_build_ffn", "out_features", out_features, error))
+      !builder_check_positive("qkv_build_ffn", "out_features", out_features, error) ||
+      !builder_check_activation("qkv_build_ffn", "activation", act, error))
     return NULL;
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
-  gint64 in = last_dim(x);
-  QkvShape w1s = QKV_SHAPE(ffn_hiddens, in), b1s = QKV_SHAPE(ffn_hiddens);
-  QkvShape w2s = QKV_SHAPE(out_features, ffn_hiddens), b2s = QKV_SHAPE(out_features);
   qkv_builder_push(b, name, error);
-  QkvValue *w1 = qkv_build_param(b, "dense1.weight", &w1s, "linear_weight", in, error);
-  QkvValue *b1 = qkv_build_param(b, "dense1.bias", &b1s, "linear_bias", in, error);
-  QkvValue *w2 = qkv_build_param(b, "dense2.weight", &w2s, "linear_weight", ffn_hiddens, error);
-  QkvValue *b2 = qkv_build_param(b, "dense2.bias", &b2s, "linear_bias", ffn_hiddens, error);
-  QkvValue *y = qkv_position_wise_ffn(x, w1, b1, w2, b2, error);
+  QkvValue *y;
+  if (act == QKV_ACTIVATION_RELU) {
+    /* the book's PositionWiseFFN as one fused op */
+    gint64 in = last_dim(x);
+    QkvShape w1s = QKV_SHAPE(ffn_hiddens, in), b1s = QKV_SHAPE(ffn_hiddens);
+    QkvShape w2s = QKV_SHAPE(out_features, ffn_hiddens), b2s = QKV_SHAPE(out_features);
+    QkvValue *w1 = qkv_build_param(b, "dense1.weight", &w1s, "linear_weight", in, error);
+    QkvValue *b1 = qkv_build_param(b, "dense1.bias", &b1s, "linear_bias", in, error);
+    QkvValue *w2 = qkv_build_param(b, "dense2.weight", &w2s, "linear_weight", ffn_hiddens, error);
+    QkvValue *b2 = qkv_build_param(b, "dense2.bias", &b2s, "linear_bias", ffn_hiddens, error);
+    y = qkv_position_wise_ffn(x, w1, b1, w2, b2, error);
+  } else {
+    QkvValue *h = linear(b, "dense1", x, ffn_hiddens, TRUE, NULL, NULL, error);
+    h = h ? activation(h, act, error) : NULL;
+    y = h ? linear(b, "dense2", h, out_features, TRUE, NULL, NULL, error) : NULL;
+  }
   qkv_builder_pop(b);
   return qkv_builder_end(b, &mark, y);
 }

@@ -195,12 +195,64 @@ QkvValue *qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queri
                                QkvValue *values, gint64 num_hiddens, gint num_heads,
                                QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
                                gboolean causal, double dropout, QkvValue **weights, GError **error);
+/* How qkv_build_mha_full() attends; zero-initialise it (designated
+ * initialisers do): all zero is qkv_build_mha() with no lengths, no mask, no
+ * dropout and no biases. */
+typedef struct {
+  QkvValue *valid_lens;  /* i32 (B) or (B, n_q), or NULL (qkv_masked_softmax) */
+  QkvValue *mask;        /* NULL, or a mask of mask_kind for the scores */
+  QkvMaskKind mask_kind; /* QKV_MASK_BOOLEAN by default */
+  gboolean causal;
+  double dropout; /* on the attention weights, in [0, 1) */
+  /* TRUE: biases "<name>.W_q.bias", "W_k.bias", "W_v.bias" and "W_o.bias"
+   * (num_hiddens each) after the four projections, the nn.Linear(bias=True)
+   * of the book's MultiHeadAttention(bias=True); new ones start as
+   * nn.Linear's biases do (U(±1/√fan_in), or b->inits->bias). In
+   * nn.MultiheadAttention(bias=True) they are in_proj_bias = [W_q.bias;
+   * W_k.bias; W_v.bias] and out_proj.bias (whose weights are in_proj_weight
+   * = [W_q.weight; W_k.weight; W_v.weight] and out_proj.weight = W_o.weight);
+   * PyTorch starts them at 0 (QkvBuilderInits.bias = QKV_INIT_CONSTANT 0
+   * does the same). */
+  gboolean bias;
+  gpointer reserved[4];
+} QkvMhaOptions;
+
+/* qkv_build_mha() with everything optional in options (NULL: all zero).
+ * Without biases it builds what qkv_build_mha_masked() builds. */
+QkvValue *qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
+                             QkvValue *values, gint64 num_hiddens, gint num_heads,
+                             const QkvMhaOptions *options, QkvValue **weights, GError **error);
+
+/* The activation between the two dense layers of a position-wise FFN (and
+ * of the Transformer's, QkvTransformerConfig.ffn_activation). */
+typedef enum {
+  QKV_ACTIVATION_RELU = 0,  /* the book's */
+  QKV_ACTIVATION_GELU,      /* exact, nn.GELU() (qkv_gelu) */
+  QKV_ACTIVATION_GELU_TANH, /* nn.GELU(approximate="tanh") */
+  QKV_ACTIVATION_SILU,      /* nn.SiLU() (qkv_silu) */
+} QkvActivation;
+
 /* PositionWiseFFN: "<name>.dense1" (ffn_hiddens), ReLU, "<name>.dense2" (out). */
 QkvValue *qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
                         gint64 out_features, GError **error);
+/* The same with another activation, under the same names. ReLU is
+ * qkv_build_ffn()'s fused op; the others are two linear layers around the
+ * activation's op. */
+QkvValue *qkv_build_ffn_activation(QkvBuilder *b, const gchar *name, QkvValue *x,
+                                   gint64 ffn_hiddens, gint64 out_features,
+                                   QkvActivation activation, GError **error);
 /* AddNorm: LayerNorm(dropout(y) + x) with "<name>.ln.weight/.bias". */
 QkvValue *qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y,
                             double dropout, GError **error);
+/* nn.LayerNorm(d, eps, elementwise_affine, bias) over the last axis (d) of
+ * x: "<name>.weight" (d, ones) unless !elementwise_affine, "<name>.bias"
+ * (d, zeros) unless !elementwise_affine or !bias (PyTorch's bias= of 2.1). */
+QkvValue *qkv_build_layer_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
+                               gboolean elementwise_affine, gboolean bias, GError **error);
+/* nn.RMSNorm(d, eps) over the last axis (d) of x (qkv_rms_norm):
+ * "<name>.weight" (d, ones). */
+QkvValue *qkv_build_rms_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
+                             GError **error);
 
 /* Weight tying (Press & Wolf 2017; "Attention is all you need" §3.4) in the
  * Transformer: one matrix E (vocab, d) is both an embedding table and the
@@ -232,12 +284,34 @@ typedef struct {
   gint num_layers;
   double dropout;
   QkvTieEmbeddings tie_embeddings; /* QKV_TIE_NONE by default */
-  gpointer reserved[3];
+  /* FALSE: the book's post-LN blocks, LayerNorm(x + dropout(sublayer(x)))
+   * (addnorm{k}). TRUE: pre-LN blocks, x + dropout(sublayer(LN(x))), as
+   * nn.TransformerEncoderLayer(norm_first=True) and its decoder twin: the
+   * LayerNorm before sub-layer k keeps its name "addnorm{k}.ln", so a
+   * checkpoint has the same names either way; each stack then ends with a
+   * LayerNorm of its own, "encoder.norm" and "decoder.norm" (the norm= of
+   * nn.TransformerEncoder and nn.TransformerDecoder), the decoder's before
+   * its dense layer. (PyTorch's layers also drop out inside the FFN, after
+   * the activation; these blocks, like the book's, do not.) */
+  gboolean norm_first;
+  QkvActivation ffn_activation; /* between the FFN's layers: ReLU by default */
+  /* TRUE: every attention has biases (QkvMhaOptions.bias), as
+   * nn.MultiheadAttention's default bias=True */
+  gboolean attention_bias;
+  gpointer reserved[2];
 } QkvTransformerConfig;
 
 /* TransformerEncoder "encoder": embedding · √d, positional encoding, blocks
  * "encoder.blks.block{i}" (attention, addnorm1, ffn, addnorm2) with the
- * padding mask from valid_lens (i32 (B)). src (B, T) i32 → (B, T, d). */
+ * padding mask from valid_lens (i32 (B)). src (B, T) i32 → (B, T, d).
+ * With cfg->norm_first, pre-LN blocks and "encoder.norm" at the end.
+ *
+ * The names map onto nn.TransformerEncoderLayer's: self_attn.in_proj_weight
+ * = [attention.W_q.weight; W_k.weight; W_v.weight] (in_proj_bias alike with
+ * attention_bias), self_attn.out_proj = attention.W_o, linear1 = ffn.dense1,
+ * linear2 = ffn.dense2, norm1 = addnorm1.ln, norm2 = addnorm2.ln (in the
+ * decoder: self_attn = attention1, multihead_attn = attention2, norm3 =
+ * addnorm3.ln). */
 QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                         QkvValue *src, QkvValue *valid_lens, GError **error);
 /* TransformerDecoder "decoder" over a whole target prefix: embedding · √d,

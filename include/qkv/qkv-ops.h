@@ -56,6 +56,19 @@ QkvValue *qkv_tanh(QkvValue *x, GError **error);
 QkvValue *qkv_exp(QkvValue *x, GError **error);
 QkvValue *qkv_log(QkvValue *x, GError **error);
 
+/* "gelu" {approximate: s}: x · Φ(x) = ½ x (1 + erf(x / √2)) for approximate
+ * "none" (or NULL), ½ x (1 + tanh(√(2/π) (x + 0.044715 x³))) for "tanh", as
+ * torch.nn.GELU(approximate=…); any other string is QKV_ERROR_ATTRIBUTE. */
+QkvValue *qkv_gelu(QkvValue *x, const gchar *approximate, GError **error);
+/* "silu": x · sigmoid(x) (SiLU, also called swish), as torch.nn.SiLU. */
+QkvValue *qkv_silu(QkvValue *x, GError **error);
+/* "rms_norm" {eps: d}: x / √(mean(x²) + eps) · weight over the last axis, as
+ * torch.nn.RMSNorm (LLaMA's RMSNorm). weight is a vector of the last axis'
+ * size, or NULL for none (elementwise_affine=False). PyTorch's eps=None is
+ * FLT_EPSILON; LLaMA uses 1e-6 or 1e-5. The op's second output is the
+ * per-row 1 / √(mean(x²) + eps), which its backward op reads. */
+QkvValue *qkv_rms_norm(QkvValue *x, QkvValue *weight, double eps, GError **error);
+
 /* "softmax" and "log_softmax" over the last axis. */
 QkvValue *qkv_softmax(QkvValue *x, GError **error);
 QkvValue *qkv_log_softmax(QkvValue *x, GError **error);
@@ -94,6 +107,10 @@ QkvValue *qkv_relu_backward(QkvValue *dy, QkvValue *y, GError **error);
 QkvValue *qkv_sigmoid_backward(QkvValue *dy, QkvValue *y, GError **error);
 /* "tanh_backward": dy · (1 - y²). */
 QkvValue *qkv_tanh_backward(QkvValue *dy, QkvValue *y, GError **error);
+/* "gelu_backward" {approximate: s}: dy · gelu'(x), given gelu's input x. */
+QkvValue *qkv_gelu_backward(QkvValue *dy, QkvValue *x, const gchar *approximate, GError **error);
+/* "silu_backward": dy · s (1 + x (1 - s)), s = sigmoid(x), given silu's input x. */
+QkvValue *qkv_silu_backward(QkvValue *dy, QkvValue *x, GError **error);
 /* "softmax_backward": y · (dy - Σ dy·y), over the last axis. */
 QkvValue *qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error);
 /* "log_softmax_backward": dy - exp(y) Σ dy, over the last axis. */

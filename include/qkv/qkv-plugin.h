@@ -271,6 +271,7 @@ gboolean qkv_set_gemm_backend(const gchar *name, GError **error);
  * vector functions the CPU supports, with a scalar fallback. */
 void qkv_vec_exp(float *dst, const float *src, gsize n);
 void qkv_vec_tanh(float *dst, const float *src, gsize n);
+void qkv_vec_erf(float *dst, const float *src, gsize n);
 /* The ISA picked at run time: "avx512f", "avx2" or "scalar". */
 const gchar *qkv_vec_isa(void);
 

@@ -1,4 +1,4 @@
-/* vecmath.c: vector exp/tanh through SLEEF, and the one run-time choice of
+/* vecmath.c: vector exp/tanh/erf through SLEEF, and the one run-time choice of
  * instruction set (AVX-512, AVX2 or scalar) that every kernel with vector
  * variants follows (qkv_use_avx512(), qkv_use_avx2()). */
 #include "kernels/kernels-private.h"
@@ -43,6 +43,19 @@ tanh_avx512(float *dst, const float *src, gsize n)
     _mm512_mask_storeu_ps(dst + i, m, Sleef_tanhf16_u10avx512f(x));
   }
 }
+
+static void
+erf_avx512(float *dst, const float *src, gsize n)
+{
+  gsize i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, Sleef_erff16_u10avx512f(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+    _mm512_mask_storeu_ps(dst + i, m, Sleef_erff16_u10avx512f(x));
+  }
+}
 #pragma GCC pop_options
 
 /* AVX2 path. */
@@ -67,6 +80,7 @@ tanh_avx512(float *dst, const float *src, gsize n)
   }
 QKV_DEFINE_AVX2(exp_avx2, Sleef_expf8_u10avx2)
 QKV_DEFINE_AVX2(tanh_avx2, Sleef_tanhf8_u10avx2)
+QKV_DEFINE_AVX2(erf_avx2, Sleef_erff8_u10avx2)
 
 static void
 exp_scalar(float *dst, const float *src, gsize n)
@@ -82,7 +96,14 @@ tanh_scalar(float *dst, const float *src, gsize n)
     dst[i] = Sleef_tanhf_u10(src[i]);
 }
 
-static VecFunc vec_exp, vec_tanh;
+static void
+erf_scalar(float *dst, const float *src, gsize n)
+{
+  for (gsize i = 0; i < n; i++)
+    dst[i] = Sleef_erff_u10(src[i]);
+}
+
+static VecFunc vec_exp, vec_tanh, vec_erf;
 static const gchar *vec_isa;
 
 static void
@@ -100,11 +121,11 @@ pick_isa(void)
     else if (force != NULL && g_str_equal(force, "avx2"))
       avx512 = FALSE;
     if (avx512) {
-      vec_exp = exp_avx512, vec_tanh = tanh_avx512, vec_isa = "avx512f";
+      vec_exp = exp_avx512, vec_tanh = tanh_avx512, vec_erf = erf_avx512, vec_isa = "avx512f";
     } else if (avx2) {
-      vec_exp = exp_avx2, vec_tanh = tanh_avx2, vec_isa = "avx2";
+      vec_exp = exp_avx2, vec_tanh = tanh_avx2, vec_erf = erf_avx2, vec_isa = "avx2";
     } else {
-      vec_exp = exp_scalar, vec_tanh = tanh_scalar, vec_isa = "scalar";
+      vec_exp = exp_scalar, vec_tanh = tanh_scalar, vec_erf = erf_scalar, vec_isa = "scalar";
     }
     g_once_init_leave(&done, 1);
   }
@@ -124,6 +145,14 @@ qkv_vec_tanh(float *dst, const float *src, gsize n)
   if (G_UNLIKELY(vec_tanh == NULL))
     pick_isa();
   vec_tanh(dst, src, n);
+}
+
+void
+qkv_vec_erf(float *dst, const float *src, gsize n)
+{
+  if (G_UNLIKELY(vec_erf == NULL))
+    pick_isa();
+  vec_erf(dst, src, n);
 }
 
 const gchar *

@@ -22,7 +22,7 @@ main(int argc, char **argv)
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvShape s = QKV_SHAPE(3);
   QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, &error);
-  QkvValue *y = x ? qkv_graph_op(g, "gelu", &x, 1, NULL, &error) : NULL;
+  QkvValue *y = x ? qkv_graph_op(g, "example.gelu", &x, 1, NULL, &error) : NULL;
   g_autoptr(QkvPlan) plan = y ? qkv_graph_compile(g, &y, 1, NULL, &error) : NULL;
   float xv[] = {-1.0f, 0.0f, 2.0f};
   g_autoptr(QkvTensor) xt = qkv_tensor_new_f32(&s, xv);
