@@ -60,46 +60,6 @@ test_bleu(void)
   g_assert_cmpfloat(bleu("x", "il est calme .", 2), ==, 0.0);
 }
 
-/* Corpus BLEU-4 on cases counted by hand (sacrebleu's definition). */
-static void
-test_corpus_bleu(void)
-{
-  BleuStats same = {0};
-  bleu_stats_add(&same, "il est calme .", "il est calme .");
-  g_assert_cmpfloat(fabs(bleu_stats_score(&same) - 100.0), <, 1e-9);
-
-  /* 1- to 4-grams match 4/5, 3/4, 2/3, 1/2; lengths 5 against 6 */
-  BleuStats short_hyp = {0};
-  bleu_stats_add(&short_hyp, "a b c d e", "a b c d f g");
-  double want = 100.0 * exp(1.0 - 6.0 / 5.0) * pow(4.0 / 5 * 3.0 / 4 * 2.0 / 3 * 1.0 / 2, 0.25);
-  g_assert_cmpfloat(fabs(bleu_stats_score(&short_hyp) - want), <, 1e-9);
-
-  /* no 3- or 4-gram matches: "exp" smoothing makes them 1/(2·2) and
-   * 1/(4·1); 1- and 2-grams 3/4 and 1/3; equal lengths */
-  BleuStats smoothed = {0};
-  bleu_stats_add(&smoothed, "a b x d", "a b c d");
-  want = 100.0 * pow(3.0 / 4 * 1.0 / 3 * 1.0 / 4 * 1.0 / 4, 0.25);
-  g_assert_cmpfloat(fabs(bleu_stats_score(&smoothed) - want), <, 1e-9);
-
-  /* the corpus sums the counts, it does not average the scores: 7/9, 4/7,
-   * 2/5, 1/3 over lengths 9 against 10 */
-  BleuStats corpus = {0};
-  bleu_stats_add(&corpus, "a b c d e", "a b c d f g");
-  bleu_stats_add(&corpus, "a  b x d ", "a b c d\r\n"); /* extra white space splits to nothing */
-  want = 100.0 * exp(1.0 - 10.0 / 9.0) * pow(7.0 / 9 * 4.0 / 7 * 2.0 / 5 * 1.0 / 3, 0.25);
-  g_assert_cmpfloat(fabs(bleu_stats_score(&corpus) - want), <, 1e-9);
-
-  /* clipping: "the" counts once; no 4-gram at all scores 0, as does an
-   * empty corpus */
-  BleuStats clipped = {0};
-  bleu_stats_add(&clipped, "the the the", "the cat");
-  g_assert_cmpint(clipped.correct[0], ==, 1);
-  g_assert_cmpint(clipped.total[0], ==, 3);
-  g_assert_cmpfloat(bleu_stats_score(&clipped), ==, 0.0);
-  BleuStats empty = {0};
-  g_assert_cmpfloat(bleu_stats_score(&empty), ==, 0.0);
-}
-
 /* The pairs after the training lines are the file's next lines, processed
  * as training data is. */
 static void
@@ -170,7 +130,6 @@ main(int argc, char **argv)
   g_test_add_func("/seq2seq-data/nmt-like-the-book", test_nmt_like_the_book);
   g_test_add_func("/seq2seq-data/preprocess", test_preprocess);
   g_test_add_func("/seq2seq-data/bleu", test_bleu);
-  g_test_add_func("/seq2seq-data/corpus-bleu", test_corpus_bleu);
   g_test_add_func("/seq2seq-data/heldout-pairs", test_heldout_pairs);
   g_test_add_func("/seq2seq-data/reverse-task", test_reverse_task);
   return g_test_run();

@@ -63,10 +63,14 @@ print_heldout_bleu(Trainer *tr, const gchar *data_path, GError **error)
                              o->threads, &greedy, error) &&
                 heldout_bleu(&tr->cfg, tr->params, &tr->data, src, tgt, 64, 4, o->length_penalty,
                              o->threads, &beam, error);
-  if (ok)
+  if (ok) {
+    QkvBleuOptions how = heldout_bleu_options();
+    g_autofree gchar *signature = qkv_bleu_signature(&how, 1);
     printf("held-out BLEU-4 on %u unseen pairs (corpus, as sacrebleu, 0-100): greedy %.2f, beam 4 "
            "%.2f (alpha %g; %.1f s)\n",
            src->len, greedy, beam, o->length_penalty, (g_get_monotonic_time() - t0) / 1e6);
+    printf("BLEU signature: %s\n", signature);
+  }
   g_ptr_array_unref(src);
   g_ptr_array_unref(tgt);
   return ok;
