@@ -1,7 +1,9 @@
 /* test-seq2seq-data.c: the seq2seq example's data pipeline against the
  * numbers the book's code prints (../shared/reference/d2l/run017_*.txt). */
 #include <glib.h>
+#include <glib/gstdio.h>
 #include <math.h>
+#include <string.h>
 
 #include "../examples/seq2seq/bleu.h"
 #include "../examples/seq2seq/data.h"
@@ -123,6 +125,70 @@ test_reverse_task(void)
   seq2seq_data_clear(&d);
 }
 
+/* Your own data: three or more columns (the first two are the pair), a
+ * "\r" before the newline, lines that are no pair counted by kind, pairs
+ * over --max-len skipped, --min-freq for the vocabularies. */
+static void
+test_own_data(void)
+{
+  g_autofree gchar *dir = g_dir_make_tmp("qkv-seq2seq-data-XXXXXX", NULL);
+  g_autofree gchar *path = g_build_filename(dir, "pairs.txt", NULL);
+  const gchar *text = "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272\n"
+                      "Hi.\tSalut !\r\n"
+                      "no tab\n"
+                      "\n"
+                      "Go on, go on, go on.\tContinue.\tattribution\textra\n"
+                      "Go.\tVa !\n";
+  g_assert_true(g_file_set_contents(path, text, -1, NULL));
+  Seq2SeqData d;
+  Seq2SeqLoadReport r;
+  g_autoptr(GError) error = NULL;
+  g_assert_true(seq2seq_data_load_nmt_full(&d, path, 100, 10, 1, 0, &r, &error));
+  g_assert_no_error(error);
+  g_assert_cmpint(d.n, ==, 4);
+  g_assert_cmpint(r.lines, ==, 6);
+  g_assert_cmpint(r.no_tab, ==, 1);
+  g_assert_cmpint(r.blank, ==, 1);
+  g_assert_cmpint(r.too_long, ==, 0);
+  g_assert_cmpint(r.more_columns, ==, 2);
+  /* "salut !" without the \r: both its words are in the vocabulary */
+  g_assert_cmpint(vocab_lookup(d.tgt_vocab, "!"), !=, d.tgt_vocab->unk);
+  g_assert_cmpint(vocab_lookup(d.tgt_vocab, "salut"), !=, d.tgt_vocab->unk);
+  g_autofree gchar *said = seq2seq_load_report_describe(&r, 0);
+  g_assert_cmpstr(said, ==,
+                  "skipped 2 of 6 lines: 1 without a tab (not a pair), 1 blank; 2 lines with "
+                  "more than two columns: the first two taken");
+  seq2seq_data_clear(&d);
+
+  /* --max-len 3: "go on , go on , go on ." (10 words) is skipped; --min-freq
+   * 2 keeps only the words of the two "go ." pairs */
+  g_assert_true(seq2seq_data_load_nmt_full(&d, path, 100, 10, 2, 3, &r, &error));
+  g_assert_cmpint(d.n, ==, 3);
+  g_assert_cmpint(r.too_long, ==, 1);
+  g_assert_cmpint(vocab_size(d.src_vocab), ==, 4 + 2); /* <unk> <pad> <bos> <eos> go . */
+  g_autofree gchar *said2 = seq2seq_load_report_describe(&r, 3);
+  g_assert_nonnull(strstr(said2, "1 with more than 3 words on a side (--max-len)"));
+  seq2seq_data_clear(&d);
+
+  /* the held-out reader takes the same lines as pairs */
+  GPtrArray *src = NULL, *tgt = NULL;
+  g_assert_true(seq2seq_data_load_pairs(path, 0, 10, &src, &tgt, &error));
+  g_assert_cmpuint(src->len, ==, 4);
+  g_assert_cmpstr(g_ptr_array_index(src, 0), ==, "go .");
+  g_assert_cmpstr(g_ptr_array_index(tgt, 0), ==, "va !");
+  g_assert_cmpstr(g_ptr_array_index(tgt, 1), ==, "salut !");
+  g_assert_cmpstr(g_ptr_array_index(tgt, 2), ==, "continue .");
+  g_ptr_array_unref(src);
+  g_ptr_array_unref(tgt);
+
+  /* nothing but skipped lines: the error says why */
+  g_assert_true(g_file_set_contents(path, "no tab\n\n", -1, NULL));
+  g_assert_false(seq2seq_data_load_nmt_full(&d, path, 100, 10, 2, 0, &r, &error));
+  g_assert_nonnull(strstr(error->message, "1 without a tab (not a pair), 1 blank"));
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -132,5 +198,6 @@ main(int argc, char **argv)
   g_test_add_func("/seq2seq-data/bleu", test_bleu);
   g_test_add_func("/seq2seq-data/heldout-pairs", test_heldout_pairs);
   g_test_add_func("/seq2seq-data/reverse-task", test_reverse_task);
+  g_test_add_func("/seq2seq-data/own-data", test_own_data);
   return g_test_run();
 }
