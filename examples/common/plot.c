@@ -219,8 +219,47 @@ draw_series(cairo_t *cr, const Frame *f, const PlotSeries *s)
   cairo_restore(cr);
 }
 
-/* matplotlib's legend: a white box with a grey edge in the upper right,
- * each entry's line (and marker) before its label. */
+/* Points of the series inside the box (x, y, w, h). */
+static gsize
+points_under(const Frame *f, const PlotSeries *series, gsize n, double x, double y, double w,
+             double h)
+{
+  gsize under = 0;
+  for (gsize s = 0; s < n; s++)
+    for (gsize i = 0; i < series[s].n; i++) {
+      if (!isfinite(series[s].x[i]) || !usable(series[s].y[i], f->y.log))
+        continue;
+      double px = frame_px(f, series[s].x[i]), py = frame_py(f, series[s].y[i]);
+      under += px >= x && px <= x + w && py >= y && py <= y + h;
+    }
+  return under;
+}
+
+/* matplotlib's loc="best": of the four corners, the one whose box covers
+ * the fewest points (the upper right on a tie). */
+static void
+legend_place(const Frame *f, const PlotSeries *series, gsize n, double w, double h, double *x,
+             double *y)
+{
+  const double left = f->x0 + 8, right = f->x0 + f->w - w - 8;
+  const double top = f->y0 + 8, bottom = f->y0 + f->h - h - 8;
+  const double corners[4][2] = {{right, top}, {left, top}, {right, bottom}, {left, bottom}};
+  gsize best = G_MAXSIZE;
+  *x = right;
+  *y = top;
+  for (guint c = 0; c < 4; c++) {
+    gsize under = points_under(f, series, n, corners[c][0], corners[c][1], w, h);
+    if (under < best) {
+      best = under;
+      *x = corners[c][0];
+      *y = corners[c][1];
+    }
+  }
+}
+
+/* matplotlib's legend: a white box with a grey edge in the corner that
+ * hides the fewest points, each entry's line (and marker) before its
+ * label. */
 static void
 draw_legend(cairo_t *cr, const Frame *f, const PlotSeries *series, gsize n)
 {
@@ -237,7 +276,8 @@ draw_legend(cairo_t *cr, const Frame *f, const PlotSeries *series, gsize n)
   if (entries == 0)
     return;
   double row = FONT_SIZE + 6, w = widest + 48, h = entries * row + 8;
-  double x = f->x0 + f->w - w - 8, y = f->y0 + 8;
+  double x = 0, y = 0;
+  legend_place(f, series, n, w, h, &x, &y);
   cairo_set_source_rgba(cr, 1, 1, 1, 0.85);
   cairo_rectangle(cr, x, y, w, h);
   cairo_fill_preserve(cr);
@@ -288,8 +328,8 @@ draw_panel(cairo_t *cr, const PlotPanel *p, const Axis *x_axis, double top, doub
 }
 
 gboolean
-plot_write_png(const gchar *path, const gchar *title, const gchar *x_label,
-               const PlotPanel *panels, gsize n_panels, gint width, gint height, GError **error)
+plot_write_png(const gchar *path, const gchar *title, const gchar *x_label, const PlotPanel *panels,
+               gsize n_panels, gint width, gint height, GError **error)
 {
   g_return_val_if_fail(path != NULL && n_panels > 0 && width > 0 && height > 0, FALSE);
   Axis x_axis = {0, 1, FALSE};
@@ -322,8 +362,8 @@ plot_write_png(const gchar *path, const gchar *title, const gchar *x_label,
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
   if (x_label != NULL)
-    draw_text(cr, x_label, MARGIN_LEFT + (width - MARGIN_LEFT - MARGIN_RIGHT) / 2, height - 12,
-              0.5, 0.0, 0);
+    draw_text(cr, x_label, MARGIN_LEFT + (width - MARGIN_LEFT - MARGIN_RIGHT) / 2, height - 12, 0.5,
+              0.0, 0);
   if (title != NULL) {
     cairo_set_font_size(cr, FONT_SIZE + 2);
     draw_text(cr, title, width / 2.0, 20, 0.5, 0.5, 0);
