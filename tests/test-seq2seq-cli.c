@@ -696,7 +696,7 @@ test_watch_options(void)
   g_assert_true(is_png(png));
 }
 
-/* --version in a line of its own, nothing trained. */
+/* --version in a line of its own, nothing trained; --help-all by group. */
 static void
 test_version(void)
 {
@@ -706,6 +706,16 @@ test_version(void)
   g_assert_nonnull(strchr(r.out, '\n'));
   g_assert_null(strchr(strchr(r.out, '\n') + 1, '\n'));
   run_clear(&r);
+  /* the option groups, each with --help-NAME */
+  Run h = run_cli((const gchar *[]){"--help-all", NULL});
+  const gchar *groups[] = {"Model options:",    "Training options:",   "Data options:",
+                           "Decoding options:", "Checkpoint options:", "Distribution options:",
+                           "--help-training",   "--valid-data",        "--version"};
+  g_assert_cmpint(h.exit_status, ==, 0);
+  for (guint i = 0; i < G_N_ELEMENTS(groups); i++)
+    if (strstr(h.out, groups[i]) == NULL)
+      g_error("--help-all lacks '%s': %s", groups[i], h.out);
+  run_clear(&h);
 }
 
 /* --translate - is a filter: a line of stdout per line of stdin (a blank
