@@ -48,8 +48,7 @@ void run_log_free(RunLog *log);
  * be written. */
 gboolean run_log_add(RunLog *log, const RunLogRecord *record, GError **error);
 /* The plot of the records so far, titled title, to png_path. */
-gboolean run_log_plot(const RunLog *log, const gchar *png_path, const gchar *title,
-                      GError **error);
+gboolean run_log_plot(const RunLog *log, const gchar *png_path, const gchar *title, GError **error);
 
 /* The global L2 norm of the parameters' gradients (the frozen ones left
  * out), for a log's grad_norm where no clipping computes it; it only reads
