@@ -21,6 +21,7 @@ static gint64 opt_seed = 0;
 static gint opt_epochs = 5;
 static double opt_lr = 0.5;
 static gchar *opt_plot = NULL;
+static gboolean opt_version = FALSE;
 
 static GOptionEntry entries[] = {
     {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed, "Random seed for data and w (default 0)", "N"},
@@ -28,6 +29,7 @@ static GOptionEntry entries[] = {
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "SGD learning rate (default 0.5)", "LR"},
     {"plot", 'p', 0, G_OPTION_ARG_FILENAME, &opt_plot,
      "Draw the fit and the attention-weight matrix of the parametric model to FILE.png", "FILE"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 static double
@@ -257,6 +259,10 @@ main(int argc, char **argv)
   if (!g_option_context_parse(context, &argc, &argv, &error)) {
     g_printerr("%s\n", error->message);
     return 2;
+  }
+  if (opt_version) {
+    printf("qkv-nw-regression %s\n", qkv_version());
+    return 0;
   }
   if (!run(&error)) {
     g_printerr("nw_regression: %s\n", error->message);

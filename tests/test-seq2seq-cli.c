@@ -2,6 +2,7 @@
  * with a message and a non-zero exit status, before training where it can,
  * instead of crashing or training on nonsense. The binary is $QKV_SEQ2SEQ.
  * Every run is tiny (the reverse task, a few sequences, one epoch). */
+#include <gio/gio.h>
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -500,6 +501,259 @@ test_tie_embeddings(void)
   g_remove(path);
 }
 
+/* Item 2 of "Training you can watch": the JSONL log's records, parsed
+ * back; counts of each event and of the fields each holds. */
+typedef struct {
+  gint starts, steps, epochs, validated;
+  double best_loss;
+  gint best_epoch, last_epoch;
+} LogSummary;
+
+static LogSummary
+read_log(const gchar *path)
+{
+  gchar *text = NULL;
+  g_assert_true(g_file_get_contents(path, &text, NULL, NULL));
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  g_free(text);
+  LogSummary sum = {.best_loss = INFINITY};
+  for (guint i = 0; lines[i] != NULL && lines[i][0] != '\0'; i++) {
+    g_autoptr(JsonParser) parser = json_parser_new();
+    g_autoptr(GError) error = NULL;
+    if (!json_parser_load_from_data(parser, lines[i], -1, &error))
+      g_error("%s line %u is not JSON (%s): %s", path, i + 1, error->message, lines[i]);
+    JsonObject *o = json_node_get_object(json_parser_get_root(parser));
+    const gchar *event = json_object_get_string_member(o, "event");
+    if (g_str_equal(event, "start")) {
+      sum.starts++;
+      g_assert_cmpstr(json_object_get_string_member(o, "program"), ==, "qkv-seq2seq");
+      continue;
+    }
+    const gchar *want_step[] = {"epoch",     "step",         "lr",       "loss",
+                                "grad_norm", "tokens_per_s", "elapsed_s"};
+    const gchar *want_epoch[] = {"epoch", "step", "lr", "loss", "tokens_per_s", "elapsed_s"};
+    gboolean step = g_str_equal(event, "step");
+    g_assert_true(step || g_str_equal(event, "epoch"));
+    for (guint k = 0; k < (step ? G_N_ELEMENTS(want_step) : G_N_ELEMENTS(want_epoch)); k++)
+      if (!json_object_has_member(o, step ? want_step[k] : want_epoch[k]))
+        g_error("%s line %u lacks %s: %s", path, i + 1, step ? want_step[k] : want_epoch[k],
+                lines[i]);
+    if (step) {
+      sum.steps++;
+      continue;
+    }
+    sum.epochs++;
+    sum.last_epoch = (gint)json_object_get_int_member(o, "epoch");
+    if (json_object_has_member(o, "valid_loss")) {
+      sum.validated++;
+      g_assert_true(json_object_has_member(o, "valid_bleu"));
+      double loss = json_object_get_double_member(o, "valid_loss");
+      if (loss < sum.best_loss) {
+        sum.best_loss = loss;
+        sum.best_epoch = sum.last_epoch;
+      }
+    }
+  }
+  return sum;
+}
+
+static gboolean
+is_png(const gchar *path)
+{
+  gchar *bytes = NULL;
+  gsize len = 0;
+  gboolean ok = g_file_get_contents(path, &bytes, &len, NULL) && len > 8 &&
+                memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0;
+  g_free(bytes);
+  return ok;
+}
+
+/* A file of Tatoeba's newer format, three columns (the attribution last),
+ * with a line that is not a pair and a blank line among the first 41 (the
+ * pairs are the corpus's first ones, over and over). */
+static gchar *
+write_three_columns(void)
+{
+  static const gchar *pairs[][2] = {
+      {"Go.", "Va !"},
+      {"Hi.", "Salut !"},
+      {"Run!", "Cours !"},
+      {"Run!", "Courez !"},
+      {"Wow!", "Ça alors !"},
+      {"Fire!", "Au feu !"},
+      {"Help!", "À l'aide !"},
+      {"Stop!", "Ça suffit !"},
+      {"Stop!", "Stop !"},
+      {"Stop!", "Arrête-toi !"},
+      {"Wait!", "Attends !"},
+      {"Wait!", "Attendez !"},
+      {"I see.", "Je comprends."},
+      {"I try.", "J'essaye."},
+      {"I won!", "J'ai gagné !"},
+  };
+  GString *text = g_string_new(NULL);
+  for (gint i = 0; i < 60; i++) {
+    if (i == 4)
+      g_string_append(text, "no tab on this line\n");
+    else if (i == 8)
+      g_string_append(text, "\n");
+    else
+      g_string_append_printf(text, "%s\t%s\tCC-BY 2.0 (France) Attribution: tatoeba.org #%d\n",
+                             pairs[i % G_N_ELEMENTS(pairs)][0], pairs[i % G_N_ELEMENTS(pairs)][1],
+                             1000 + i);
+  }
+  gchar *path = write_data("three-columns.txt", text->str, (gssize)text->len);
+  g_string_free(text, TRUE);
+  return path;
+}
+
+/* --log, --plot, --valid, --save-best: the log holds a step record per
+ * step and an epoch record per epoch with the validation figures, the
+ * progress lines show them, the plot is a PNG and the best model is kept;
+ * a three-column file loads and the skipped lines are counted. */
+static void
+test_watch_training(void)
+{
+  g_autofree gchar *data = write_three_columns();
+  g_autofree gchar *log = g_build_filename(tmpdir, "run.jsonl", NULL);
+  g_autofree gchar *png = g_build_filename(tmpdir, "run.png", NULL);
+  g_autofree gchar *best = g_build_filename(tmpdir, "best.safetensors", NULL);
+  Run r =
+      run_cli((const gchar *[]){TINY_FRA, "--data", data, "--epochs", "3", "--valid", "10", "--log",
+                                log, "--plot", png, "--save-best", best, "--heldout", "5", NULL});
+  if (r.exit_status != 0 || strstr(r.out, ", valid loss ") == NULL ||
+      strstr(r.out, "on three-columns.txt: 39 pairs") == NULL ||
+      strstr(r.out, "data: skipped 2 of 41 lines: 1 without a tab (not a pair), 1 blank; 39 "
+                    "lines with more than two columns") == NULL ||
+      strstr(r.out, "validation: 10 pairs after the 41 training lines") == NULL)
+    g_error("watched run: exit status %d, stdout '%s', stderr '%s'", r.exit_status, r.out, r.err);
+  run_clear(&r);
+  LogSummary sum = read_log(log);
+  g_assert_cmpint(sum.starts, ==, 1);
+  g_assert_cmpint(sum.epochs, ==, 3);
+  g_assert_cmpint(sum.validated, ==, 3);
+  g_assert_cmpint(sum.steps, ==, 3 * 5); /* 39 pairs in batches of 8 */
+  g_assert_true(is_png(png));
+  g_assert_true(g_file_test(best, G_FILE_TEST_EXISTS));
+  /* the best checkpoint resumes */
+  expect_success((const gchar *[]){TINY_FRA, "--data", data, "--epochs", "4", "--resume", best,
+                                   "--heldout", "0", "-q", NULL});
+}
+
+/* --early-stop P: training ends P validations after the one with the lowest
+ * loss (41 pairs of the shipped corpus overfit within a few epochs). */
+static void
+test_early_stop(void)
+{
+  g_autofree gchar *log = g_build_filename(tmpdir, "early.jsonl", NULL);
+  Run r = run_cli((const gchar *[]){TINY_FRA, "--epochs", "60", "--valid", "10", "--early-stop",
+                                    "2", "--log", log, "--heldout", "0", NULL});
+  if (r.exit_status != 0 || strstr(r.out, "early stop after epoch") == NULL)
+    g_error("--early-stop: exit status %d, stdout '%s', stderr '%s'", r.exit_status, r.out, r.err);
+  run_clear(&r);
+  LogSummary sum = read_log(log);
+  g_assert_cmpint(sum.last_epoch, <, 60);
+  g_assert_cmpint(sum.last_epoch, ==, sum.best_epoch + 2);
+  /* --task reverse validates on sequences of its own */
+  expect_success((const gchar *[]){TINY, "--epochs", "2", "--valid", "8", "--valid-every", "2",
+                                   "--early-stop", "3", NULL});
+}
+
+/* The new options are refused where they make no sense. */
+static void
+test_watch_options(void)
+{
+  const struct {
+    const gchar *args[6], *needle;
+  } bad[] = {
+      {{"--save-best", "b.safetensors"}, "--save-best"},
+      {{"--early-stop", "2"}, "--early-stop"},
+      {{"--valid", "5", "--early-stop", "2", "--distributed"}, "--early-stop"},
+      {{"--valid", "0"}, "--valid"},
+      {{"--min-freq", "0"}, "--min-freq"},
+      {{"--max-len", "x"}, "--max-len"},
+      {{"--translate", "-", "--translate", "go ."}, "--translate -"},
+      {{"--heatmap-sentence", "2"}, "--heatmap-sentence"},
+      {{"--heatmap", "h.png", "--heatmap-sentence", "0"}, "--heatmap-sentence"},
+      {{"--heatmap", "h.png", "--heatmap-block", "3"}, "--heatmap-block 3"},
+      {{"--test-data", "t.txt", "--heldout", "0"}, "--test-data"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    const gchar *args[10] = {"--epochs", "1"};
+    guint n = 2;
+    for (guint k = 0; k < G_N_ELEMENTS(bad[i].args) && bad[i].args[k] != NULL; k++)
+      args[n++] = bad[i].args[k];
+    args[n] = NULL;
+    expect_refused(args, 2, bad[i].needle);
+  }
+  /* a heat map of a sentence that is not translated, refused before training */
+  g_autofree gchar *png = g_build_filename(tmpdir, "rows.png", NULL);
+  expect_refused((const gchar *[]){TINY_FRA, "--epochs", "1", "--heldout", "0", "-q", "--heatmap",
+                                   png, "--heatmap-sentence", "2,5", NULL},
+                 2, "--heatmap-sentence 5: 4 sentences are translated");
+  expect_success((const gchar *[]){TINY_FRA, "--epochs", "1", "--heldout", "0", "-q", "--heatmap",
+                                   png, "--heatmap-sentence", "2,4", "--heatmap-block", "1", NULL});
+  g_assert_true(is_png(png));
+}
+
+/* --version in a line of its own, nothing trained; --help-all by group. */
+static void
+test_version(void)
+{
+  Run r = run_cli((const gchar *[]){"--version", NULL});
+  g_assert_cmpint(r.exit_status, ==, 0);
+  g_assert_true(g_str_has_prefix(r.out, "qkv-seq2seq "));
+  g_assert_nonnull(strchr(r.out, '\n'));
+  g_assert_null(strchr(strchr(r.out, '\n') + 1, '\n'));
+  run_clear(&r);
+  /* the option groups, each with --help-NAME */
+  Run h = run_cli((const gchar *[]){"--help-all", NULL});
+  const gchar *groups[] = {"Model options:",    "Training options:",   "Data options:",
+                           "Decoding options:", "Checkpoint options:", "Distribution options:",
+                           "--help-training",   "--valid-data",        "--version"};
+  g_assert_cmpint(h.exit_status, ==, 0);
+  for (guint i = 0; i < G_N_ELEMENTS(groups); i++)
+    if (strstr(h.out, groups[i]) == NULL)
+      g_error("--help-all lacks '%s': %s", groups[i], h.out);
+  run_clear(&h);
+}
+
+/* --translate - is a filter: a line of stdout per line of stdin (a blank
+ * line for a blank one), nothing else on stdout; resuming without
+ * --epochs trains nothing. */
+static void
+test_translate_stdin(void)
+{
+  g_autofree gchar *model = g_build_filename(tmpdir, "filter.safetensors", NULL);
+  expect_success(
+      (const gchar *[]){TINY_FRA, "--epochs", "2", "--heldout", "0", "-q", "--save", model, NULL});
+  const gchar *binary = g_getenv("QKV_SEQ2SEQ");
+  const gchar *argv[] = {binary, "--num-examples", "40",  "--num-steps", "6", "--hidden",
+                         "8",    "--ffn",          "8",   "--heads",     "2", "--layers",
+                         "1",    "--resume",       model, "--translate", "-", NULL};
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GSubprocess) p =
+      g_subprocess_newv(argv,
+                        G_SUBPROCESS_FLAGS_STDIN_PIPE | G_SUBPROCESS_FLAGS_STDOUT_PIPE |
+                            G_SUBPROCESS_FLAGS_STDERR_PIPE,
+                        &error);
+  g_assert_no_error(error);
+  g_autofree gchar *out = NULL, *err = NULL;
+  g_assert_true(
+      g_subprocess_communicate_utf8(p, "Go.\nI'm home.\n\nHe's calm.\n", NULL, &out, &err, &error));
+  g_assert_no_error(error);
+  if (g_subprocess_get_exit_status(p) != 0 || strstr(err, "loss ") != NULL)
+    g_error("--translate -: exit status %d, stdout '%s', stderr '%s'",
+            g_subprocess_get_exit_status(p), out, err);
+  g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+  g_assert_cmpuint(g_strv_length(lines), ==, 5); /* four lines and the end */
+  g_assert_cmpstr(lines[2], ==, "");
+  g_assert_cmpstr(lines[4], ==, "");
+  g_assert_cmpstr(lines[0], !=, "");
+  g_assert_null(strstr(out, "=>"));
+  g_assert_nonnull(strstr(err, "transformer on fra-eng")); /* the setup went to stderr */
+}
+
 int
 main(int argc, char **argv)
 {
@@ -519,6 +773,11 @@ main(int argc, char **argv)
   g_test_add_func("/seq2seq-cli/beam-options", test_beam_options);
   g_test_add_func("/seq2seq-cli/tie-embeddings", test_tie_embeddings);
   g_test_add_func("/seq2seq-cli/recipe-options", test_recipe_options);
+  g_test_add_func("/seq2seq-cli/watch-training", test_watch_training);
+  g_test_add_func("/seq2seq-cli/early-stop", test_early_stop);
+  g_test_add_func("/seq2seq-cli/watch-options", test_watch_options);
+  g_test_add_func("/seq2seq-cli/version", test_version);
+  g_test_add_func("/seq2seq-cli/translate-stdin", test_translate_stdin);
   int status = g_test_run();
   /* the files written above, then the directory */
   GDir *dir = g_dir_open(tmpdir, 0, NULL);

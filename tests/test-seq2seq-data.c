@@ -1,7 +1,9 @@
 /* test-seq2seq-data.c: the seq2seq example's data pipeline against the
  * numbers the book's code prints (../shared/reference/d2l/run017_*.txt). */
 #include <glib.h>
+#include <glib/gstdio.h>
 #include <math.h>
+#include <string.h>
 
 #include "../examples/seq2seq/bleu.h"
 #include "../examples/seq2seq/data.h"
@@ -58,46 +60,6 @@ test_bleu(void)
   g_assert_cmpfloat(fabs(bleu("je suis calme .", "il est calme .", 2) - 0.537), <, 5e-4);
   g_assert_cmpfloat(fabs(bleu("il est paresseux .", "il est calme .", 2) - 0.658), <, 5e-4);
   g_assert_cmpfloat(bleu("x", "il est calme .", 2), ==, 0.0);
-}
-
-/* Corpus BLEU-4 on cases counted by hand (sacrebleu's definition). */
-static void
-test_corpus_bleu(void)
-{
-  BleuStats same = {0};
-  bleu_stats_add(&same, "il est calme .", "il est calme .");
-  g_assert_cmpfloat(fabs(bleu_stats_score(&same) - 100.0), <, 1e-9);
-
-  /* 1- to 4-grams match 4/5, 3/4, 2/3, 1/2; lengths 5 against 6 */
-  BleuStats short_hyp = {0};
-  bleu_stats_add(&short_hyp, "a b c d e", "a b c d f g");
-  double want = 100.0 * exp(1.0 - 6.0 / 5.0) * pow(4.0 / 5 * 3.0 / 4 * 2.0 / 3 * 1.0 / 2, 0.25);
-  g_assert_cmpfloat(fabs(bleu_stats_score(&short_hyp) - want), <, 1e-9);
-
-  /* no 3- or 4-gram matches: "exp" smoothing makes them 1/(2·2) and
-   * 1/(4·1); 1- and 2-grams 3/4 and 1/3; equal lengths */
-  BleuStats smoothed = {0};
-  bleu_stats_add(&smoothed, "a b x d", "a b c d");
-  want = 100.0 * pow(3.0 / 4 * 1.0 / 3 * 1.0 / 4 * 1.0 / 4, 0.25);
-  g_assert_cmpfloat(fabs(bleu_stats_score(&smoothed) - want), <, 1e-9);
-
-  /* the corpus sums the counts, it does not average the scores: 7/9, 4/7,
-   * 2/5, 1/3 over lengths 9 against 10 */
-  BleuStats corpus = {0};
-  bleu_stats_add(&corpus, "a b c d e", "a b c d f g");
-  bleu_stats_add(&corpus, "a  b x d ", "a b c d\r\n"); /* extra white space splits to nothing */
-  want = 100.0 * exp(1.0 - 10.0 / 9.0) * pow(7.0 / 9 * 4.0 / 7 * 2.0 / 5 * 1.0 / 3, 0.25);
-  g_assert_cmpfloat(fabs(bleu_stats_score(&corpus) - want), <, 1e-9);
-
-  /* clipping: "the" counts once; no 4-gram at all scores 0, as does an
-   * empty corpus */
-  BleuStats clipped = {0};
-  bleu_stats_add(&clipped, "the the the", "the cat");
-  g_assert_cmpint(clipped.correct[0], ==, 1);
-  g_assert_cmpint(clipped.total[0], ==, 3);
-  g_assert_cmpfloat(bleu_stats_score(&clipped), ==, 0.0);
-  BleuStats empty = {0};
-  g_assert_cmpfloat(bleu_stats_score(&empty), ==, 0.0);
 }
 
 /* The pairs after the training lines are the file's next lines, processed
@@ -163,6 +125,70 @@ test_reverse_task(void)
   seq2seq_data_clear(&d);
 }
 
+/* Your own data: three or more columns (the first two are the pair), a
+ * "\r" before the newline, lines that are no pair counted by kind, pairs
+ * over --max-len skipped, --min-freq for the vocabularies. */
+static void
+test_own_data(void)
+{
+  g_autofree gchar *dir = g_dir_make_tmp("qkv-seq2seq-data-XXXXXX", NULL);
+  g_autofree gchar *path = g_build_filename(dir, "pairs.txt", NULL);
+  const gchar *text = "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272\n"
+                      "Hi.\tSalut !\r\n"
+                      "no tab\n"
+                      "\n"
+                      "Go on, go on, go on.\tContinue.\tattribution\textra\n"
+                      "Go.\tVa !\n";
+  g_assert_true(g_file_set_contents(path, text, -1, NULL));
+  Seq2SeqData d;
+  Seq2SeqLoadReport r;
+  g_autoptr(GError) error = NULL;
+  g_assert_true(seq2seq_data_load_nmt_full(&d, path, 100, 10, 1, 0, &r, &error));
+  g_assert_no_error(error);
+  g_assert_cmpint(d.n, ==, 4);
+  g_assert_cmpint(r.lines, ==, 6);
+  g_assert_cmpint(r.no_tab, ==, 1);
+  g_assert_cmpint(r.blank, ==, 1);
+  g_assert_cmpint(r.too_long, ==, 0);
+  g_assert_cmpint(r.more_columns, ==, 2);
+  /* "salut !" without the \r: both its words are in the vocabulary */
+  g_assert_cmpint(vocab_lookup(d.tgt_vocab, "!"), !=, d.tgt_vocab->unk);
+  g_assert_cmpint(vocab_lookup(d.tgt_vocab, "salut"), !=, d.tgt_vocab->unk);
+  g_autofree gchar *said = seq2seq_load_report_describe(&r, 0);
+  g_assert_cmpstr(said, ==,
+                  "skipped 2 of 6 lines: 1 without a tab (not a pair), 1 blank; 2 lines with "
+                  "more than two columns: the first two taken");
+  seq2seq_data_clear(&d);
+
+  /* --max-len 3: "go on , go on , go on ." (10 words) is skipped; --min-freq
+   * 2 keeps only the words of the two "go ." pairs */
+  g_assert_true(seq2seq_data_load_nmt_full(&d, path, 100, 10, 2, 3, &r, &error));
+  g_assert_cmpint(d.n, ==, 3);
+  g_assert_cmpint(r.too_long, ==, 1);
+  g_assert_cmpint(vocab_size(d.src_vocab), ==, 4 + 2); /* <unk> <pad> <bos> <eos> go . */
+  g_autofree gchar *said2 = seq2seq_load_report_describe(&r, 3);
+  g_assert_nonnull(strstr(said2, "1 with more than 3 words on a side (--max-len)"));
+  seq2seq_data_clear(&d);
+
+  /* the held-out reader takes the same lines as pairs */
+  GPtrArray *src = NULL, *tgt = NULL;
+  g_assert_true(seq2seq_data_load_pairs(path, 0, 10, &src, &tgt, &error));
+  g_assert_cmpuint(src->len, ==, 4);
+  g_assert_cmpstr(g_ptr_array_index(src, 0), ==, "go .");
+  g_assert_cmpstr(g_ptr_array_index(tgt, 0), ==, "va !");
+  g_assert_cmpstr(g_ptr_array_index(tgt, 1), ==, "salut !");
+  g_assert_cmpstr(g_ptr_array_index(tgt, 2), ==, "continue .");
+  g_ptr_array_unref(src);
+  g_ptr_array_unref(tgt);
+
+  /* nothing but skipped lines: the error says why */
+  g_assert_true(g_file_set_contents(path, "no tab\n\n", -1, NULL));
+  g_assert_false(seq2seq_data_load_nmt_full(&d, path, 100, 10, 2, 0, &r, &error));
+  g_assert_nonnull(strstr(error->message, "1 without a tab (not a pair), 1 blank"));
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -170,8 +196,8 @@ main(int argc, char **argv)
   g_test_add_func("/seq2seq-data/nmt-like-the-book", test_nmt_like_the_book);
   g_test_add_func("/seq2seq-data/preprocess", test_preprocess);
   g_test_add_func("/seq2seq-data/bleu", test_bleu);
-  g_test_add_func("/seq2seq-data/corpus-bleu", test_corpus_bleu);
   g_test_add_func("/seq2seq-data/heldout-pairs", test_heldout_pairs);
   g_test_add_func("/seq2seq-data/reverse-task", test_reverse_task);
+  g_test_add_func("/seq2seq-data/own-data", test_own_data);
   return g_test_run();
 }

@@ -10,12 +10,14 @@
 static gchar **plugin_files = NULL;
 static gchar *only_op = NULL;
 static gboolean brief = FALSE;
+static gboolean show_version = FALSE;
 
 static const GOptionEntry entries[] = {
     {"plugin", 'p', 0, G_OPTION_ARG_FILENAME_ARRAY, &plugin_files,
      "Load the plugin module FILE and report the ops it registered (repeatable)", "FILE"},
     {"op", 'o', 0, G_OPTION_ARG_STRING, &only_op, "Describe only the op NAME", "NAME"},
     {"brief", 'b', 0, G_OPTION_ARG_NONE, &brief, "One line per op and plugin", NULL},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &show_version, "Print the version and exit", NULL},
     G_OPTION_ENTRY_NULL,
 };
 
@@ -173,6 +175,10 @@ main(int argc, char **argv)
   if (argc > 1) {
     complain("qkv-info: unexpected argument '%s' (see --help)\n", argv[1]);
     return 2;
+  }
+  if (show_version) {
+    say("qkv-info %s\n", qkv_version());
+    return 0;
   }
 
   qkv_init();

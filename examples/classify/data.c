@@ -165,7 +165,7 @@ split_clear(Split *s)
 
 gboolean
 classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences, double held_out,
-                   gint max_len, gint min_freq, guint64 seed, GError **error)
+                   gint n_valid, gint max_len, gint min_freq, guint64 seed, GError **error)
 {
   memset(data, 0, sizeof *data);
   g_autofree gchar *text = read_text(path, error);
@@ -181,8 +181,11 @@ classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences, do
     if (next != NULL)
       *next++ = '\0';
     gchar *tab = strchr(line, '\t');
-    if (tab == NULL)
+    if (tab == NULL) {
+      /* not a pair; an empty line is no line to report */
+      data->n_no_tab += line[0] != '\0' && !(line[0] == '\r' && line[1] == '\0');
       continue;
+    }
     *tab = '\0';
     data->n_read++;
     gchar **tokens = NULL;
@@ -231,11 +234,23 @@ classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences, do
   guint n_held = (guint)(n * held_out + 0.5);
   n_held = CLAMP(n_held, 1, n - 1);
   guint n_train = n - n_held;
+  if (n_valid < 0 || (guint)n_valid >= n_train) {
+    g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                "--valid %d: the training split has %u sentences; validation must leave some",
+                n_valid, n_train);
+    return FALSE;
+  }
+  /* validation: the last n_valid of the training part, kept out of the
+   * vocabulary as the held-out sentences are */
+  n_train -= (guint)n_valid;
 
   /* the vocabulary from the training split alone */
   data->vocab = build_vocab(examples, n_train, min_freq);
   split_fill(&data->train, examples, 0, n_train, data->vocab, max_len, &data->n_truncated);
-  split_fill(&data->held_out, examples, n_train, n, data->vocab, max_len, &data->n_truncated);
+  split_fill(&data->valid, examples, n_train, n_train + (guint)n_valid, data->vocab, max_len,
+             &data->n_truncated);
+  split_fill(&data->held_out, examples, n_train + (guint)n_valid, n, data->vocab, max_len,
+             &data->n_truncated);
   return TRUE;
 }
 
@@ -243,6 +258,7 @@ void
 classify_data_clear(ClassifyData *data)
 {
   split_clear(&data->train);
+  split_clear(&data->valid);
   split_clear(&data->held_out);
   vocab_free(data->vocab);
   data->vocab = NULL;

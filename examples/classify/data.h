@@ -41,23 +41,26 @@ typedef struct {
 } Split;
 
 typedef struct {
-  Split train, held_out;
+  Split train, valid, held_out; /* valid: --valid's sentences, maybe none */
   Vocab *vocab;
   gint n_read;       /* English sentences read (with repeats) */
+  gint n_no_tab;     /* skipped: lines without a tab (not pairs) */
   gint n_unlabelled; /* dropped: no final . ? ! */
   gint n_unique;     /* distinct inputs kept */
   gint n_conflicts;  /* inputs seen with more than one label (the first kept) */
   gint n_truncated;  /* inputs longer than max_len */
 } ClassifyData;
 
-/* Read path (fra.txt, plain or .gz: "English<TAB>French…" lines), keep the
+/* Read path (fra.txt, plain or .gz: "English<TAB>French…" lines, further
+ * columns ignored; lines without a tab are skipped and counted), keep the
  * labelled English sentences, deduplicate them by their input (so no input
  * is in both splits), shuffle with seed, keep the first max_sentences (0:
- * all), put a held_out share of them aside, and build the vocabulary from the
- * training split (tokens seen at least min_freq times; others are <unk>). */
+ * all), put a held_out share of them aside and n_valid of the rest for
+ * validation, and build the vocabulary from the training split (tokens seen
+ * at least min_freq times; others are <unk>). */
 gboolean classify_data_load(ClassifyData *data, const gchar *path, gint max_sentences,
-                            double held_out, gint max_len, gint min_freq, guint64 seed,
-                            GError **error);
+                            double held_out, gint n_valid, gint max_len, gint min_freq,
+                            guint64 seed, GError **error);
 void classify_data_clear(ClassifyData *data);
 
 /* Encode one sentence (already tokenised) into max_len ids; returns its

@@ -24,6 +24,7 @@
 
 #include "../common/batch.h"
 #include "../common/grid-heatmap.h"
+#include "../common/runlog.h"
 #include "../common/text.h"
 #include "data.h"
 
@@ -47,20 +48,55 @@ static gchar *opt_save = NULL;
 static gboolean opt_quiet = FALSE;
 static gboolean opt_no_positions = FALSE;
 
-static GOptionEntry entries[] = {
-    {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
-     "Tab-separated sentence pairs, English first (default: the shipped fra-eng fra.txt.gz)",
-     "FILE"},
-    {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs, "Training epochs per model (default 3)", "N"},
-    {"batch-size", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Batch size (default 128)", "N"},
+static gchar *opt_log = NULL;
+static gchar *opt_plot = NULL;
+static gboolean opt_version = FALSE;
+static gint opt_valid = 0;
+static gint opt_valid_every = 1;
+static gint opt_early_stop = 0;
+static gchar *opt_save_best = NULL;
+
+/* The options by group, as --help-all shows them; qkv-seq2seq groups its
+ * own the same way. */
+static GOptionEntry model_entries[] = {
     {"embed", 0, 0, G_OPTION_ARG_INT, &opt_embed, "Word vector size (default 32)", "N"},
     {"key-size", 0, 0, G_OPTION_ARG_INT, &opt_key, "Attention key and query size (default 32)",
      "N"},
     {"queries", 0, 0, G_OPTION_ARG_INT, &opt_queries,
      "Learned attention queries (default 3, one per class)", "K"},
+    {"no-positions", 0, 0, G_OPTION_ARG_NONE, &opt_no_positions,
+     "Do not add positional encodings to the word vectors (both models then see a bag of words)",
+     NULL},
+    {NULL}};
+
+static GOptionEntry training_entries[] = {
+    {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs, "Training epochs per model (default 3)", "N"},
+    {"batch-size", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Batch size (default 128)", "N"},
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.01)", "LR"},
     {"tau", 0, 0, G_OPTION_ARG_DOUBLE, &opt_tau,
      "Gumbel-softmax temperature of hard attention pooling (default 1)", "T"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads (default: all cores)", "N"},
+    {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed,
+     "Seed of the split, the initialisation and the batch order (default 1)", "N"},
+    {"log", 0, 0, G_OPTION_ARG_FILENAME, &opt_log,
+     "Write one JSON object per training step and per epoch of both models (run, epoch, step, "
+     "lr, loss, grad norm, tokens/s, elapsed time) to FILE",
+     "FILE.jsonl"},
+    {"plot", 0, 0, G_OPTION_ARG_FILENAME, &opt_plot,
+     "Draw both models' training and validation loss curves and the learning rate to FILE "
+     "(PNG)",
+     "FILE.png"},
+    {"valid-every", 0, 0, G_OPTION_ARG_INT, &opt_valid_every, "Validate every K epochs (default 1)",
+     "K"},
+    {"early-stop", 0, 0, G_OPTION_ARG_INT, &opt_early_stop,
+     "Stop training a model after P validations in a row without a lower validation loss", "P"},
+    {NULL}};
+
+static GOptionEntry data_entries[] = {
+    {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
+     "Tab-separated sentence pairs, English first; further columns are ignored (default: the "
+     "shipped fra-eng fra.txt.gz)",
+     "FILE"},
     {"max-sentences", 'n', 0, G_OPTION_ARG_INT, &opt_max_sentences,
      "Use this many distinct sentences, 0 for all (default 0: about 116,000)", "N"},
     {"held-out", 0, 0, G_OPTION_ARG_DOUBLE, &opt_held_out,
@@ -69,21 +105,54 @@ static GOptionEntry entries[] = {
      "Words per sentence; longer ones are cut (default 24)", "N"},
     {"min-freq", 0, 0, G_OPTION_ARG_INT, &opt_min_freq,
      "Words seen fewer times in training are <unk> (default 2)", "N"},
-    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads (default: all cores)", "N"},
-    {"seed", 's', 0, G_OPTION_ARG_INT64, &opt_seed,
-     "Seed of the split, the initialisation and the batch order (default 1)", "N"},
+    {"valid", 0, 0, G_OPTION_ARG_INT, &opt_valid,
+     "Keep N of the training sentences apart and measure the loss and accuracy on them every "
+     "--valid-every epochs (default 0: none)",
+     "N"},
+    {NULL}};
+
+static GOptionEntry heatmap_entries[] = {
     {"heatmap", 0, 0, G_OPTION_ARG_FILENAME, &opt_heatmap,
-     "Draw each query's attention over the words of --sentence as a PNG", "FILE.png"},
+     "Draw each query's attention over the words of --sentence as a PNG, with a colour scale",
+     "FILE.png"},
     {"sentence", 0, 0, G_OPTION_ARG_STRING, &opt_sentence,
      "The sentence for --heatmap (default \"do you know what time it is\")", "TEXT"},
+    {NULL}};
+
+static GOptionEntry checkpoint_entries[] = {
     {"save", 0, 0, G_OPTION_ARG_FILENAME, &opt_save,
      "Keep the attention model's checkpoint here (safetensors; the vocabulary in its metadata)",
      "FILE"},
-    {"no-positions", 0, 0, G_OPTION_ARG_NONE, &opt_no_positions,
-     "Do not add positional encodings to the word vectors (both models then see a bag of words)",
-     NULL},
-    {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the results", NULL},
+    {"save-best", 0, 0, G_OPTION_ARG_FILENAME, &opt_save_best,
+     "Save the attention model to FILE whenever its validation loss is the lowest so far", "FILE"},
     {NULL}};
+
+static GOptionEntry main_entries[] = {
+    {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the results", NULL},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
+    {NULL}};
+
+static void
+add_option_groups(GOptionContext *context)
+{
+  const struct {
+    const gchar *name, *description, *help;
+    GOptionEntry *entries;
+  } groups[] = {
+      {"model", "Model options:", "Show the model options", model_entries},
+      {"training", "Training options:", "Show the training options", training_entries},
+      {"data", "Data options:", "Show the data options", data_entries},
+      {"heatmap", "Heat map options:", "Show the heat map options", heatmap_entries},
+      {"checkpoints", "Checkpoint options:", "Show the checkpoint options", checkpoint_entries},
+  };
+  g_option_context_add_main_entries(context, main_entries, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS(groups); i++) {
+    GOptionGroup *g =
+        g_option_group_new(groups[i].name, groups[i].description, groups[i].help, NULL, NULL);
+    g_option_group_add_entries(g, groups[i].entries);
+    g_option_context_add_group(context, g);
+  }
+}
 
 static QkvPoolingClassifierConfig
 model_config(const ClassifyData *data, QkvPooling pooling)
@@ -151,10 +220,120 @@ make_batches(const Split *s, gint batch)
   return batches;
 }
 
+/* The share of the split's sentences whose argmax class is right and, when
+ * loss is not NULL, their mean cross-entropy. */
 static gboolean
-train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches, gint max_len,
-      const gchar *label, GError **error)
+evaluate(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Split *s, double *acc,
+         double *loss, GError **error)
 {
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed + 1};
+  QkvShape bt = QKV_SHAPE(s->n, s->max_len), bs = QKV_SHAPE(s->n);
+  g_autoptr(QkvTensor) tokens_t = qkv_tensor_new_i32(&bt, s->ids);
+  g_autoptr(QkvTensor) lens_t = qkv_tensor_new_i32(&bs, s->lens);
+  g_autoptr(QkvTensor) labels_t = qkv_tensor_new_i32(&bs, s->labels);
+  QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &bt, error);
+  QkvValue *lens = qkv_graph_input(g, "lens", QKV_I32, &bs, error);
+  QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bs, error);
+  QkvValue *logits = qkv_build_pooling_classifier(&b, cfg, tokens, lens, NULL, error);
+  QkvValue *right =
+      qkv_mean(qkv_eq(qkv_argmax(logits, 1, FALSE, error), labels, error), NULL, 0, FALSE, error);
+  QkvValue *outs[] = {
+      right,
+      loss != NULL ? qkv_cross_entropy(logits, labels, NULL, QKV_REDUCTION_MEAN, error) : NULL};
+  const gchar *names[] = {"tokens", "lens", "labels"};
+  QkvTensor *inputs[] = {tokens_t, lens_t, labels_t};
+  QkvTensor *results[2] = {NULL, NULL};
+  if (!qkv_graph_eval(g, names, inputs, 3, outs, results, loss != NULL ? 2 : 1, error))
+    return FALSE;
+  *acc = qkv_tensor_get(results[0], 0);
+  if (loss != NULL)
+    *loss = qkv_tensor_get(results[1], 0);
+  qkv_tensor_free(results[0]);
+  qkv_tensor_free(results[1]);
+  return TRUE;
+}
+
+static gboolean
+accuracy(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Split *s, double *acc,
+         GError **error)
+{
+  return evaluate(cfg, params, s, acc, NULL, error);
+}
+
+/* --valid: one model's best validation loss so far and the validations
+ * since. */
+typedef struct {
+  double best;
+  gint best_epoch, since_best;
+  gboolean stop;
+} Watch;
+
+static gboolean
+save_model(const gchar *path, QkvParams *params, const Vocab *vocab, GError **error)
+{
+  g_autoptr(GHashTable) meta = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, g_free);
+  g_hash_table_insert(meta, "classify.vocab", vocab_join(vocab));
+  return qkv_checkpoint_save(path, params, NULL, NULL, meta, error);
+}
+
+/* Validate after an epoch: the loss and accuracy to *rec and the
+ * progress line, --save-best for the attention model, --early-stop. */
+static gboolean
+validate(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const ClassifyData *data,
+         gint epoch, Watch *w, RunLogRecord *rec, GError **error)
+{
+  double acc = 0, loss = 0;
+  if (!evaluate(cfg, params, &data->valid, &acc, &loss, error))
+    return FALSE;
+  rec->valid_loss = loss;
+  rec->valid_accuracy = acc;
+  gboolean best = loss < w->best;
+  if (best) {
+    w->best = loss;
+    w->best_epoch = epoch + 1;
+    w->since_best = 0;
+    if (opt_save_best != NULL && cfg->pooling == QKV_POOLING_ATTENTION &&
+        !save_model(opt_save_best, params, data->vocab, error))
+      return FALSE;
+  } else {
+    w->stop = opt_early_stop > 0 && ++w->since_best >= opt_early_stop;
+  }
+  if (!opt_quiet)
+    printf("    valid loss %.4f, accuracy %.4f%s\n", loss, acc, best ? " (best)" : "");
+  if (w->stop && !opt_quiet)
+    printf("    early stop: %d validations without a lower loss (best %.4f after epoch %d)\n",
+           w->since_best, w->best, w->best_epoch);
+  return TRUE;
+}
+
+/* --log and --plot (both models, told apart by their run names) */
+static RunLog *run_log = NULL;
+
+/* One step's record: the batch's mean loss, the gradients' norm (read
+ * after the step, which leaves them as they were). */
+static gboolean
+log_step(QkvOptimizer *opt, QkvParams *params, const gchar *label, gint epoch, double loss,
+         double tokens, double seconds, gint64 t0, GError **error)
+{
+  if (run_log == NULL)
+    return TRUE;
+  RunLogRecord rec = run_log_record("step", epoch + 1, qkv_optimizer_get_step(opt));
+  rec.run = label;
+  rec.lr = qkv_optimizer_get_lr(opt);
+  rec.loss = loss;
+  rec.grad_norm = run_log_grad_norm(params);
+  rec.tokens_per_s = tokens / seconds;
+  rec.elapsed_s = (g_get_monotonic_time() - t0) / 1e6;
+  return run_log_add(run_log, &rec, error);
+}
+
+static gboolean
+train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
+      const ClassifyData *data, const gchar *label, GError **error)
+{
+  gint max_len = opt_max_len;
+  Watch watch = {.best = INFINITY};
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed};
   QkvShape bt = QKV_SHAPE(opt_batch, max_len), bs = QKV_SHAPE(opt_batch);
@@ -178,48 +357,43 @@ train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
   g_autofree gint *order = g_new(gint, batches->len);
   batch_order_init(order, (gint)batches->len);
   gint64 t0 = g_get_monotonic_time();
-  for (gint epoch = 0; epoch < opt_epochs; epoch++) {
+  for (gint epoch = 0; epoch < opt_epochs && !watch.stop; epoch++) {
     batch_shuffle(rng, order, batches->len, sizeof *order);
-    double sum = 0;
+    double sum = 0, epoch_tokens = 0;
+    gint64 epoch_start = g_get_monotonic_time();
     for (guint s = 0; s < batches->len; s++) {
       Batch *bt_ = &g_array_index(batches, Batch, order[s]);
+      gint64 step_start = g_get_monotonic_time();
       if (!qkv_plan_bind(plan, "tokens", bt_->tokens, error) ||
           !qkv_plan_bind(plan, "lens", bt_->lens, error) ||
           !qkv_plan_bind(plan, "labels", bt_->labels, error) || !qkv_plan_run(plan, error) ||
           !qkv_optimizer_step(opt, error))
         return FALSE;
-      sum += qkv_plan_output_scalar(plan, 0);
+      double step_loss = qkv_plan_output_scalar(plan, 0);
+      sum += step_loss;
+      double tokens = 0;
+      for (gint64 r = 0; r < qkv_tensor_numel(bt_->lens); r++)
+        tokens += qkv_tensor_i32(bt_->lens)[r];
+      epoch_tokens += tokens;
+      if (!log_step(opt, params, label, epoch, step_loss, tokens,
+                    (g_get_monotonic_time() - step_start) / 1e6, t0, error))
+        return FALSE;
     }
     if (!opt_quiet)
       printf("  %s epoch %d: mean loss %.4f (%.1f s)\n", label, epoch + 1, sum / batches->len,
              (g_get_monotonic_time() - t0) / 1e6);
+    RunLogRecord rec = run_log_record("epoch", epoch + 1, qkv_optimizer_get_step(opt));
+    rec.run = label;
+    rec.lr = opt_lr;
+    rec.loss = sum / batches->len;
+    rec.tokens_per_s = epoch_tokens / ((g_get_monotonic_time() - epoch_start) / 1e6);
+    rec.elapsed_s = (g_get_monotonic_time() - t0) / 1e6;
+    if (opt_valid > 0 && (epoch + 1) % opt_valid_every == 0 &&
+        !validate(cfg, params, data, epoch, &watch, &rec, error))
+      return FALSE;
+    if (run_log != NULL && !run_log_add(run_log, &rec, error))
+      return FALSE;
   }
-  return TRUE;
-}
-
-/* The share of the split's sentences whose argmax class is right. */
-static gboolean
-accuracy(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Split *s, double *acc,
-         GError **error)
-{
-  g_autoptr(QkvGraph) g = qkv_graph_new();
-  QkvBuilder b = {.graph = g, .params = params, .seed = (guint64)opt_seed + 1};
-  QkvShape bt = QKV_SHAPE(s->n, s->max_len), bs = QKV_SHAPE(s->n);
-  g_autoptr(QkvTensor) tokens_t = qkv_tensor_new_i32(&bt, s->ids);
-  g_autoptr(QkvTensor) lens_t = qkv_tensor_new_i32(&bs, s->lens);
-  g_autoptr(QkvTensor) labels_t = qkv_tensor_new_i32(&bs, s->labels);
-  QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &bt, error);
-  QkvValue *lens = qkv_graph_input(g, "lens", QKV_I32, &bs, error);
-  QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bs, error);
-  QkvValue *logits = qkv_build_pooling_classifier(&b, cfg, tokens, lens, NULL, error);
-  QkvValue *right =
-      qkv_mean(qkv_eq(qkv_argmax(logits, 1, FALSE, error), labels, error), NULL, 0, FALSE, error);
-  const gchar *names[] = {"tokens", "lens", "labels"};
-  QkvTensor *inputs[] = {tokens_t, lens_t, labels_t};
-  g_autoptr(QkvTensor) result = NULL;
-  if (!qkv_graph_eval(g, names, inputs, 3, &right, &result, 1, error))
-    return FALSE;
-  *acc = qkv_tensor_get(result, 0);
   return TRUE;
 }
 
@@ -307,14 +481,12 @@ round_trip(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Class
       return FALSE;
     path = g_build_filename(dir, "classify.safetensors", NULL);
   }
-  g_autoptr(GHashTable) meta = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, g_free);
-  g_hash_table_insert(meta, "classify.vocab", vocab_join(data->vocab));
   g_autoptr(QkvParams) restored = qkv_params_new();
   double untrained = -1;
   /* the fresh store's first graph creates its params from another seed */
   gboolean ok =
       accuracy(cfg, restored, &data->held_out, &untrained, error) &&
-      qkv_checkpoint_save(path, params, NULL, NULL, meta, error) &&
+      save_model(path, params, data->vocab, error) &&
       qkv_checkpoint_load(path, restored, NULL, NULL, QKV_CHECKPOINT_STRICT, NULL, NULL, error) &&
       accuracy(cfg, restored, &data->held_out, after, error);
   if (dir != NULL) {
@@ -333,11 +505,18 @@ check_options(GError **error)
   struct {
     const gchar *name;
     gint value, min;
-  } ints[] = {{"--epochs", opt_epochs, 0},   {"--batch-size", opt_batch, 1},
-              {"--embed", opt_embed, 1},     {"--key-size", opt_key, 1},
-              {"--queries", opt_queries, 1}, {"--max-sentences", opt_max_sentences, 0},
-              {"--max-len", opt_max_len, 1}, {"--min-freq", opt_min_freq, 1},
-              {"--threads", opt_threads, 0}};
+  } ints[] = {{"--epochs", opt_epochs, 0},
+              {"--batch-size", opt_batch, 1},
+              {"--embed", opt_embed, 1},
+              {"--key-size", opt_key, 1},
+              {"--queries", opt_queries, 1},
+              {"--max-sentences", opt_max_sentences, 0},
+              {"--max-len", opt_max_len, 1},
+              {"--min-freq", opt_min_freq, 1},
+              {"--threads", opt_threads, 0},
+              {"--valid", opt_valid, 0},
+              {"--valid-every", opt_valid_every, 1},
+              {"--early-stop", opt_early_stop, 0}};
   for (guint i = 0; i < G_N_ELEMENTS(ints); i++)
     if (ints[i].value < ints[i].min) {
       g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s is %d, it must be >= %d",
@@ -359,6 +538,11 @@ check_options(GError **error)
                 "--tau is %g, it must be finite and > 0", opt_tau);
     return FALSE;
   }
+  if ((opt_save_best != NULL || opt_early_stop > 0 || opt_valid_every != 1) && opt_valid == 0) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--save-best, --early-stop and --valid-every act on validation; give --valid N");
+    return FALSE;
+  }
   if (opt_sentence != NULL && opt_heatmap == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--sentence only chooses the sentence of --heatmap");
@@ -375,8 +559,8 @@ run(GError **error)
   g_autofree gchar *path =
       opt_data ? g_strdup(opt_data) : text_fra_eng_path(QKV_DATA_DIR, QKV_SOURCE_DATA_DIR);
   ClassifyData data;
-  if (!classify_data_load(&data, path, opt_max_sentences, opt_held_out, opt_max_len, opt_min_freq,
-                          (guint64)opt_seed, error))
+  if (!classify_data_load(&data, path, opt_max_sentences, opt_held_out, opt_valid, opt_max_len,
+                          opt_min_freq, (guint64)opt_seed, error))
     return FALSE;
   gboolean ok = FALSE;
   GArray *batches = NULL;
@@ -396,11 +580,21 @@ run(GError **error)
            "with two labels: the first kept), %d cut to %d words\n",
            data.n_read, data.n_unlabelled, data.n_unique, data.n_conflicts, data.n_truncated,
            opt_max_len);
+    if (data.n_no_tab > 0)
+      printf("%d lines without a tab skipped (not sentence pairs)\n", data.n_no_tab);
     printf("training %d (%d . / %d ? / %d !), held out %d (%d . / %d ? / %d !), vocabulary %d\n",
            data.train.n, train_counts[0], train_counts[1], train_counts[2], data.held_out.n,
            held_counts[0], held_counts[1], held_counts[2], vocab_size(data.vocab));
+    g_autofree gchar *every = opt_valid_every > 1
+                                  ? g_strdup_printf("every %d epochs", opt_valid_every)
+                                  : g_strdup("every epoch");
+    if (data.valid.n > 0)
+      printf("validation: %d sentences kept apart from training, %s\n", data.valid.n, every);
   }
 
+  if ((opt_log != NULL || opt_plot != NULL) &&
+      (run_log = run_log_new(opt_log, "qkv-classify", error)) == NULL)
+    goto out;
   batches = make_batches(&data.train, opt_batch);
   QkvPoolingClassifierConfig att_cfg = model_config(&data, QKV_POOLING_ATTENTION);
   QkvPoolingClassifierConfig mean_cfg = model_config(&data, QKV_POOLING_MEAN);
@@ -410,21 +604,27 @@ run(GError **error)
   hard = qkv_params_new();
   double acc_att = 0, acc_mean = 0, acc_hard = 0, acc_loaded = -1;
   gint64 t0 = g_get_monotonic_time();
-  if (!train(&att_cfg, att, batches, opt_max_len, "attention", error) ||
+  if (!train(&att_cfg, att, batches, &data, "attention", error) ||
       !accuracy(&att_cfg, att, &data.held_out, &acc_att, error))
     goto out;
   double att_s = (g_get_monotonic_time() - t0) / 1e6;
   t0 = g_get_monotonic_time();
-  if (!train(&hard_cfg, hard, batches, opt_max_len, "hard attention", error) ||
+  if (!train(&hard_cfg, hard, batches, &data, "hard attention", error) ||
       !accuracy(&hard_cfg, hard, &data.held_out, &acc_hard, error))
     goto out;
   double hard_s = (g_get_monotonic_time() - t0) / 1e6;
   t0 = g_get_monotonic_time();
-  if (!train(&mean_cfg, mean, batches, opt_max_len, "mean pooling", error) ||
+  if (!train(&mean_cfg, mean, batches, &data, "mean pooling", error) ||
       !accuracy(&mean_cfg, mean, &data.held_out, &acc_mean, error))
     goto out;
   double mean_s = (g_get_monotonic_time() - t0) / 1e6;
   double acc_majority = (double)held_counts[majority] / data.held_out.n;
+  if (opt_plot != NULL) {
+    if (!run_log_plot(run_log, opt_plot, "qkv-classify: attention, hard attention and mean pooling", error))
+      goto out;
+    if (!opt_quiet)
+      printf("plot written to %s\n", opt_plot);
+  }
 
   printf("held-out accuracy on %d sentences (%d epochs, batch %d):\n", data.held_out.n, opt_epochs,
          opt_batch);
@@ -457,6 +657,7 @@ out:
   qkv_params_free(mean);
   qkv_params_free(hard);
   classify_data_clear(&data);
+  g_clear_pointer(&run_log, run_log_free);
   return ok;
 }
 
@@ -474,7 +675,7 @@ main(int argc, char **argv)
       "model goes through a checkpoint and must score the same after loading.\n\n"
       "Data: the Tatoeba Project (tatoeba.org) via www.manythings.org/anki, CC BY 2.0; see\n"
       "fra-eng/_about.txt beside fra.txt.gz.");
-  g_option_context_add_main_entries(context, entries, NULL);
+  add_option_groups(context);
   if (!g_option_context_parse(context, &argc, &argv, &error) || !check_options(&error)) {
     fprintf(stderr, "qkv-classify: %s\n", error->message);
     return 2;
@@ -482,6 +683,10 @@ main(int argc, char **argv)
   if (argc > 1) {
     fprintf(stderr, "qkv-classify: unexpected argument '%s'\n", argv[1]);
     return 2;
+  }
+  if (opt_version) {
+    printf("qkv-classify %s\n", qkv_version());
+    return EXIT_SUCCESS;
   }
   if (!run(&error)) {
     fprintf(stderr, "qkv-classify: %s\n", error->message);

@@ -121,9 +121,101 @@ fill_array(GPtrArray *lines, const Vocab *v, gint num_steps, gint32 *ids, gint32
     valid[i] = vocab_encode(v, g_ptr_array_index(lines, i), num_steps, TRUE, ids + i * num_steps);
 }
 
+/* One line's pair: its first two tab-separated columns (a trailing "\r"
+ * dropped), or FALSE with why it is none. */
+typedef enum { LINE_PAIR, LINE_BLANK, LINE_NO_TAB } LineKind;
+
+static LineKind
+line_pair(gchar *line, gchar **src, gchar **tgt, gboolean *more_columns)
+{
+  gsize len = strlen(line);
+  if (len > 0 && line[len - 1] == '\r')
+    line[--len] = '\0';
+  if (len == 0)
+    return LINE_BLANK;
+  gchar *tab = strchr(line, '\t');
+  if (tab == NULL)
+    return LINE_NO_TAB;
+  *tab = '\0';
+  gchar *second = tab + 1, *third = strchr(second, '\t');
+  *more_columns = third != NULL;
+  if (third != NULL)
+    *third = '\0';
+  *src = line;
+  *tgt = second;
+  return LINE_PAIR;
+}
+
+/* The training pairs as token arrays, lines 0..num_examples of text, with
+ * what was skipped counted in r. */
+static void
+collect_pairs(gchar **lines, gint num_examples, gint max_len, GPtrArray *src, GPtrArray *tgt,
+              Seq2SeqLoadReport *r)
+{
+  for (gint i = 0; lines[i] != NULL && i <= num_examples; i++) {
+    /* the piece after a final newline is not a line */
+    if (lines[i][0] == '\0' && lines[i + 1] == NULL)
+      break;
+    r->lines++;
+    gchar *a = NULL, *b = NULL;
+    gboolean more = FALSE;
+    LineKind kind = line_pair(lines[i], &a, &b, &more);
+    if (kind != LINE_PAIR) {
+      r->blank += kind == LINE_BLANK;
+      r->no_tab += kind == LINE_NO_TAB;
+      continue;
+    }
+    gchar **s = g_strsplit(a, " ", -1), **t = g_strsplit(b, " ", -1);
+    if (max_len > 0 && (g_strv_length(s) > (guint)max_len || g_strv_length(t) > (guint)max_len)) {
+      r->too_long++;
+      g_strfreev(s);
+      g_strfreev(t);
+      continue;
+    }
+    r->more_columns += more;
+    g_ptr_array_add(src, s);
+    g_ptr_array_add(tgt, t);
+  }
+}
+
+gchar *
+seq2seq_load_report_describe(const Seq2SeqLoadReport *r, gint max_len)
+{
+  gint skipped = r->no_tab + r->blank + r->too_long;
+  if (skipped == 0 && r->more_columns == 0)
+    return NULL;
+  GString *s = g_string_new(NULL);
+  if (skipped > 0) {
+    g_string_append_printf(s, "skipped %d of %d lines:", skipped, r->lines);
+    const gchar *sep = " ";
+    if (r->no_tab > 0) {
+      g_string_append_printf(s, "%s%d without a tab (not a pair)", sep, r->no_tab);
+      sep = ", ";
+    }
+    if (r->blank > 0) {
+      g_string_append_printf(s, "%s%d blank", sep, r->blank);
+      sep = ", ";
+    }
+    if (r->too_long > 0)
+      g_string_append_printf(s, "%s%d with more than %d words on a side (--max-len)", sep,
+                             r->too_long, max_len);
+  }
+  if (r->more_columns > 0)
+    g_string_append_printf(s, "%s%d lines with more than two columns: the first two taken",
+                           skipped > 0 ? "; " : "", r->more_columns);
+  return g_string_free(s, FALSE);
+}
+
 gboolean
 seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, gint num_steps,
                       GError **error)
+{
+  return seq2seq_data_load_nmt_full(data, path, num_examples, num_steps, 2, 0, NULL, error);
+}
+
+gboolean
+seq2seq_data_load_nmt_full(Seq2SeqData *data, const gchar *path, gint num_examples, gint num_steps,
+                           gint min_freq, gint max_len, Seq2SeqLoadReport *report, GError **error)
 {
   memset(data, 0, sizeof(*data));
   if (num_examples < 1 || num_examples > SEQ2SEQ_MAX_EXAMPLES || num_steps < 2 ||
@@ -152,28 +244,26 @@ seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, g
   g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
   GPtrArray *src = g_ptr_array_new_with_free_func((GDestroyNotify)g_strfreev);
   GPtrArray *tgt = g_ptr_array_new_with_free_func((GDestroyNotify)g_strfreev);
-  for (gint i = 0; lines[i] != NULL && i <= num_examples; i++) {
-    g_auto(GStrv) parts = g_strsplit(lines[i], "\t", -1);
-    if (g_strv_length(parts) != 2)
-      continue;
-    g_ptr_array_add(src, g_strsplit(parts[0], " ", -1));
-    g_ptr_array_add(tgt, g_strsplit(parts[1], " ", -1));
-  }
+  Seq2SeqLoadReport r = {0};
+  collect_pairs(lines, num_examples, max_len, src, tgt, &r);
+  if (report != NULL)
+    *report = r;
   /* The book skips lines that are not one tab-separated pair; a file with
    * none at all would train on nothing. */
   if (src->len == 0) {
     g_ptr_array_unref(src);
     g_ptr_array_unref(tgt);
+    g_autofree gchar *why = seq2seq_load_report_describe(&r, max_len);
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
                 "%s holds no sentence pairs (lines of the form \"english<TAB>french\") in its "
-                "first %d lines",
-                path, num_examples + 1);
+                "first %d lines%s%s",
+                path, num_examples + 1, why ? "; " : "", why ? why : "");
     return FALSE;
   }
   data->n = (gint)src->len;
   data->num_steps = num_steps;
-  data->src_vocab = vocab_build(src, 2);
-  data->tgt_vocab = vocab_build(tgt, 2);
+  data->src_vocab = vocab_build(src, min_freq);
+  data->tgt_vocab = vocab_build(tgt, min_freq);
   data->src = g_new0(gint32, (gsize)data->n * num_steps);
   data->tgt = g_new0(gint32, (gsize)data->n * num_steps);
   data->src_valid = g_new0(gint32, data->n);
@@ -305,11 +395,12 @@ seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArray **src_o
   GPtrArray *src = g_ptr_array_new_with_free_func(g_free);
   GPtrArray *tgt = g_ptr_array_new_with_free_func(g_free);
   for (gint i = 0; lines[i] != NULL; i++) {
-    g_auto(GStrv) parts = g_strsplit(lines[i], "\t", -1);
-    if (g_strv_length(parts) != 2)
+    gchar *a = NULL, *b = NULL;
+    gboolean more = FALSE;
+    if (line_pair(lines[i], &a, &b, &more) != LINE_PAIR)
       continue;
-    g_ptr_array_add(src, g_strdup(parts[0]));
-    g_ptr_array_add(tgt, g_strdup(parts[1]));
+    g_ptr_array_add(src, g_strdup(a));
+    g_ptr_array_add(tgt, g_strdup(b));
   }
   *src_out = src;
   *tgt_out = tgt;

@@ -36,6 +36,28 @@ gchar *nmt_preprocess(const gchar *text);
  * a NUL byte, a line over 64 KiB, invalid UTF-8, or no sentence pair. */
 gboolean seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples,
                                gint num_steps, GError **error);
+/* What loading a file of pairs kept and skipped, and why. */
+typedef struct {
+  gint lines;        /* lines looked at */
+  gint no_tab;       /* skipped: one column only, not a pair */
+  gint blank;        /* skipped: empty */
+  gint too_long;     /* skipped: more than max_len words on a side */
+  gint more_columns; /* kept: a third column or more, ignored (Tatoeba's attribution) */
+} Seq2SeqLoadReport;
+
+/* seq2seq_data_load_nmt with the vocabularies' min_freq (the book's is 2)
+ * and, when max_len > 0, without the pairs that have more than max_len
+ * words on either side. Lines of three or more tab-separated columns are
+ * pairs of their first two; "\r" before a newline is dropped. report (may
+ * be NULL) gets the counts. */
+gboolean seq2seq_data_load_nmt_full(Seq2SeqData *data, const gchar *path, gint num_examples,
+                                    gint num_steps, gint min_freq, gint max_len,
+                                    Seq2SeqLoadReport *report, GError **error);
+/* The report in words ("skipped 2 of 40 lines: 1 blank, 1 without a tab
+ * (not a pair)"), or NULL when nothing was skipped and no line had more
+ * columns. Free with g_free(). */
+gchar *seq2seq_load_report_describe(const Seq2SeqLoadReport *report, gint max_len);
+
 /* The synthetic reverse task of bench/peers (splitmix64 stream from seed):
  * tokens <pad>=0, <bos>=1, <eos>=2, others 3..vocab-1. Fails unless
  * vocab >= 4, n >= 1 and num_steps >= 2 (and within the limits above). */
@@ -45,7 +67,8 @@ void seq2seq_data_clear(Seq2SeqData *data);
 
 /* The sentence pairs of lines first .. first + n − 1 (counted from 0) of
  * fra.txt, preprocessed as seq2seq_data_load_nmt does, as text: src_out and
- * tgt_out get arrays of gchar* (free with g_ptr_array_unref). The lines after
+ * tgt_out get arrays of gchar* (free with g_ptr_array_unref); the first two
+ * columns of a line of more are its pair. The lines after
  * a training set's (first = num_examples + 1) are pairs it never saw. The
  * arrays are empty when those lines hold no pair (or the file ends before
  * them); fails on a file that cannot be read or is not UTF-8. */

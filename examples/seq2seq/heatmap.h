@@ -1,11 +1,20 @@
-/* heatmap.h: attention weights drawn as labelled heat maps (cairo PNG). */
+/* heatmap.h: encoder-decoder attention weights drawn as labelled heat maps
+ * (cairo PNG): one row of panels per sentence, one panel per head, a colour
+ * scale beside them. */
 #pragma once
 
 #include <qkv/qkv.h>
-#include "data.h"
 
-/* weights: (1, heads, T, T) or (1, T, T); rows are decoder positions (the
- * tokens produced, then <eos>), columns the source tokens (with <eos>). */
-gboolean heatmap_write(const gchar *path, const QkvTensor *weights, const gchar *source,
-                       const gchar *translation, const Vocab *src_vocab, gint num_steps,
-                       gint src_len, gint out_len, GError **error);
+/* One translated sentence and its attention. weights: (1, heads, T, T) or
+ * (1, T, T); rows are decoder positions (the tokens produced, then <eos>),
+ * columns the source tokens (with <eos>). */
+typedef struct {
+  const QkvTensor *weights;
+  const gchar *source, *translation;
+  gint src_len, out_len;
+} HeatmapSentence;
+
+/* Draw n sentences to path; attention names the weights drawn ("block 2
+ * of 2", "Bahdanau attention") in the title. */
+gboolean heatmap_write(const gchar *path, const HeatmapSentence *sentences, gint n,
+                       const gchar *attention, GError **error);

@@ -1,8 +1,13 @@
 /* heldout.c: held-out corpus BLEU, decoding whole batches at once. */
 #include "heldout.h"
 
-#include "bleu.h"
 #include "translate.h"
+
+QkvBleuOptions
+heldout_bleu_options(void)
+{
+  return (QkvBleuOptions){.tokenize = QKV_BLEU_TOKENIZE_NONE, .lowercase = TRUE};
+}
 
 gboolean
 heldout_bleu(const ModelConfig *cfg, QkvParams *params, const Seq2SeqData *data, GPtrArray *src,
@@ -17,7 +22,8 @@ heldout_bleu(const ModelConfig *cfg, QkvParams *params, const Seq2SeqData *data,
   g_autofree gint32 *valid = g_new(gint32, batch);
   g_autofree gint32 *out = g_new(gint32, (gsize)batch * T);
   g_autofree gint *lens = g_new(gint, batch);
-  BleuStats stats = {0};
+  QkvBleuStats stats = {0};
+  QkvBleuOptions options = heldout_bleu_options();
   gboolean ok = TRUE;
   for (gint first = 0; ok && first < n; first += batch) {
     gint rows = MIN(batch, n - first);
@@ -30,12 +36,12 @@ heldout_bleu(const ModelConfig *cfg, QkvParams *params, const Seq2SeqData *data,
       for (gint i = 0; i < lens[r]; i++)
         g_string_append_printf(text, "%s%s", i ? " " : "",
                                vocab_token(data->tgt_vocab, out[(gsize)r * T + i]));
-      bleu_stats_add(&stats, text->str, g_ptr_array_index(tgt, first + r));
+      qkv_bleu_stats_add_text(&stats, text->str, g_ptr_array_index(tgt, first + r), &options);
       g_string_free(text, TRUE);
     }
   }
   translator_clear(&translator);
   if (ok)
-    *score = bleu_stats_score(&stats);
+    *score = qkv_bleu_stats_score(&stats, options.effective_order);
   return ok;
 }

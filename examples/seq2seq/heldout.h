@@ -9,8 +9,14 @@
 /* Translate every sentence of src (gchar*, preprocessed English) with the
  * incremental decoder under beam search (beam 1: greedy; alpha the length
  * penalty), in batches of up to batch sentences, and score the translations
- * against tgt (the French references) by corpus BLEU-4 (bleu.h), 0 to 100.
- * Words the training vocabulary lacks read as <unk>, as in any translation. */
+ * against tgt (the French references) by corpus BLEU-4 as sacrebleu
+ * computes it (qkv-bleu.h, with heldout_bleu_options()), 0 to 100. Words the
+ * training vocabulary lacks read as <unk>, as in any translation. */
 gboolean heldout_bleu(const ModelConfig *cfg, QkvParams *params, const Seq2SeqData *data,
                       GPtrArray *src, GPtrArray *tgt, gint batch, gint beam, double alpha,
                       gint threads, double *score, GError **error);
+
+/* How heldout_bleu() scores: the pairs are preprocessed (lower-cased, split
+ * before punctuation) as training data is, so BLEU splits them on spaces
+ * only (tok:none) and lower-cases them (case:lc, which changes nothing). */
+QkvBleuOptions heldout_bleu_options(void);

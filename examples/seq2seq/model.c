@@ -81,9 +81,11 @@ model_title(const ModelConfig *cfg)
                    : g_strdup(model_kind_name(cfg->kind));
 }
 
-gboolean
-model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
-                 gboolean training, gint threads, GError **error)
+/* The graph's inputs and the model's logits; *weights (may be NULL) gets
+ * the encoder-decoder attention weights. */
+static QkvValue *
+build_logits(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
+             QkvValue **weights, GError **error)
 {
   mp->batch = batch;
   mp->graph = qkv_graph_new();
@@ -93,28 +95,55 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
   QkvValue *src_valid = qkv_graph_input(g, "src_valid", QKV_I32, &bs, error);
   QkvValue *dec_in = qkv_graph_input(g, "dec_in", QKV_I32, &bt, error);
   QkvBuilder b = {.graph = g, .params = params, .seed = cfg->seed, .xavier_linear = TRUE};
+  return cfg->kind == MODEL_TRANSFORMER
+             ? build_transformer(&b, cfg, src, src_valid, dec_in, weights, error)
+         : cfg->kind == MODEL_BAHDANAU
+             ? build_bahdanau(&b, cfg, src, src_valid, dec_in, weights, error)
+             : build_luong(&b, cfg, src, src_valid, dec_in, weights, error);
+}
+
+/* The training loss of logits against the "labels" and "tgt_valid"
+ * inputs, with label smoothing epsilon. */
+static QkvValue *
+build_loss(ModelPlan *mp, const ModelConfig *cfg, QkvValue *logits, double epsilon, GError **error)
+{
+  QkvShape bt = QKV_SHAPE(mp->batch, cfg->num_steps), bs = QKV_SHAPE(mp->batch);
+  QkvValue *labels = qkv_graph_input(mp->graph, "labels", QKV_I32, &bt, error);
+  QkvValue *tgt_valid = qkv_graph_input(mp->graph, "tgt_valid", QKV_I32, &bs, error);
+  return qkv_build_seq2seq_loss_lens_smoothed(logits, labels, tgt_valid, epsilon, NULL, error);
+}
+
+gboolean
+model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
+                 gboolean training, gint threads, GError **error)
+{
   QkvValue *weights = NULL;
-  QkvValue **w = training ? NULL : &weights;
-  QkvValue *logits =
-      cfg->kind == MODEL_TRANSFORMER ? build_transformer(&b, cfg, src, src_valid, dec_in, w, error)
-      : cfg->kind == MODEL_BAHDANAU  ? build_bahdanau(&b, cfg, src, src_valid, dec_in, w, error)
-                                     : build_luong(&b, cfg, src, src_valid, dec_in, w, error);
+  QkvValue *logits = build_logits(mp, cfg, params, batch, training ? NULL : &weights, error);
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.n_threads = threads;
   opts.seed = cfg->seed * 1000003u + (guint64)batch;
   if (training) {
-    QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, error);
-    QkvValue *tgt_valid = qkv_graph_input(g, "tgt_valid", QKV_I32, &bs, error);
-    QkvValue *loss = qkv_build_seq2seq_loss_lens_smoothed(logits, labels, tgt_valid,
-                                                          cfg->label_smoothing, NULL, error);
-    if (!qkv_graph_backward(g, loss, error))
+    QkvValue *loss = build_loss(mp, cfg, logits, cfg->label_smoothing, error);
+    if (!qkv_graph_backward(mp->graph, loss, error))
       return FALSE;
     opts.training = TRUE;
-    mp->plan = qkv_graph_compile(g, &loss, 1, &opts, error);
+    mp->plan = qkv_graph_compile(mp->graph, &loss, 1, &opts, error);
   } else {
     QkvValue *outs[] = {logits, weights};
-    mp->plan = qkv_graph_compile(g, outs, weights ? 2 : 1, &opts, error);
+    mp->plan = qkv_graph_compile(mp->graph, outs, weights ? 2 : 1, &opts, error);
   }
+  return mp->plan != NULL;
+}
+
+gboolean
+model_plan_build_loss(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
+                      gint threads, GError **error)
+{
+  QkvValue *logits = build_logits(mp, cfg, params, batch, NULL, error);
+  QkvValue *loss = build_loss(mp, cfg, logits, 0.0, error);
+  QkvPlanOptions opts = qkv_plan_options_default();
+  opts.n_threads = threads; /* not training: no dropout */
+  mp->plan = qkv_graph_compile(mp->graph, &loss, 1, &opts, error);
   return mp->plan != NULL;
 }
 

@@ -51,4 +51,8 @@ typedef struct {
 
 gboolean model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
                           gboolean training, gint threads, GError **error);
+/* Forward only, for validation: inputs as the training plan's, output 0 the
+ * loss summed over the sequences, without dropout or label smoothing. */
+gboolean model_plan_build_loss(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint batch,
+                               gint threads, GError **error);
 void model_plan_clear(ModelPlan *mp);

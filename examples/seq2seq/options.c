@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <string.h>
 #include <unistd.h>
 #include <glib/gstdio.h>
 
@@ -28,6 +29,8 @@ seq2seq_options_init(Seq2seqOptions *o)
       .length_penalty = 0.6,
       .accumulate = 1,
       .heldout = 1000,
+      .valid_every = 1,
+      .min_freq = 2,
   };
 }
 
@@ -60,6 +63,12 @@ enum {
   O_ACCUMULATE,
   O_WARMUP,
   O_HELDOUT,
+  O_VALID,
+  O_VALID_EVERY,
+  O_EARLY_STOP,
+  O_MIN_FREQ,
+  O_MAX_LEN,
+  O_HEATMAP_BLOCK,
   N_INT_OPTIONS
 };
 
@@ -102,6 +111,12 @@ numeric_options(Seq2seqOptions *o)
               [O_ACCUMULATE] = {"accumulate", &o->accumulate, 1, 1000000, NULL},
               [O_WARMUP] = {"warmup", &o->warmup, 0, 100000000, NULL},
               [O_HELDOUT] = {"heldout", &o->heldout, 0, 100000, NULL},
+              [O_VALID] = {"valid", &o->valid, 1, 100000, NULL},
+              [O_VALID_EVERY] = {"valid-every", &o->valid_every, 1, 1000000, NULL},
+              [O_EARLY_STOP] = {"early-stop", &o->early_stop, 1, 1000000, NULL},
+              [O_MIN_FREQ] = {"min-freq", &o->min_freq, 1, 1000000, NULL},
+              [O_MAX_LEN] = {"max-len", &o->max_len, 1, 1000000, NULL},
+              [O_HEATMAP_BLOCK] = {"heatmap-block", &o->heatmap_block, 1, 64, NULL},
           },
       .doubles = {
           [O_LR] = {"lr", &o->lr, 0, 10, TRUE, FALSE, NULL},
@@ -131,7 +146,9 @@ option_entries_new(Seq2seqOptions *o, NumericOptions *num)
        "sequences; needs no data)",
        "NAME"},
       {"data", 0, 0, G_OPTION_ARG_FILENAME, &o->data,
-       "fra.txt or fra.txt.gz to read (default: the copy shipped with qkv)", "FILE"},
+       "fra.txt or fra.txt.gz to read: tab-separated pairs, English first, further columns "
+       "(Tatoeba's attribution) ignored (default: the copy shipped with qkv)",
+       "FILE"},
       {"epochs", 'e', 0, INT_ARG(O_EPOCHS),
        "Training epochs in all (default 200 for transformer, 250 for bahdanau and luong); with "
        "--resume, training continues up to this count",
@@ -180,10 +197,13 @@ option_entries_new(Seq2seqOptions *o, NumericOptions *num)
       {"resume", 0, 0, G_OPTION_ARG_FILENAME, &o->resume,
        "Start from a checkpoint written by --save (training continues up to --epochs)", "FILE"},
       {"translate", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->translate,
-       "Translate SENTENCE (may be repeated) instead of the book's four sentences", "SENTENCE"},
+       "Translate SENTENCE (may be repeated) instead of the book's four sentences; - reads one "
+       "sentence per line from standard input and writes one translation per line to standard "
+       "output",
+       "SENTENCE"},
       {"heatmap", 0, 0, G_OPTION_ARG_FILENAME, &o->heatmap,
-       "Draw the encoder-decoder attention weights of the first translated sentence, per head, "
-       "to FILE.png",
+       "Draw the encoder-decoder attention weights of a translated sentence (the first, or "
+       "--heatmap-sentence), per head, with a colour scale, to FILE.png",
        "FILE"},
       {"reverse-vocab", 0, 0, INT_ARG(O_REVERSE_VOCAB),
        "Vocabulary size of --task reverse, at least 4 (default 200)", "N"},
@@ -215,6 +235,218 @@ option_entries_new(Seq2seqOptions *o, NumericOptions *num)
        "N"},
       {NULL}};
   return g_memdup2(table, sizeof table);
+}
+
+/* Watching a run, validation and one's own data; free with g_free(). */
+static GOptionEntry *
+watch_entries_new(Seq2seqOptions *o, NumericOptions *num)
+{
+  GOptionEntry table[] = {
+      {"log", 0, 0, G_OPTION_ARG_FILENAME, &o->log,
+       "Write one JSON object per training step and per epoch (epoch, step, lr, loss, grad norm, "
+       "tokens/s, elapsed time, validation loss and BLEU when measured) to FILE",
+       "FILE.jsonl"},
+      {"plot", 0, 0, G_OPTION_ARG_FILENAME, &o->plot,
+       "Draw the training and validation loss curves and the learning rate to FILE (PNG), "
+       "during training and after it",
+       "FILE.png"},
+      {"valid", 0, 0, INT_ARG(O_VALID),
+       "Hold out N sentence pairs (the lines after the training ones, or the first N of "
+       "--valid-data) and measure the loss and BLEU on them every --valid-every epochs",
+       "N"},
+      {"valid-data", 0, 0, G_OPTION_ARG_FILENAME, &o->valid_data,
+       "Validate on the sentence pairs of FILE (all of them, or the first --valid)", "FILE"},
+      {"valid-every", 0, 0, INT_ARG(O_VALID_EVERY), "Validate every K epochs (default 1)", "K"},
+      {"save-best", 0, 0, G_OPTION_ARG_FILENAME, &o->save_best,
+       "Save the model to FILE whenever the validation loss is the lowest so far", "FILE"},
+      {"early-stop", 0, 0, INT_ARG(O_EARLY_STOP),
+       "Stop training after P validations in a row without a lower validation loss", "P"},
+      {"test-data", 0, 0, G_OPTION_ARG_FILENAME, &o->test_data,
+       "Score the held-out BLEU on the first --heldout pairs of FILE instead of the lines after "
+       "the training (and validation) ones",
+       "FILE"},
+      {"min-freq", 0, 0, INT_ARG(O_MIN_FREQ),
+       "Words seen fewer times in the training pairs are <unk> (default 2, the book's)", "N"},
+      {"max-len", 0, 0, INT_ARG(O_MAX_LEN),
+       "Skip training pairs with more than N words on either side (default: keep all; "
+       "--num-steps still cuts what is kept)",
+       "N"},
+      {"heatmap-sentence", 0, 0, G_OPTION_ARG_STRING, &o->heatmap_sentence,
+       "Draw the attention of these translated sentences, counted from 1 (default 1; up to 8, "
+       "comma-separated: one row of panels each)",
+       "N[,N...]"},
+      {"heatmap-block", 0, 0, INT_ARG(O_HEATMAP_BLOCK),
+       "Draw the encoder-decoder attention of Transformer block B, from 1 (default: the last)",
+       "B"},
+      {"version", 'V', 0, G_OPTION_ARG_NONE, &o->version, "Print the version and exit", NULL},
+      {NULL}};
+  return g_memdup2(table, sizeof table);
+}
+
+/* The groups --help-all shows (--help-NAME one of them); an option of none
+ * of them stays in the main group. */
+static const gchar *const model_group[] = {"model",         "score",   "local-m",        "local-p",
+                                           "input-feeding", "hidden",  "layers",         "heads",
+                                           "ffn",           "dropout", "tie-embeddings", NULL};
+static const gchar *const training_group[] = {
+    "epochs",      "batch-size", "lr",          "clip",    "clip-rule", "label-smoothing",
+    "warmup",      "accumulate", "seed",        "threads", "log",       "plot",
+    "valid-every", "early-stop", "step-losses", NULL};
+static const gchar *const data_group[] = {
+    "task",       "data",      "num-examples", "num-steps",     "min-freq",     "max-len", "valid",
+    "valid-data", "test-data", "heldout",      "reverse-vocab", "reverse-size", NULL};
+static const gchar *const decoding_group[] = {
+    "translate", "beam", "length-penalty", "heatmap", "heatmap-sentence", "heatmap-block", NULL};
+static const gchar *const checkpoint_group[] = {"save", "resume", "save-every", "save-best", NULL};
+static const gchar *const distribution_group[] = {"distributed", NULL};
+
+static const struct {
+  const gchar *name, *description, *help;
+  const gchar *const *members;
+} option_groups[] = {
+    {"model", "Model options:", "Show the model options", model_group},
+    {"training", "Training options:", "Show the training options", training_group},
+    {"data", "Data options:", "Show the data options", data_group},
+    {"decoding", "Decoding options:", "Show the decoding options", decoding_group},
+    {"checkpoints", "Checkpoint options:", "Show the checkpoint options", checkpoint_group},
+    {"distribution", "Distribution options:", "Show the distribution options", distribution_group},
+};
+
+/* Hand every entry of entries (NULL-terminated) to its group in context;
+ * the others become the main entries. */
+static void
+add_grouped_entries(GOptionContext *context, const GOptionEntry *entries)
+{
+  gsize n = 0;
+  while (entries[n].long_name != NULL)
+    n++;
+  g_autofree GOptionEntry *main_entries = g_new0(GOptionEntry, n + 1);
+  g_autofree gboolean *taken = g_new0(gboolean, n);
+  for (guint g = 0; g < G_N_ELEMENTS(option_groups); g++) {
+    g_autofree GOptionEntry *members = g_new0(GOptionEntry, n + 1);
+    gsize k = 0;
+    for (gsize i = 0; i < n; i++)
+      if (g_strv_contains((const gchar *const *)option_groups[g].members, entries[i].long_name)) {
+        members[k++] = entries[i];
+        taken[i] = TRUE;
+      }
+    GOptionGroup *group = g_option_group_new(option_groups[g].name, option_groups[g].description,
+                                             option_groups[g].help, NULL, NULL);
+    g_option_group_add_entries(group, members);
+    g_option_context_add_group(context, group);
+  }
+  gsize k = 0;
+  for (gsize i = 0; i < n; i++)
+    if (!taken[i])
+      main_entries[k++] = entries[i];
+  g_option_context_add_main_entries(context, main_entries, NULL);
+}
+
+/* The main table and watch_entries_new's, in one; free with g_free(). */
+static GOptionEntry *
+all_entries_new(Seq2seqOptions *o, NumericOptions *num)
+{
+  g_autofree GOptionEntry *first = option_entries_new(o, num);
+  g_autofree GOptionEntry *watch = watch_entries_new(o, num);
+  gsize a = 0, b = 0;
+  while (first[a].long_name != NULL)
+    a++;
+  while (watch[b].long_name != NULL)
+    b++;
+  GOptionEntry *all = g_new0(GOptionEntry, a + b + 1);
+  memcpy(all, first, a * sizeof *all);
+  memcpy(all + a, watch, b * sizeof *all);
+  return all;
+}
+
+gboolean
+seq2seq_options_validating(const Seq2seqOptions *o)
+{
+  return o->valid > 0 || o->valid_data != NULL;
+}
+
+/* --heatmap-sentence: "N[,N...]", each from 1. */
+static gboolean
+parse_heatmap_sentences(Seq2seqOptions *o, GError **error)
+{
+  o->n_heatmap_rows = 1;
+  o->heatmap_rows[0] = 1;
+  if (o->heatmap_sentence == NULL)
+    return TRUE;
+  g_auto(GStrv) parts = g_strsplit(o->heatmap_sentence, ",", -1);
+  guint n = g_strv_length(parts);
+  for (guint i = 0; i < n; i++) {
+    gint64 v = 0;
+    if (n > SEQ2SEQ_MAX_HEATMAPS || !g_ascii_string_to_signed(parts[i], 10, 1, 10000, &v, NULL)) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "--heatmap-sentence takes 1 to %d sentence numbers from 1, comma-separated, "
+                  "not '%s'",
+                  SEQ2SEQ_MAX_HEATMAPS, o->heatmap_sentence);
+      return FALSE;
+    }
+    o->heatmap_rows[i] = (gint)v;
+  }
+  o->n_heatmap_rows = (gint)n;
+  return TRUE;
+}
+
+/* A usage error naming what is wrong. */
+static gboolean
+refuse(GError **error, const gchar *message)
+{
+  g_set_error_literal(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, message);
+  return FALSE;
+}
+
+/* The checks between the watch options and the others. */
+static gboolean
+check_watch_options(Seq2seqOptions *o, GError **error)
+{
+  gboolean validating = seq2seq_options_validating(o);
+  if (!parse_heatmap_sentences(o, error))
+    return FALSE;
+  if (o->translate != NULL && g_strv_contains((const gchar *const *)o->translate, "-")) {
+    if (g_strv_length(o->translate) > 1)
+      return refuse(error, "--translate - reads the sentences from standard input; give no "
+                           "other --translate");
+    if (o->heatmap != NULL)
+      return refuse(error, "--heatmap draws sentences of --translate SENTENCE or the book's, "
+                           "not of --translate -");
+    o->translate_stdin = TRUE;
+  }
+  if ((o->save_best != NULL || o->early_stop > 0 || o->valid_every != 1) && !validating)
+    return refuse(error, "--save-best, --early-stop and --valid-every act on validation; give "
+                         "--valid N or --valid-data FILE");
+  if (o->early_stop > 0 && o->distributed)
+    return refuse(error, "--early-stop would have every process agree when to stop; it is not "
+                         "available with --distributed");
+  if (o->reverse && (o->valid_data != NULL || o->test_data != NULL))
+    return refuse(error, "--valid-data and --test-data hold sentence pairs; --task reverse "
+                         "makes its own sequences (use --valid N)");
+  if (o->test_data != NULL && o->heldout == 0)
+    return refuse(error, "--test-data is scored on --heldout pairs; --heldout is 0");
+  if ((o->heatmap_sentence != NULL || o->heatmap_block > 0) && o->heatmap == NULL)
+    return refuse(error, "--heatmap-sentence and --heatmap-block choose what --heatmap draws; "
+                         "give --heatmap FILE");
+  /* the sentences translated after training: --translate's or the book's four */
+  gint translated = o->translate != NULL ? (gint)g_strv_length(o->translate) : o->reverse ? 0 : 4;
+  for (gint k = 0; o->heatmap != NULL && k < o->n_heatmap_rows; k++)
+    if (o->heatmap_rows[k] > translated) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "--heatmap-sentence %d: %d sentences are translated", o->heatmap_rows[k],
+                  translated);
+      return FALSE;
+    }
+  if (o->heatmap_block > 0 && o->kind != MODEL_TRANSFORMER)
+    return refuse(error, "--heatmap-block chooses a Transformer block; the GRU models have one "
+                         "attention");
+  if (o->heatmap_block > o->layers) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--heatmap-block %d: the model has %d blocks (--layers)", o->heatmap_block,
+                o->layers);
+    return FALSE;
+  }
+  return TRUE;
 }
 
 /* More threads than this only adds overhead: --threads 10000 took 53.6 s and
@@ -369,25 +601,35 @@ gboolean
 seq2seq_options_check_paths(const Seq2seqOptions *o, GError **error)
 {
   return (o->save == NULL || check_writable("--save", o->save, error)) &&
-         (o->heatmap == NULL || check_writable("--heatmap", o->heatmap, error));
+         (o->heatmap == NULL || check_writable("--heatmap", o->heatmap, error)) &&
+         (o->plot == NULL || check_writable("--plot", o->plot, error)) &&
+         (o->save_best == NULL || check_writable("--save-best", o->save_best, error));
 }
 
 gboolean
 seq2seq_options_parse(Seq2seqOptions *o, gint *argc, gchar ***argv, GError **error)
 {
   NumericOptions num = numeric_options(o);
-  g_autofree GOptionEntry *entries = option_entries_new(o, &num);
+  g_autofree GOptionEntry *entries = all_entries_new(o, &num);
   g_autoptr(GOptionContext) context = g_option_context_new(
       "- train a seq2seq model of Dive into Deep Learning (ch. 10) and translate");
   g_option_context_set_summary(
       context, "Default: the book's Transformer on 600 English-French pairs (d_model 32, 2 "
                "blocks, 4 heads,\nFFN 64, dropout 0.1, batch 64, Adam lr 0.005, clipping at 1, "
                "200 epochs, Xavier init),\nthen the book's four test sentences with BLEU.");
-  g_option_context_add_main_entries(context, entries, NULL);
+  g_option_context_set_description(context,
+                                   "--help-all lists every option; --help-model, --help-training, "
+                                   "--help-data, --help-decoding,\n--help-checkpoints and "
+                                   "--help-distribution list one group each.\n");
+  add_grouped_entries(context, entries);
   gboolean ok = g_option_context_parse(context, argc, argv, error) &&
-                parse_numeric_options(&num, error) && check_options(o, error);
+                parse_numeric_options(&num, error) && check_options(o, error) &&
+                check_watch_options(o, error);
   if (ok && num.ints[O_EPOCHS].text == NULL)
     o->epochs = o->kind == MODEL_TRANSFORMER ? 200 : 250;
+  /* a filter from a checkpoint translates with it as it is */
+  if (ok && num.ints[O_EPOCHS].text == NULL && o->translate_stdin && o->resume != NULL)
+    o->epochs = 0;
   for (guint i = 0; i < N_INT_OPTIONS; i++)
     g_free(num.ints[i].text);
   for (guint i = 0; i < N_DOUBLE_OPTIONS; i++)
@@ -408,4 +650,10 @@ seq2seq_options_clear(Seq2seqOptions *o)
   g_clear_pointer(&o->step_losses, g_free);
   g_clear_pointer(&o->clip_rule, g_free);
   luong_options_clear(&o->luong);
+  g_clear_pointer(&o->log, g_free);
+  g_clear_pointer(&o->plot, g_free);
+  g_clear_pointer(&o->valid_data, g_free);
+  g_clear_pointer(&o->save_best, g_free);
+  g_clear_pointer(&o->test_data, g_free);
+  g_clear_pointer(&o->heatmap_sentence, g_free);
 }

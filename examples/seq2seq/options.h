@@ -7,6 +7,9 @@
 #include "luong-options.h"
 #include "model.h"
 
+/* Sentences --heatmap-sentence may draw in one picture. */
+#define SEQ2SEQ_MAX_HEATMAPS 8
+
 typedef struct {
   gchar *model; /* --model as given, or NULL */
   gchar *task;
@@ -43,6 +46,23 @@ typedef struct {
   gchar *clip_rule;
   gint heldout;
   LuongOptions luong;
+  /* watching a run, validation and one's own data (their part of options.c) */
+  gchar *log;                              /* --log FILE.jsonl */
+  gchar *plot;                             /* --plot FILE.png */
+  gint valid;                              /* --valid N: pairs held out for validation; 0: none */
+  gchar *valid_data;                       /* --valid-data FILE */
+  gint valid_every;                        /* --valid-every K epochs */
+  gchar *save_best;                        /* --save-best FILE */
+  gint early_stop;                         /* --early-stop P evaluations; 0: never */
+  gchar *test_data;                        /* --test-data FILE for the held-out BLEU */
+  gint min_freq;                           /* --min-freq: rarer words are <unk> */
+  gint max_len;                            /* --max-len: longer pairs are skipped; 0: no limit */
+  gchar *heatmap_sentence;                 /* --heatmap-sentence N[,N...] as given */
+  gint heatmap_rows[SEQ2SEQ_MAX_HEATMAPS]; /* which sentences, from 1 */
+  gint n_heatmap_rows;
+  gint heatmap_block; /* --heatmap-block B, from 1; 0: the last */
+  gboolean version;
+  gboolean translate_stdin; /* --translate -: a filter from stdin to stdout */
   /* what --task and --model chose */
   gboolean reverse;
   ModelKind kind;
@@ -54,6 +74,8 @@ void seq2seq_options_init(Seq2seqOptions *o);
  * against its range and the options against each other, and work out the
  * defaults that depend on others. A failure is a usage error. */
 gboolean seq2seq_options_parse(Seq2seqOptions *o, gint *argc, gchar ***argv, GError **error);
+/* Whether validation is on (--valid or --valid-data). */
+gboolean seq2seq_options_validating(const Seq2seqOptions *o);
 /* Whether --save and --heatmap can be written (before training: a path
  * that cannot be written must not lose the model after it). */
 gboolean seq2seq_options_check_paths(const Seq2seqOptions *o, GError **error);

@@ -7,10 +7,14 @@
 #include <qkv/qkv.h>
 #include <qkv/qkv-optim.h>
 
+#include <stdio.h>
+
+#include "../common/runlog.h"
 #include "data.h"
 #include "model.h"
 #include "options.h"
 #include "translate.h"
+#include "validate.h"
 
 typedef struct {
   const Seq2seqOptions *opt;
@@ -29,6 +33,15 @@ typedef struct {
   gint64 global_step;
   double last_loss;
   double last_tokens_per_s;
+  /* where the lines about training go: stdout, or stderr when --translate -
+   * keeps stdout for the translations */
+  FILE *out;
+  gchar *data_name;       /* "fra-eng", the --data file's name, or "reverse task" */
+  RunLog *log;            /* --log or --plot (rank 0), else NULL */
+  gint64 plotted_at;      /* when --plot was last drawn */
+  gint64 start_time;      /* of training, for the log's elapsed time */
+  Seq2SeqLoadReport load; /* what loading the training data skipped */
+  Validation valid;       /* --valid, --valid-data */
 } Trainer;
 
 /* Decoding of one sentence by the incremental step decoder (one plan run per
@@ -43,3 +56,15 @@ gboolean trainer_save(Trainer *tr, const gchar *path, GError **error);
 /* --resume: load path into tr's parameters and optimizer, refusing a
  * checkpoint of another model, configuration or data, or with NaN or Inf. */
 gboolean trainer_resume(Trainer *tr, const gchar *path, GError **error);
+
+/* --plot: the curves of the run's log so far (nothing without --plot). */
+gboolean trainer_plot(Trainer *tr, GError **error);
+
+/* --valid, --valid-data: read (or for --task reverse, make) the validation
+ * pairs and encode them with the training vocabularies. */
+gboolean trainer_validation_setup(Trainer *tr, const gchar *data_path, GError **error);
+/* The validation loss (the book's metric: cross-entropy per target token,
+ * without dropout or label smoothing) and, for sentence pairs, corpus BLEU
+ * of greedy translations (NaN for --task reverse); then --save-best and the
+ * count --early-stop watches. */
+gboolean trainer_validate(Trainer *tr, GError **error);

@@ -15,6 +15,7 @@ translator_init(Translator *t, gint num_steps, gint max_sentences, gint beam, do
   t->num_steps = num_steps;
   t->max_sentences = max_sentences;
   t->threads = threads;
+  t->cross_layer = -1;
 }
 
 void
@@ -97,7 +98,7 @@ attention_along(Translator *t, const Seq2SeqData *data, const gint32 *src, gint3
       return NULL;
     }
     /* (rows, heads, 1, S) or (rows, 1, S): row 0 is heads × S floats */
-    const QkvTensor *w = qkv_step_decoder_cross_weights(t->decoder, -1);
+    const QkvTensor *w = qkv_step_decoder_cross_weights(t->decoder, t->cross_layer);
     const QkvShape *ws = qkv_tensor_shape(w);
     gint64 heads = ws->rank == 4 ? ws->dims[1] : 1, S = ws->dims[ws->rank - 1];
     if (weights == NULL) {

@@ -13,6 +13,7 @@ typedef struct {
   gint max_sentences;
   gint num_steps;
   gint threads;
+  gint cross_layer; /* the block whose attention translator_sentence returns; -1: the last */
 } Translator;
 
 /* Set up (nothing is compiled yet): sources and outputs of num_steps tokens,
@@ -31,7 +32,7 @@ gboolean translator_run(Translator *t, const ModelConfig *cfg, QkvParams *params
 /* Translate one sentence to text. weights_out (may be NULL) gets the
  * incremental decoder's encoder-decoder attention weights along the
  * translation, as the heat map takes them: (1, heads, num_steps, num_steps)
- * (the last block's) for the Transformer, (1, num_steps, num_steps) for
+ * (block cross_layer's) for the Transformer, (1, num_steps, num_steps) for
  * Bahdanau and Luong; rows are the decoder's steps (each token, then
  * <eos>). */
 gchar *translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,

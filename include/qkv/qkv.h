@@ -20,6 +20,7 @@
 #include "qkv-checkpoint.h"
 #include "qkv-builders.h"
 #include "qkv-decode.h"
+#include "qkv-bleu.h"
 
 G_BEGIN_DECLS
 
