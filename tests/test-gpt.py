@@ -42,7 +42,7 @@ with tempfile.TemporaryDirectory() as tmp:
         failures.append(f'seeds 5 and 6 gave the same text {texts["2", "5"]!r}')
     for bad in [['--top-p', '0'], ['--top-p', '1.5'], ['--temperature', '-1'], ['--steps', '-1'],
                 ['--length', '0'], ['--threads', '999'], ['--heads', '3', '--d-model', '16'],
-                ['--top-k', 'x'], ['--warmup', '10', '--steps', '5'], ['stray']]:
+                ['--top-k', 'x'], ['--warmup', '10', '--steps', '5'], ['--steps', '0'], ['stray']]:
         p = run(bad, expect=2)
         if 'qkv-gpt:' not in p.stderr:
             failures.append(f'{bad}: no message')

@@ -88,7 +88,7 @@ check_options(GError **error)
                 "--heads %d does not divide --d-model %d", opt_heads, opt_d_model);
     return FALSE;
   }
-  if (opt_load == NULL && opt_steps == 0 && opt_prompt != NULL) {
+  if (opt_load == NULL && opt_steps == 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--steps 0 without --load would sample from an untrained model");
     return FALSE;
@@ -251,7 +251,6 @@ main(int argc, char **argv)
   }
   if (opt_threads > 0)
     qkv_set_num_threads(opt_threads);
-  qkv_init();
   if (!run(&error)) {
     fprintf(stderr, "qkv-gpt: %s\n", error->message);
     return error->domain == G_OPTION_ERROR ? 2 : 1;
