@@ -28,6 +28,10 @@ typedef enum {
   QKV_ERROR_CORRUPT,          /* a file whose content is malformed */
   QKV_ERROR_PLUGIN,           /* a plugin that cannot be loaded */
   QKV_ERROR_MEMORY,           /* memory for a tensor, parameter or plan could not be had */
+  /* A kernel found an index outside its range while a plan ran (a target
+   * of cross_entropy, an id of embedding, an index of gather or
+   * index_select); the run stopped at that node. */
+  QKV_ERROR_INDEX,
 } QkvError;
 
 GQuark qkv_error_quark(void);

@@ -61,7 +61,12 @@ void qkv_plan_free(QkvPlan *plan);
  * Numbers a builder computed from shapes at build time and stored as
  * attributes (a scale by 1/T, an expand to a fixed size) stay as built. */
 gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
-/* Run once. Every input the plan needs must be bound. */
+/* Run once. Every input the plan needs must be bound. A kernel that finds
+ * its inputs unusable (QKV_ERROR_INDEX: a cross_entropy target, an embedding
+ * id, a gather or index_select index out of range) stops the run after its
+ * node, which the GError names with the position and the value; the later
+ * nodes do not run, parameter gradients are not copied and the step counter
+ * stays, and the plan can run again. */
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
 /* Requested output i, valid until the next run or qkv_plan_free(). */
 const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);

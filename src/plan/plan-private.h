@@ -64,6 +64,9 @@ struct _QkvPlan {
   QkvDType *rule_in_dtypes;
   gboolean shapes_dirty;  /* a bound shape changed since the last shape pass */
   gboolean shapes_varied; /* the current shapes are not the compiled ones */
+  /* What a kernel reported with qkv_kernel_fail() during the current run
+   * (every step's ctx.reserved points here); NULL otherwise. */
+  GError *kernel_failure;
 };
 
 /* arena.c */
