@@ -71,10 +71,15 @@ typedef enum {
 } QkvReduction;
 
 /* "cross_entropy" {reduction: s ("none", "sum", "mean"), label_smoothing: d
- * (0 here; see qkv_cross_entropy_smoothed)}: logits (…, C),
- * targets i32 (…), optional weight f32 (…) that multiplies each token's loss
- * (a mask, for instance); NULL for none. "none" gives the per-token loss
- * (shape of targets); "mean" divides the weighted sum by the number of tokens. */
+ * (0 here; see qkv_cross_entropy_smoothed), ignore_index: i (−100 here; see
+ * qkv_cross_entropy_ignore)}: logits (…, C), targets i32 (…), optional
+ * weight f32 (…) that multiplies each token's loss (a mask, for instance);
+ * NULL for none. "none" gives the per-token loss (shape of targets); "mean"
+ * divides the weighted sum by the number of targets not ignored (0 when
+ * there are none). A target equal to ignore_index adds 0 and takes no
+ * gradient, as PyTorch's; any other target outside [0, C) fails the plan's
+ * run with QKV_ERROR_INDEX naming the node, the row and the value. The weight
+ * takes a gradient (the per-token loss times dloss) as the logits do. */
 QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                             QkvReduction reduction, GError **error);
 /* The same with label smoothing ε in [0, 1] (attribute "label_smoothing"), as
@@ -84,6 +89,12 @@ QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weigh
 QkvValue *qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                                      QkvReduction reduction, double label_smoothing,
                                      GError **error);
+/* The same with the targets to ignore (attribute "ignore_index"; PyTorch's
+ * ignore_index=, which may also be a class in [0, C)). Label smoothing
+ * leaves ignored targets out of both of its terms, as PyTorch does. */
+QkvValue *qkv_cross_entropy_ignore(QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                                   QkvReduction reduction, double label_smoothing,
+                                   gint64 ignore_index, GError **error);
 /* "mse" {reduction: s}: (pred - target)², reduced. */
 QkvValue *qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error);
 
@@ -110,6 +121,18 @@ QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue
 QkvValue *qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
                                               QkvValue *weight, QkvReduction reduction,
                                               double label_smoothing, GError **error);
+/* The same {…, ignore_index: i}: rows whose target is ignore_index get 0, and
+ * "mean" divides by the targets not ignored. */
+QkvValue *qkv_cross_entropy_backward_ignore(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                            QkvValue *weight, QkvReduction reduction,
+                                            double label_smoothing, gint64 ignore_index,
+                                            GError **error);
+/* "cross_entropy_weight_backward" {reduction: s, label_smoothing: d,
+ * ignore_index: i}: d loss / d weight, the per-token loss without the weight
+ * times dloss (/ the targets not ignored for "mean"); shape of targets. */
+QkvValue *qkv_cross_entropy_weight_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                            QkvReduction reduction, double label_smoothing,
+                                            gint64 ignore_index, GError **error);
 /* "slice_backward" {shape: ax, axis: i, start: x}: place dy into zeros of the
  * input's shape at start along axis. Only the size along axis is fixed: on the
  * other axes the output takes dy's size, which may be smaller than
