@@ -60,8 +60,11 @@ QkvValue *qkv_log(QkvValue *x, GError **error);
 QkvValue *qkv_softmax(QkvValue *x, GError **error);
 QkvValue *qkv_log_softmax(QkvValue *x, GError **error);
 
-/* "embedding": ids (i32, any shape) pick rows of weight (V, D) → (…, D).
- * An id outside [0, V) gives a zero row. */
+/* "embedding" {zero_out_of_range: b (FALSE here)}: ids (i32, any shape)
+ * pick rows of weight (V, D) → (…, D). An id outside [0, V) fails the plan's
+ * run with QKV_ERROR_INDEX naming the node, the position and the value; a
+ * node added by name with zero_out_of_range = TRUE (qkv_graph_op) gives a
+ * zero row and no gradient for it instead (a padding id past the table). */
 QkvValue *qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error);
 
 typedef enum {
@@ -213,12 +216,15 @@ QkvValue *qkv_squeeze(QkvValue *x, const gint *axes, guint n_axes, GError **erro
  * leading axes to shape; -1 keeps x's size. The gradient sums over the
  * repeats. */
 QkvValue *qkv_expand(QkvValue *x, const QkvShape *shape, GError **error);
-/* "gather" {axis: i}: y[…, k, …] = x[…, index[…, k, …], …] along axis, as
- * torch.gather: index (i32) has x's rank and is no larger off the axis; y
- * has index's shape. An index outside [0, size) gives 0. */
+/* "gather" {axis: i, zero_out_of_range: b (FALSE here)}: y[…, k, …] =
+ * x[…, index[…, k, …], …] along axis, as torch.gather: index (i32) has x's
+ * rank and is no larger off the axis; y has index's shape. An index outside
+ * [0, size) fails the run as embedding's ids do, or with zero_out_of_range
+ * (by name) gives 0. */
 QkvValue *qkv_gather(QkvValue *x, QkvValue *index, gint axis, GError **error);
-/* "index_select" {axis: i}: the slices of x at positions index (i32, rank 1)
- * along axis. An index outside [0, size) gives a zero slice. */
+/* "index_select" {axis: i, zero_out_of_range: b (FALSE here)}: the slices of
+ * x at positions index (i32, rank 1) along axis. An index outside [0, size)
+ * fails the run, or with zero_out_of_range (by name) gives a zero slice. */
 QkvValue *qkv_index_select(QkvValue *x, QkvValue *index, gint axis, GError **error);
 
 /* Gradient ops of the above, scatter-adding (indices out of range skipped). */
