@@ -65,7 +65,7 @@ gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor
  * its inputs unusable (QKV_ERROR_INDEX: a cross_entropy target, an embedding
  * id, a gather or index_select index out of range) stops the run after its
  * node, which the GError names with the position and the value; the later
- * nodes do not run, parameter gradients are not copied and the step counter
+ * nodes do not run, so parameter gradients are incomplete, the step counter
  * stays, and the plan can run again. */
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
 /* Requested output i, valid until the next run or qkv_plan_free(). */

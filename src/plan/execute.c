@@ -167,8 +167,9 @@ reshape_steps(QkvPlan *plan, GError **error)
 
 /* A kernel of node failed the run (qkv_kernel_fail()): hand its error on,
  * naming the node, and leave the plan ready for the next run. The steps
- * after the node did not run, the parameter gradients are not copied and
- * the step counter stays. */
+ * after the node did not run, the parameter gradients are not copied to the
+ * store (those computed in place there may be partial) and the step counter
+ * stays. */
 static gboolean
 stop_on_kernel_failure(QkvPlan *plan, const QkvNode *node, GError **error)
 {
