@@ -1,9 +1,10 @@
 /* embedding.c: "embedding" (a table lookup) and "embedding_backward" (the
  * scatter-add of its gradient into the table).
  *
- * An id outside [0, V) selects a zero row and receives no gradient, so bad
- * data (a padding id past the vocabulary, say) cannot read or write out of
- * bounds.
+ * An id outside [0, V) fails the run, naming its position and value, unless
+ * the node has zero_out_of_range (for a padding id past the vocabulary, say):
+ * then it selects a zero row and receives no gradient. embedding_backward
+ * skips such ids. Neither reads or writes out of bounds.
  */
 #include "ops-common.h"
 
@@ -35,6 +36,7 @@ typedef struct {
   const float *src; /* weight, or dy for the backward */
   float *dst;       /* y, or dweight for the backward */
   gint64 v, d, n;
+  QkvBadIndex *bad; /* the lookup's, unless zero_out_of_range */
 } EmbeddingJob;
 
 /* Output rows [begin, end): a row of the table, or zeros for a bad id. */
@@ -45,10 +47,13 @@ embedding_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
   const gint64 v = j->v, d = j->d;
   for (gint64 i = begin; i < end; i++) {
     gint64 id = j->ids[i];
-    if (id >= 0 && id < v)
+    if (G_LIKELY(id >= 0 && id < v)) {
       memcpy(j->dst + i * d, j->src + id * d, (gsize)d * sizeof(float));
-    else
+    } else {
       memset(j->dst + i * d, 0, (gsize)d * sizeof(float));
+      if (j->bad != NULL)
+        qkv_bad_index_note(j->bad, i);
+    }
   }
 }
 
@@ -62,8 +67,12 @@ embedding_forward(const QkvKernelCtx *ctx)
   gint64 v = ctx->in[1].shape.dims[0], d = ctx->in[1].shape.dims[1];
   if (d == 0)
     return;
-  EmbeddingJob job = {ids, weight, y, v, d, 0};
+  QkvBadIndex bad;
+  qkv_bad_index_init(&bad);
+  gboolean zero = qkv_attrs_get_bool(ctx->attrs, "zero_out_of_range");
+  EmbeddingJob job = {ids, weight, y, v, d, 0, zero ? NULL : &bad};
   qkv_parallel_for(qkv_kernel_threads(ctx, n * d), n, embedding_rows, &job);
+  qkv_bad_index_report(ctx, &bad, "id", ids, &ctx->in[0].shape, v, -1);
 }
 
 static gboolean
@@ -135,27 +144,32 @@ embedding_backward_forward(const QkvKernelCtx *ctx)
   gint64 v = ctx->out[0].shape.dims[0], d = ctx->out[0].shape.dims[1];
   /* Each thread's columns should at least fill a cache line. */
   gint n_threads = (gint)MAX(1, MIN((gint64)qkv_kernel_threads(ctx, (n + v) * d), d / 16));
-  EmbeddingJob job = {ids, dy, dw, v, d, n};
+  EmbeddingJob job = {ids, dy, dw, v, d, n, NULL};
   qkv_parallel_for(n_threads, d, embedding_backward_columns, &job);
 }
 
 /* The op is linear in dy: its gradient is the lookup of the incoming
- * gradient's rows. */
+ * gradient's rows, with zero rows for the ids it skipped. */
 static gboolean
 embedding_backward_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
-  g->in_grads[0] = qkv_embedding(g->inputs[1], g->out_grads[0], error);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "zero_out_of_range", g_variant_new_boolean(TRUE));
+  QkvValue *inputs[] = {g->inputs[1], g->out_grads[0]};
+  g->in_grads[0] = qkv_op_call("embedding", inputs, 2, g_variant_builder_end(&attrs), error);
   return g->in_grads[0] != NULL;
 }
 
 const QkvOpDef qkv_ops_embedding[] = {
     QKV_OP(.name = "embedding",
            .doc = "rows of weight (V, D) picked by i32 ids of any shape → (…, D); an id outside "
-                  "[0, V) gives a zero row",
-           QKV_INPUTS("ids", "weight"), QKV_OUTPUTS("y"), .no_grad_inputs = 1 << 0,
-           .shape = embedding_shape, .forward = embedding_forward, .gradient = embedding_grad),
+                  "[0, V) fails the run, or with zero_out_of_range gives a zero row",
+           QKV_INPUTS("ids", "weight"), QKV_OUTPUTS("y"), QKV_ATTRS(QKV_ZERO_OUT_OF_RANGE_ATTR),
+           .no_grad_inputs = 1 << 0, .shape = embedding_shape, .forward = embedding_forward,
+           .gradient = embedding_grad),
     QKV_OP(.name = "embedding_backward",
            .doc = "scatter-add the rows of dy (…, D) into a (num_embeddings, D) gradient at ids; "
                   "ids outside [0, num_embeddings) are skipped",

@@ -3,10 +3,11 @@
  * as torch.index_select), and their gradients "gather_backward" and
  * "index_select_backward", which scatter-add.
  *
- * As with "embedding", an index outside [0, size of the axis) picks a zero
- * and receives no gradient: kernels cannot report errors, and bad data must
- * not read or write out of bounds. Negative indices do not count from the
- * end (PyTorch refuses them).
+ * As with "embedding", an index outside [0, size of the axis) fails the run,
+ * naming its position and value, unless the node has zero_out_of_range:
+ * then it picks a zero and receives no gradient. The scatter-adds skip such
+ * indices. Nothing reads or writes out of bounds. Negative indices do not
+ * count from the end (PyTorch refuses them).
  *
  * The scatter-adds split their work by output position off the axis: every
  * task owns whole fibers along the axis, so no two threads write one element
@@ -20,8 +21,10 @@
 /* Every op's here. */
 #define AXIS_ATTR QKV_REQUIRED_ATTR("axis", INT, "the axis indexed (negative counts from the end)")
 
-static const QkvAttrSpec axis_attrs[] = {
+/* gather's and index_select's. */
+static const QkvAttrSpec pick_attrs[] = {
     AXIS_ATTR,
+    QKV_ZERO_OUT_OF_RANGE_ATTR,
 };
 
 static gint
@@ -203,6 +206,7 @@ typedef struct {
   gconstpointer src;
   gpointer dst;
   gboolean i32;
+  QkvBadIndex *bad; /* gather's, unless zero_out_of_range */
 } GatherJob;
 
 static void
@@ -224,7 +228,13 @@ gather_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
       guint32 *dst = (guint32 *)j->dst + row;
       for (gint64 c = 0; c < width; c++) {
         gint64 i = id[c];
-        dst[c] = (i >= 0 && i < l->n) ? src[base + i * l->data_inner + inner_off[c]] : 0;
+        if (G_LIKELY(i >= 0 && i < l->n)) {
+          dst[c] = src[base + i * l->data_inner + inner_off[c]];
+        } else {
+          dst[c] = 0;
+          if (j->bad != NULL)
+            qkv_bad_index_note(j->bad, row + c);
+        }
       }
     }
   }
@@ -277,13 +287,20 @@ static void
 gather_forward(const QkvKernelCtx *ctx)
 {
   const QkvShape *x = &ctx->in[0].shape, *index = &ctx->in[1].shape;
-  GatherJob job = {.index = ctx->in[1].data, .src = ctx->in[0].data, .dst = ctx->out[0].data};
-  gather_layout(&job.l, index, x, attr_axis(ctx->attrs, x->rank));
+  QkvBadIndex bad;
+  qkv_bad_index_init(&bad);
+  GatherJob job = {.index = ctx->in[1].data,
+                   .src = ctx->in[0].data,
+                   .dst = ctx->out[0].data,
+                   .bad = qkv_attrs_get_bool(ctx->attrs, "zero_out_of_range") ? NULL : &bad};
+  gint axis = attr_axis(ctx->attrs, x->rank);
+  gather_layout(&job.l, index, x, axis);
   gint64 n_tasks = job.l.outer * job.l.n_blocks;
   if (qkv_shape_numel(index) == 0)
     return;
   gint nt = qkv_kernel_threads(ctx, qkv_shape_numel(index));
   qkv_parallel_for(MIN((gint64)nt, n_tasks), n_tasks, gather_range, &job);
+  qkv_bad_index_report(ctx, &bad, "index", job.index, index, job.l.n, axis);
 }
 
 static void
@@ -311,15 +328,30 @@ gather_grad(QkvGradCtx *g, GError **error)
   return g->in_grads[0] != NULL;
 }
 
-/* Linear in dy: its gradient gathers the incoming one. */
+/* gather or index_select of x at index along axis with zero_out_of_range:
+ * the adjoint of a scatter-add that skips bad indices. */
+static QkvValue *
+pick_zero_out_of_range(const gchar *op_name, QkvValue *x, QkvValue *index, gint axis,
+                       GError **error)
+{
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(axis));
+  g_variant_builder_add(&attrs, "{sv}", "zero_out_of_range", g_variant_new_boolean(TRUE));
+  QkvValue *inputs[] = {x, index};
+  return qkv_op_call(op_name, inputs, 2, g_variant_builder_end(&attrs), error);
+}
+
+/* Linear in dy: its gradient gathers the incoming one (indices the
+ * scatter-add skipped pick zeros). */
 static gboolean
 gather_backward_grad(QkvGradCtx *g, GError **error)
 {
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
   const QkvShape *shape = qkv_value_shape(g->outputs[0]);
-  g->in_grads[0] =
-      qkv_gather(g->out_grads[0], g->inputs[1], attr_axis(g->attrs, shape->rank), error);
+  g->in_grads[0] = pick_zero_out_of_range("gather", g->out_grads[0], g->inputs[1],
+                                          attr_axis(g->attrs, shape->rank), error);
   return g->in_grads[0] != NULL;
 }
 
@@ -370,6 +402,7 @@ typedef struct {
   gpointer dst;
   /* Around the axis: outer × (src_len or dst_len) × inner. */
   gint64 src_len, dst_len, inner, n_blocks;
+  QkvBadIndex *bad; /* index_select's, unless zero_out_of_range */
 } SelectJob;
 
 /* Rows (o, k) of the output: a copy of row index[k] of x, or zeros. */
@@ -381,10 +414,13 @@ index_select_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
   for (gint64 r = begin; r < end; r++) {
     const gint64 o = r / k_len, k = r % k_len, i = j->index[k];
     guint32 *dst = (guint32 *)j->dst + r * inner;
-    if (i >= 0 && i < n)
+    if (G_LIKELY(i >= 0 && i < n)) {
       memcpy(dst, (const guint32 *)j->src + (o * n + i) * inner, (gsize)inner * sizeof(guint32));
-    else
+    } else {
       memset(dst, 0, (gsize)inner * sizeof(guint32));
+      if (j->bad != NULL)
+        qkv_bad_index_note(j->bad, k);
+    }
   }
 }
 
@@ -432,12 +468,21 @@ index_select_forward(const QkvKernelCtx *ctx)
   gint axis = attr_axis(ctx->attrs, x->rank);
   gint64 outer, inner;
   split_at(x, axis, &outer, &inner);
-  SelectJob job = {
-      ctx->in[1].data, ctx->in[0].data, ctx->out[0].data, x->dims[axis], y->dims[axis], inner, 0};
+  QkvBadIndex bad;
+  qkv_bad_index_init(&bad);
+  SelectJob job = {ctx->in[1].data,
+                   ctx->in[0].data,
+                   ctx->out[0].data,
+                   x->dims[axis],
+                   y->dims[axis],
+                   inner,
+                   0,
+                   qkv_attrs_get_bool(ctx->attrs, "zero_out_of_range") ? NULL : &bad};
   gint64 rows = outer * y->dims[axis];
   if (rows == 0 || inner == 0)
     return;
   qkv_parallel_for(qkv_kernel_threads(ctx, rows * inner), rows, index_select_range, &job);
+  qkv_bad_index_report(ctx, &bad, "index", job.index, &ctx->in[1].shape, job.src_len, axis);
 }
 
 static void
@@ -453,7 +498,8 @@ index_select_backward_forward(const QkvKernelCtx *ctx)
                    dy->dims[axis],
                    dx->dims[axis],
                    inner,
-                   (inner + INDEX_COL_BLOCK - 1) / INDEX_COL_BLOCK};
+                   (inner + INDEX_COL_BLOCK - 1) / INDEX_COL_BLOCK,
+                   NULL};
   gint64 n_tasks = outer * job.n_blocks;
   if (n_tasks == 0)
     return;
@@ -479,7 +525,8 @@ index_select_backward_grad(QkvGradCtx *g, GError **error)
   if (g->out_grads[0] == NULL || !g->needs_grad[0])
     return TRUE;
   gint axis = attr_axis(g->attrs, qkv_value_shape(g->inputs[0])->rank);
-  g->in_grads[0] = qkv_index_select(g->out_grads[0], g->inputs[1], axis, error);
+  g->in_grads[0] =
+      pick_zero_out_of_range("index_select", g->out_grads[0], g->inputs[1], axis, error);
   return g->in_grads[0] != NULL;
 }
 
@@ -488,8 +535,8 @@ index_select_backward_grad(QkvGradCtx *g, GError **error)
 const QkvOpDef qkv_ops_index[] = {
     QKV_OP(.name = "gather",
            .doc = "y[…, k, …] = x[…, index[…, k, …], …] along axis (torch.gather); y has index's "
-                  "shape; an index out of range gives 0",
-           QKV_INPUTS("x", "index"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(axis_attrs),
+                  "shape; an index out of range fails the run, or with zero_out_of_range gives 0",
+           QKV_INPUTS("x", "index"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(pick_attrs),
            .no_grad_inputs = 1 << 1, .shape = gather_shape, .forward = gather_forward,
            .gradient = gather_grad),
     QKV_OP(.name = "gather_backward",
@@ -501,8 +548,8 @@ const QkvOpDef qkv_ops_index[] = {
            .forward = gather_backward_forward, .gradient = gather_backward_grad),
     QKV_OP(.name = "index_select",
            .doc = "the slices of x at the positions index (i32, rank 1) along axis; an index out "
-                  "of range gives a zero slice",
-           QKV_INPUTS("x", "index"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(axis_attrs),
+                  "of range fails the run, or with zero_out_of_range gives a zero slice",
+           QKV_INPUTS("x", "index"), QKV_OUTPUTS("y"), QKV_ATTR_TABLE(pick_attrs),
            .no_grad_inputs = 1 << 1, .shape = index_select_shape, .forward = index_select_forward,
            .gradient = index_select_grad),
     QKV_OP(.name = "index_select_backward",

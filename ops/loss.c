@@ -6,10 +6,16 @@
  *
  * Both take a reduction attribute: "none" keeps one loss per token (per
  * element for mse), "sum" adds them up, "mean" divides that sum by the number
- * of tokens (elements). For cross_entropy the optional weight multiplies each
- * token's loss before the reduction, and "mean" still divides by the number of
- * tokens, not by the sum of the weights. A target outside [0, C) contributes
- * a loss of 0 and a gradient of 0 (such as a padding id past the classes).
+ * of tokens (elements). For cross_entropy a target equal to ignore_index
+ * (−100 unless the node says otherwise, as PyTorch) adds a loss of 0, takes
+ * a gradient of 0 and is left out of that number, as PyTorch's; a mean over
+ * no target at all is 0 (PyTorch's is NaN). Any other target outside [0, C)
+ * fails the run (qkv_kernel_fail), naming the row and the value, in the
+ * forward and the backward kernels alike. The optional weight multiplies
+ * each token's loss before the reduction, and "mean" still divides by the
+ * number of targets counted, not by the sum of the weights. The weight has
+ * a gradient: each token's unweighted loss times dloss (over that number,
+ * for "mean"), from "cross_entropy_weight_backward".
  */
 #include "ops-common.h"
 
@@ -20,12 +26,18 @@
 #define CE_WEIGHT 2
 #define CE_BACKWARD_WEIGHT (1 + CE_WEIGHT)
 
+/* PyTorch's default ignore_index. */
+#define CE_IGNORE_INDEX (-100)
+
 /* Every loss op's. */
 #define REDUCTION_ATTR QKV_STRING_ATTR("reduction", "mean", "\"none\", \"sum\" or \"mean\"")
 
 static const QkvAttrSpec ce_attrs[] = {
     REDUCTION_ATTR,
     QKV_FLOAT_ATTR("label_smoothing", 0.0, "ε in [0, 1]: the target is (1 − ε) onehot + ε / C"),
+    QKV_INT_ATTR("ignore_index", CE_IGNORE_INDEX,
+                 "a target equal to it adds 0, takes no gradient and is left out of the mean; "
+                 "any other target outside [0, C) fails the run"),
 };
 
 static const gchar *
@@ -76,14 +88,18 @@ reduction_attrs_variant(QkvReduction reduction)
   return g_variant_builder_end(&attrs);
 }
 
+/* ignore_index is written only when it is not the default, so that nodes
+ * built without it keep the attributes they always had. */
 static GVariant *
-ce_attrs_variant(QkvReduction reduction, double label_smoothing)
+ce_attrs_variant(QkvReduction reduction, double label_smoothing, gint64 ignore_index)
 {
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "reduction",
                         g_variant_new_string(reduction_name(reduction)));
   g_variant_builder_add(&attrs, "{sv}", "label_smoothing", g_variant_new_double(label_smoothing));
+  if (ignore_index != CE_IGNORE_INDEX)
+    g_variant_builder_add(&attrs, "{sv}", "ignore_index", g_variant_new_int64(ignore_index));
   return g_variant_builder_end(&attrs);
 }
 
@@ -151,14 +167,47 @@ ce_scratch_size(const QkvShapeCtx *ctx, gint n_threads)
   return (gsize)(MAX(n_threads, 1) * c + tokens) * sizeof(float);
 }
 
+/* The number of targets that count (those not equal to ignore_index), or
+ * -1 after failing the run on the first other one outside [0, c). One
+ * serial pass: a token's row costs c times more, and the first bad row is
+ * the one reported whatever the thread count. */
+static gint64
+ce_count_targets(const QkvKernelCtx *ctx, const gint32 *targets, gint64 tokens, gint64 c,
+                 gint64 ignore_index)
+{
+  gint64 counted = 0;
+  for (gint64 i = 0; i < tokens; i++) {
+    gint64 t = targets[i];
+    if (t == ignore_index)
+      continue;
+    if (G_UNLIKELY(t < 0 || t >= c)) {
+      qkv_kernel_fail(ctx, QKV_ERROR_INDEX,
+                      "target %" G_GINT64_FORMAT " at row %" G_GINT64_FORMAT
+                      " is outside [0, %" G_GINT64_FORMAT
+                      ") and is not ignore_index (%" G_GINT64_FORMAT ")",
+                      t, i, c, ignore_index);
+      return -1;
+    }
+    counted++;
+  }
+  return counted;
+}
+
+/* A row whose target takes no part: ignored, or out of range (which
+ * ce_count_targets has refused already; the row kernels check it anyway so
+ * that nothing is read out of bounds). */
+static inline gboolean
+ce_skipped(gint64 target, gint64 c, gint64 ignore_index)
+{
+  return target == ignore_index || target < 0 || target >= c;
+}
+
 /* −log softmax(x)[target] over one row of c logits, using buf (c floats),
  * smoothed by eps: lse − (1 − ε) x_target − ε mean_j x_j, all relative to the
  * row's max. */
 static float
 ce_row(const float *x, gint64 c, gint64 target, float eps, float *buf)
 {
-  if (target < 0 || target >= c)
-    return 0.0f;
   float m = -INFINITY;
   for (gint64 j = 0; j < c; j++)
     m = x[j] > m ? x[j] : m;
@@ -176,12 +225,15 @@ ce_row(const float *x, gint64 c, gint64 target, float eps, float *buf)
   return logf(sum) - (1.0f - eps) * (x[target] - m) - eps * (shifted / (float)c);
 }
 
+/* The forward and cross_entropy_weight_backward: per-token losses, times
+ * weight (the forward's) or times dloss · scale (the weight's gradient). */
 typedef struct {
-  const float *logits, *weight;
+  const float *logits, *weight, *dloss;
   const gint32 *targets;
   float *bufs, *losses;
-  gint64 c;
-  float eps;
+  gint64 c, ignore_index;
+  gboolean dloss_per_token;
+  float eps, scale;
 } CeJob;
 
 static void
@@ -189,9 +241,25 @@ ce_forward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
 {
   const CeJob *j = user_data;
   for (gint64 i = begin; i < end; i++) {
-    float loss = ce_row(j->logits + i * j->c, j->c, j->targets[i], j->eps, j->bufs + thread * j->c);
-    j->losses[i] = j->weight != NULL ? loss * j->weight[i] : loss;
+    gint64 target = j->targets[i];
+    float loss = ce_skipped(target, j->c, j->ignore_index)
+                     ? 0.0f
+                     : ce_row(j->logits + i * j->c, j->c, target, j->eps, j->bufs + thread * j->c);
+    if (j->weight != NULL)
+      loss *= j->weight[i];
+    if (j->dloss != NULL)
+      loss *= j->dloss[j->dloss_per_token ? i : 0] * j->scale;
+    j->losses[i] = loss;
   }
+}
+
+/* Threads the kernel may use: no more than scratch has row buffers for
+ * (extra floats after them are the kernel's), and than the plan gives. */
+static gint
+ce_scratch_threads(const QkvKernelCtx *ctx, gint64 c, gint64 extra)
+{
+  gint64 max_threads = c > 0 ? ((gint64)(ctx->scratch_size / sizeof(float)) - extra) / c : 1;
+  return (gint)CLAMP(max_threads, 1, MAX(ctx->n_threads, 1));
 }
 
 static void
@@ -205,22 +273,26 @@ ce_forward(const QkvKernelCtx *ctx)
   gint64 tokens = qkv_shape_numel(&ctx->in[1].shape);
   QkvReduction reduction = QKV_REDUCTION_MEAN;
   reduction_parse(ctx->attrs, &reduction);
+  gint64 ignore_index = qkv_attrs_get_int(ctx->attrs, "ignore_index");
+  gint64 counted = ce_count_targets(ctx, targets, tokens, c, ignore_index);
+  if (counted < 0)
+    return;
 
   /* Per-token losses go straight to the output for "none", else after the
-   * row buffers in scratch. Use no more threads than scratch has rows for
-   * (the plan's thread count may have changed since it was sized). */
-  gint64 max_threads = c > 0 ? ((gint64)(ctx->scratch_size / sizeof(float)) - tokens) / c : 1;
-  gint n_threads = (gint)CLAMP(max_threads, 1, MAX(ctx->n_threads, 1));
+   * row buffers in scratch (the plan's thread count may have changed since
+   * it was sized). */
+  gint n_threads = ce_scratch_threads(ctx, c, tokens);
   float *bufs = ctx->scratch;
   float *losses = reduction == QKV_REDUCTION_NONE ? out : bufs + n_threads * c;
 
-  CeJob job = {logits,
-               weight,
-               targets,
-               bufs,
-               losses,
-               c,
-               (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing")};
+  CeJob job = {.logits = logits,
+               .weight = weight,
+               .targets = targets,
+               .bufs = bufs,
+               .losses = losses,
+               .c = c,
+               .ignore_index = ignore_index,
+               .eps = (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing")};
   /* about ten units of work per logit: max, subtract, exp, sum */
   qkv_parallel_for(qkv_work_threads(n_threads, 10 * tokens * c), tokens, ce_forward_rows, &job);
 
@@ -229,23 +301,37 @@ ce_forward(const QkvKernelCtx *ctx)
     for (gint64 i = 0; i < tokens; i++)
       total += losses[i];
     if (reduction == QKV_REDUCTION_MEAN)
-      total = tokens > 0 ? total / (double)tokens : 0.0;
+      total = counted > 0 ? total / (double)counted : 0.0;
     out[0] = (float)total;
   }
 }
 
+/* d loss / d logits from cross_entropy_backward, d loss / d weight from
+ * cross_entropy_weight_backward (the weight enters linearly). */
 static gboolean
 ce_grad(QkvGradCtx *g, GError **error)
 {
   QkvReduction reduction = QKV_REDUCTION_MEAN;
-  if (g->out_grads[0] == NULL || !g->needs_grad[0])
+  if (g->out_grads[0] == NULL)
     return TRUE;
   reduction_parse(g->attrs, &reduction);
-  g->in_grads[0] = qkv_cross_entropy_backward_smoothed(
-      g->out_grads[0], g->inputs[0], g->inputs[1],
-      g->n_inputs > CE_WEIGHT ? g->inputs[CE_WEIGHT] : NULL, reduction,
-      qkv_attrs_get_float(g->attrs, "label_smoothing"), error);
-  return g->in_grads[0] != NULL;
+  double eps = qkv_attrs_get_float(g->attrs, "label_smoothing");
+  gint64 ignore_index = qkv_attrs_get_int(g->attrs, "ignore_index");
+  gboolean weighted = g->n_inputs > CE_WEIGHT;
+  if (g->needs_grad[0]) {
+    g->in_grads[0] = qkv_cross_entropy_backward_ignore(g->out_grads[0], g->inputs[0], g->inputs[1],
+                                                       weighted ? g->inputs[CE_WEIGHT] : NULL,
+                                                       reduction, eps, ignore_index, error);
+    if (g->in_grads[0] == NULL)
+      return FALSE;
+  }
+  if (weighted && g->needs_grad[CE_WEIGHT]) {
+    g->in_grads[CE_WEIGHT] = qkv_cross_entropy_weight_backward(
+        g->out_grads[0], g->inputs[0], g->inputs[1], reduction, eps, ignore_index, error);
+    if (g->in_grads[CE_WEIGHT] == NULL)
+      return FALSE;
+  }
+  return TRUE;
 }
 
 static gboolean
@@ -269,13 +355,14 @@ ce_backward_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* dlogits = (softmax(logits) − (1 − ε) onehot(target) − ε / C) · weight ·
- * dloss, and / N for "mean"; a row whose target is out of range gets zeros. */
+ * dloss, and / N (the targets counted) for "mean"; a row whose target is
+ * ignored gets zeros. */
 typedef struct {
   const float *dloss, *logits;
   const gint32 *targets;
   const float *weight;
   float *dx;
-  gint64 c;
+  gint64 c, ignore_index;
   QkvReduction reduction;
   float mean_scale, eps;
 } CeBackwardJob;
@@ -289,7 +376,7 @@ ce_backward_rows(gint64 begin, gint64 end, gint thread, gpointer user_data)
     const float *x = j->logits + i * c;
     float *d = j->dx + i * c;
     gint64 target = j->targets[i];
-    if (target < 0 || target >= c) {
+    if (ce_skipped(target, c, j->ignore_index)) {
       memset(d, 0, (gsize)c * sizeof(float));
       continue;
     }
@@ -332,13 +419,74 @@ ce_backward_forward(const QkvKernelCtx *ctx)
   gint64 tokens = qkv_shape_numel(&ctx->in[2].shape);
   QkvReduction reduction = QKV_REDUCTION_MEAN;
   reduction_parse(ctx->attrs, &reduction);
-  float mean_scale = reduction == QKV_REDUCTION_MEAN && tokens > 0 ? 1.0f / (float)tokens : 1.0f;
+  gint64 ignore_index = qkv_attrs_get_int(ctx->attrs, "ignore_index");
+  gint64 counted = ce_count_targets(ctx, targets, tokens, c, ignore_index);
+  if (counted < 0)
+    return;
+  float mean_scale = reduction == QKV_REDUCTION_MEAN && counted > 0 ? 1.0f / (float)counted : 1.0f;
 
-  CeBackwardJob job = {
-      dloss,     logits,     targets,
-      weight,    dx,         c,
-      reduction, mean_scale, (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing")};
+  CeBackwardJob job = {.dloss = dloss,
+                       .logits = logits,
+                       .targets = targets,
+                       .weight = weight,
+                       .dx = dx,
+                       .c = c,
+                       .ignore_index = ignore_index,
+                       .reduction = reduction,
+                       .mean_scale = mean_scale,
+                       .eps = (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing")};
   qkv_parallel_for(qkv_kernel_threads(ctx, 10 * tokens * c), tokens, ce_backward_rows, &job);
+}
+
+/* ---- cross_entropy_weight_backward ---------------------------------------- */
+
+/* dloss, logits, targets: the shapes cross_entropy_backward takes without a
+ * weight; the gradient has the shape of targets. */
+static gboolean
+ce_weight_backward_shape(QkvShapeCtx *ctx, GError **error)
+{
+  if (!ce_backward_shape(ctx, error))
+    return FALSE;
+  ctx->out_shapes[0] = ctx->in_shapes[2];
+  return TRUE;
+}
+
+/* A row buffer per thread, as the forward's. */
+static gsize
+ce_weight_backward_scratch_size(const QkvShapeCtx *ctx, gint n_threads)
+{
+  const QkvShape *logits = &ctx->in_shapes[1];
+  return (gsize)(MAX(n_threads, 1) * logits->dims[logits->rank - 1]) * sizeof(float);
+}
+
+/* dweight[i] = loss_i · dloss (dloss[i] for "none"), / N for "mean": the
+ * forward's per-token losses without the weight, scaled. */
+static void
+ce_weight_backward_forward(const QkvKernelCtx *ctx)
+{
+  const float *dloss = ctx->in[0].data;
+  const gint32 *targets = ctx->in[2].data;
+  gint64 c = ctx->in[1].shape.dims[ctx->in[1].shape.rank - 1];
+  gint64 tokens = qkv_shape_numel(&ctx->in[2].shape);
+  QkvReduction reduction = QKV_REDUCTION_MEAN;
+  reduction_parse(ctx->attrs, &reduction);
+  gint64 ignore_index = qkv_attrs_get_int(ctx->attrs, "ignore_index");
+  gint64 counted = ce_count_targets(ctx, targets, tokens, c, ignore_index);
+  if (counted < 0)
+    return;
+  gint n_threads = ce_scratch_threads(ctx, c, 0);
+  CeJob job = {.logits = ctx->in[1].data,
+               .dloss = dloss,
+               .targets = targets,
+               .bufs = ctx->scratch,
+               .losses = ctx->out[0].data,
+               .c = c,
+               .ignore_index = ignore_index,
+               .dloss_per_token = reduction == QKV_REDUCTION_NONE,
+               .eps = (float)qkv_attrs_get_float(ctx->attrs, "label_smoothing"),
+               .scale =
+                   reduction == QKV_REDUCTION_MEAN && counted > 0 ? 1.0f / (float)counted : 1.0f};
+  qkv_parallel_for(qkv_work_threads(n_threads, 10 * tokens * c), tokens, ce_forward_rows, &job);
 }
 
 /* ---- mse ---------------------------------------------------------------- */
@@ -428,10 +576,11 @@ const QkvOpDef qkv_ops_loss[] = {
     QKV_OP(.name = "cross_entropy",
            .doc = "−log softmax(logits)[target] per token (label_smoothing ε: (1 − ε) of that plus "
                   "ε times the mean of −log softmax over the classes), times the optional weight, "
-                  "reduced by \"none\", \"sum\" or \"mean\" (sum / number of tokens); a target "
-                  "outside [0, C) adds 0 and gets no gradient",
+                  "reduced by \"none\", \"sum\" or \"mean\" (sum / number of targets not "
+                  "ignored); a target equal to ignore_index adds 0 and gets no gradient, any other "
+                  "outside [0, C) fails the run",
            QKV_INPUTS_OPT(CE_WEIGHT, "logits", "targets", "weight"), QKV_OUTPUTS("loss"),
-           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 1) | (1 << 2), .shape = ce_shape,
+           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = 1 << 1, .shape = ce_shape,
            .forward = ce_forward, .gradient = ce_grad, .scratch_size = ce_scratch_size),
     QKV_OP(.name = "cross_entropy_backward",
            .doc = "d loss / d logits of cross_entropy: (softmax − (1 − ε) onehot − ε / C) · weight "
@@ -439,6 +588,12 @@ const QkvOpDef qkv_ops_loss[] = {
            QKV_INPUTS_OPT(CE_BACKWARD_WEIGHT, "dloss", "logits", "targets", "weight"),
            QKV_OUTPUTS("dlogits"), QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = (1 << 2) | (1 << 3),
            .shape = ce_backward_shape, .forward = ce_backward_forward),
+    QKV_OP(.name = "cross_entropy_weight_backward",
+           .doc = "d loss / d weight of cross_entropy: each token's unweighted loss times dloss, "
+                  "/ N for \"mean\"; 0 where the target is ignored",
+           QKV_INPUTS("dloss", "logits", "targets"), QKV_OUTPUTS("dweight"),
+           QKV_ATTR_TABLE(ce_attrs), .no_grad_inputs = 1 << 2, .shape = ce_weight_backward_shape,
+           .forward = ce_weight_backward_forward, .scratch_size = ce_weight_backward_scratch_size),
     QKV_OP(.name = "mse",
            .doc = "(pred − target)² over inputs of the same shape, reduced by \"none\", \"sum\" or "
                   "\"mean\"",
@@ -450,14 +605,23 @@ const QkvOpDef qkv_ops_loss[] = {
 /* ---- typed functions ---------------------------------------------------- */
 
 QkvValue *
-qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
-                           QkvReduction reduction, double label_smoothing, GError **error)
+qkv_cross_entropy_ignore(QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                         QkvReduction reduction, double label_smoothing, gint64 ignore_index,
+                         GError **error)
 {
   QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {logits, targets, weight};
   return qkv_op_call("cross_entropy", inputs, weight != NULL ? CE_WEIGHT + 1 : CE_WEIGHT,
-                     ce_attrs_variant(reduction, label_smoothing), error);
+                     ce_attrs_variant(reduction, label_smoothing, ignore_index), error);
+}
+
+QkvValue *
+qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                           QkvReduction reduction, double label_smoothing, GError **error)
+{
+  return qkv_cross_entropy_ignore(logits, targets, weight, reduction, label_smoothing,
+                                  CE_IGNORE_INDEX, error);
 }
 
 QkvValue *
@@ -468,16 +632,37 @@ qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight, QkvRedu
 }
 
 QkvValue *
-qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
-                                    QkvValue *weight, QkvReduction reduction,
-                                    double label_smoothing, GError **error)
+qkv_cross_entropy_backward_ignore(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                  QkvValue *weight, QkvReduction reduction, double label_smoothing,
+                                  gint64 ignore_index, GError **error)
 {
   QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {dloss, logits, targets, weight};
   return qkv_op_call("cross_entropy_backward", inputs,
                      weight != NULL ? CE_BACKWARD_WEIGHT + 1 : CE_BACKWARD_WEIGHT,
-                     ce_attrs_variant(reduction, label_smoothing), error);
+                     ce_attrs_variant(reduction, label_smoothing, ignore_index), error);
+}
+
+QkvValue *
+qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                    QkvValue *weight, QkvReduction reduction,
+                                    double label_smoothing, GError **error)
+{
+  return qkv_cross_entropy_backward_ignore(dloss, logits, targets, weight, reduction,
+                                           label_smoothing, CE_IGNORE_INDEX, error);
+}
+
+QkvValue *
+qkv_cross_entropy_weight_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                  QkvReduction reduction, double label_smoothing,
+                                  gint64 ignore_index, GError **error)
+{
+  QKV_RETURN_IF_MISSING("cross_entropy_weight_backward", error, dloss, logits, targets);
+  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
+  QkvValue *inputs[] = {dloss, logits, targets};
+  return qkv_op_call("cross_entropy_weight_backward", inputs, 3,
+                     ce_attrs_variant(reduction, label_smoothing, ignore_index), error);
 }
 
 QkvValue *

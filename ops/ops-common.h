@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <stdatomic.h>
 #include <string.h>
 #include "qkv/qkv.h"
 #include "builtins.h"
@@ -167,4 +168,69 @@ qkv_expand_rows(float *x, const gint64 *index, gint64 m, gint64 rows, gint64 col
       memcpy(x + dst * cols, x + i * cols, (gsize)cols * sizeof(float));
     zero_end = dst;
   }
+}
+
+/* ---- indices checked at run time ------------------------------------------
+ *
+ * An index op (embedding, gather, index_select) checks each index where it
+ * uses it, inside its parallel loop, and never reads or writes out of
+ * bounds: a bad index picks zeros. Unless the node asks for exactly that
+ * (zero_out_of_range, the padding behaviour), the thread also notes the
+ * position, and after the loop the kernel fails the run on the lowest one
+ * noted, so that the message does not depend on the thread count. A good
+ * index costs the compare the kernels always made. */
+
+#define QKV_ZERO_OUT_OF_RANGE_ATTR                                                                 \
+  QKV_BOOL_ATTR("zero_out_of_range", FALSE,                                                        \
+                "an index out of range picks zeros and takes no gradient, instead of failing "     \
+                "the run")
+
+typedef struct {
+  _Atomic gint64 first; /* the lowest position noted; G_MAXINT64 while none */
+} QkvBadIndex;
+
+static inline void
+qkv_bad_index_init(QkvBadIndex *bad)
+{
+  atomic_init(&bad->first, G_MAXINT64);
+}
+
+/* From any thread: the index at position is out of range. */
+static inline void
+qkv_bad_index_note(QkvBadIndex *bad, gint64 position)
+{
+  gint64 seen = atomic_load_explicit(&bad->first, memory_order_relaxed);
+  while (position < seen &&
+         !atomic_compare_exchange_weak_explicit(&bad->first, &seen, position, memory_order_relaxed,
+                                                memory_order_relaxed))
+    ;
+}
+
+/* After the loop: fail the run on the first bad index noted, if any, with
+ * "WHAT VALUE at position [i, j, …] is outside [0, n)", and " (the size of
+ * axis A)" for an axis ≥ 0. */
+static inline void
+qkv_bad_index_report(const QkvKernelCtx *ctx, QkvBadIndex *bad, const gchar *what,
+                     const gint32 *index, const QkvShape *index_shape, gint64 n, gint axis)
+{
+  gint64 position = atomic_load(&bad->first);
+  if (G_LIKELY(position == G_MAXINT64))
+    return;
+  gint64 strides[QKV_MAX_RANK];
+  qkv_shape_strides(index_shape, strides);
+  GString *at = g_string_new("[");
+  gint64 rest = position;
+  for (gint d = 0; d < index_shape->rank; d++) {
+    g_string_append_printf(at, "%s%" G_GINT64_FORMAT, d > 0 ? ", " : "", rest / strides[d]);
+    rest %= strides[d];
+  }
+  g_string_append_c(at, ']');
+  if (axis >= 0)
+    g_string_append_printf(at, " is outside [0, %" G_GINT64_FORMAT ") (the size of axis %d)", n,
+                           axis);
+  else
+    g_string_append_printf(at, " is outside [0, %" G_GINT64_FORMAT ")", n);
+  qkv_kernel_fail(ctx, QKV_ERROR_INDEX, "%s %" G_GINT32_FORMAT " at position %s", what,
+                  index[position], at->str);
+  g_string_free(at, TRUE);
 }

@@ -11,6 +11,17 @@ build_embedding(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError
   return qkv_embedding(in[0], in[1], error);
 }
 
+/* The padding behaviour, asked for by name: an id out of range gives a zero
+ * row and no gradient. */
+static QkvValue *
+build_embedding_zero(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "zero_out_of_range", g_variant_new_boolean(TRUE));
+  return qkv_graph_op(graph, "embedding", in, 2, g_variant_builder_end(&attrs), error);
+}
+
 static QkvValue *
 build_embedding_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
 {
@@ -20,14 +31,15 @@ build_embedding_backward(QkvGraph *graph, QkvValue *const *in, gpointer user_dat
 static void
 test_forward(void)
 {
-  /* weight rows [1 2], [3 4], [5 6]; ids -1 and 3 are out of range. */
+  /* weight rows [1 2], [3 4], [5 6]; ids -1 and 3 are out of range, which
+   * zero_out_of_range turns into zero rows. */
   QkvShape sw = QKV_SHAPE(3, 2), si = QKV_SHAPE(2, 2);
   float w[] = {1, 2, 3, 4, 5, 6};
   gint32 ids[] = {2, 0, -1, 3};
   g_autoptr(QkvTensor) tw = qkv_tensor_new_f32(&sw, w);
   g_autoptr(QkvTensor) ti = qkv_tensor_new_i32(&si, ids);
   QkvTensor *in[] = {ti, tw};
-  g_autoptr(QkvTensor) y = qkv_test_eval(2, in, build_embedding, NULL);
+  g_autoptr(QkvTensor) y = qkv_test_eval(2, in, build_embedding_zero, NULL);
   QkvShape want_shape = QKV_SHAPE(2, 2, 2);
   g_assert_true(qkv_shape_equal(qkv_tensor_shape(y), &want_shape));
   float want[] = {5, 6, 1, 2, 0, 0, 0, 0};
@@ -96,7 +108,7 @@ test_backward_large(void)
   /* And the lookup of the same ids from the large table. */
   g_autoptr(QkvTensor) w = qkv_test_uniform(&sw, 3, -1, 1);
   QkvTensor *fin[] = {ids, w};
-  g_autoptr(QkvTensor) y = qkv_test_eval(2, fin, build_embedding, NULL);
+  g_autoptr(QkvTensor) y = qkv_test_eval(2, fin, build_embedding_zero, NULL);
   for (gint64 i = 0; i < n; i++) {
     gint32 id = qkv_tensor_i32(ids)[i];
     for (gint64 c = 0; c < d; c += 17)
@@ -108,13 +120,18 @@ test_backward_large(void)
 static void
 test_grad(void)
 {
-  /* Repeated ids (gradient rows add up) and one id out of range. */
+  /* Repeated ids (gradient rows add up), and one id out of range where the
+   * node asks for zero rows. */
   QkvShape si = QKV_SHAPE(2, 3), sw = QKV_SHAPE(5, 4);
   gint32 ids[] = {1, 4, 1, 0, 9, 4};
   g_autoptr(QkvTensor) ti = qkv_tensor_new_i32(&si, ids);
   g_autoptr(QkvTensor) tw = qkv_test_uniform(&sw, 4, -1, 1);
   QkvTensor *in[] = {ti, tw};
-  qkv_test_gradcheck("embedding", 2, in, NULL, build_embedding, NULL);
+  qkv_test_gradcheck("embedding zero_out_of_range", 2, in, NULL, build_embedding_zero, NULL);
+  gint32 good_ids[] = {1, 4, 1, 0, 3, 4};
+  g_autoptr(QkvTensor) tg = qkv_tensor_new_i32(&si, good_ids);
+  QkvTensor *ing[] = {tg, tw};
+  qkv_test_gradcheck("embedding", 2, ing, NULL, build_embedding, NULL);
 
   QkvShape si1 = QKV_SHAPE(7), sw1 = QKV_SHAPE(3, 5);
   g_autoptr(QkvTensor) ti1 = qkv_test_randint(&si1, 5, 0, 3);
@@ -128,6 +145,38 @@ test_grad(void)
   QkvTensor *bin[] = {td, ti};
   qkv_test_gradcheck("embedding_backward", 2, bin, NULL, build_embedding_backward,
                      GINT_TO_POINTER(5));
+}
+
+/* An id outside [0, V) fails the run, naming the node, the position and
+ * the value (it used to give a zero row). Of several bad ids, the first
+ * position is reported whatever the thread count. */
+static void
+test_out_of_range_fails(void)
+{
+  QkvShape sw = QKV_SHAPE(3, 2), si = QKV_SHAPE(2, 2);
+  float w[] = {1, 2, 3, 4, 5, 6};
+  g_autoptr(QkvTensor) tw = qkv_tensor_new_f32(&sw, w);
+  gint32 ids[] = {2, 0, 5, 1};
+  g_autoptr(QkvTensor) ti = qkv_tensor_new_i32(&si, ids);
+  QkvTensor *in[] = {ti, tw};
+  qkv_test_assert_eval_fails(2, in, build_embedding, NULL, QKV_ERROR_INDEX,
+                             "run: node 'embedding_0' (embedding): id 5 at position [1, 0] is "
+                             "outside [0, 3)");
+  gint32 negative[] = {2, -1, 0, 1};
+  g_autoptr(QkvTensor) tn = qkv_tensor_new_i32(&si, negative);
+  QkvTensor *inn[] = {tn, tw};
+  qkv_test_assert_eval_fails(2, inn, build_embedding, NULL, QKV_ERROR_INDEX,
+                             "(embedding): id -1 at position [0, 1] is outside [0, 3)");
+
+  /* many rows, the loop split over threads, bad ids late in two chunks */
+  QkvShape sbig = QKV_SHAPE(4000), swide = QKV_SHAPE(50, 64);
+  g_autoptr(QkvTensor) big = qkv_test_randint(&sbig, 8, 0, 50);
+  qkv_tensor_i32(big)[3999] = 50;
+  qkv_tensor_i32(big)[2345] = 77;
+  g_autoptr(QkvTensor) wide = qkv_test_uniform(&swide, 9, -1, 1);
+  QkvTensor *inb[] = {big, wide};
+  qkv_test_assert_eval_fails(2, inb, build_embedding, NULL, QKV_ERROR_INDEX,
+                             "(embedding): id 77 at position [2345] is outside [0, 50)");
 }
 
 /* ---- bad input -------------------------------------------------------- */
@@ -168,6 +217,7 @@ main(int argc, char **argv)
   g_test_add_func("/embedding/backward-op", test_backward_forward);
   g_test_add_func("/embedding/backward-large", test_backward_large);
   g_test_add_func("/embedding/grad", test_grad);
+  g_test_add_func("/embedding/out-of-range-fails", test_out_of_range_fails);
   g_test_add_func("/embedding/bad-input", test_bad_input);
   return g_test_run();
 }

@@ -10,6 +10,12 @@ typedef struct {
   double label_smoothing;
 } LossSpec;
 
+/* A loss with an ignore_index other than the default -100. */
+typedef struct {
+  LossSpec loss;
+  gint ignore_index;
+} IgnoreSpec;
+
 static GHashTable *reference; /* tests/data/loss_ref.txt */
 
 static QkvValue *
@@ -20,6 +26,37 @@ build_ce(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **erro
     return qkv_cross_entropy_smoothed(in[0], in[1], s->weighted ? in[2] : NULL, s->reduction,
                                       s->label_smoothing, error);
   return qkv_cross_entropy(in[0], in[1], s->weighted ? in[2] : NULL, s->reduction, error);
+}
+
+/* cross_entropy with an ignore_index, by name, as a caller without a typed
+ * function would add it */
+static QkvValue *
+build_ce_ignoring(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  const IgnoreSpec *spec = user_data;
+  const LossSpec *s = &spec->loss;
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "reduction",
+                        g_variant_new_string(s->reduction == QKV_REDUCTION_NONE  ? "none"
+                                             : s->reduction == QKV_REDUCTION_SUM ? "sum"
+                                                                                 : "mean"));
+  g_variant_builder_add(&attrs, "{sv}", "label_smoothing",
+                        g_variant_new_double(s->label_smoothing));
+  g_variant_builder_add(&attrs, "{sv}", "ignore_index", g_variant_new_int32(spec->ignore_index));
+  QkvValue *inputs[] = {in[0], in[1], in[2]};
+  return qkv_graph_op(graph, "cross_entropy", inputs, s->weighted ? 3 : 2,
+                      g_variant_builder_end(&attrs), error);
+}
+
+/* The same through the typed function. */
+static QkvValue *
+build_ce_ignore_typed(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  const IgnoreSpec *spec = user_data;
+  const LossSpec *s = &spec->loss;
+  return qkv_cross_entropy_ignore(in[0], in[1], s->weighted ? in[2] : NULL, s->reduction,
+                                  s->label_smoothing, spec->ignore_index, error);
 }
 
 /* inputs: dloss, logits, targets, [weight] */
@@ -78,13 +115,14 @@ test_ce_forward(void)
   }
 }
 
-/* Large logits do not overflow, and a target out of range adds nothing. */
+/* Large logits do not overflow, and an ignored target (ignore_index, -100
+ * by default) adds nothing and is left out of the mean. */
 static void
 test_ce_edge(void)
 {
   QkvShape sl = QKV_SHAPE(3, 3), st = QKV_SHAPE(3);
   float logits[] = {1001, 1002, 1003, 5, 6, 7, 1, 1, 1};
-  gint32 targets[] = {2, 3, -1};
+  gint32 targets[] = {2, -100, -100};
   g_autoptr(QkvTensor) tl = qkv_tensor_new_f32(&sl, logits);
   g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&st, targets);
   QkvTensor *in[] = {tl, tt};
@@ -93,8 +131,15 @@ test_ce_edge(void)
   float want[] = {0.40760596f, 0, 0};
   qkv_assert_values(y, want, 3, 1e-5);
   g_autoptr(QkvTensor) ym = qkv_test_eval(2, in, build_ce, &mean);
-  float want_mean = 0.40760596f / 3;
+  float want_mean = 0.40760596f;
   qkv_assert_values(ym, &want_mean, 1, 1e-6);
+  /* with every target ignored the mean is 0 (PyTorch's is NaN) */
+  gint32 none_counted[] = {-100, -100, -100};
+  g_autoptr(QkvTensor) tn = qkv_tensor_new_i32(&st, none_counted);
+  QkvTensor *inn[] = {tl, tn};
+  g_autoptr(QkvTensor) yz = qkv_test_eval(2, inn, build_ce, &mean);
+  float zero = 0;
+  qkv_assert_values(yz, &zero, 1, 0);
 
   /* A single token: logits rank 1, targets rank 0. */
   QkvShape s3 = QKV_SHAPE(3), s0 = qkv_shape_scalar();
@@ -118,6 +163,13 @@ test_ce_large(void)
   g_autoptr(QkvTensor) logits = qkv_test_uniform(&sl, 1, -8, 8);
   g_autoptr(QkvTensor) targets = qkv_test_randint(&st, 2, -3, (gint32)c + 3);
   g_autoptr(QkvTensor) weight = qkv_test_uniform(&st, 3, 0, 2);
+  /* about one in fifty ignored */
+  gint64 counted = 0;
+  for (gint64 i = 0; i < n; i++) {
+    gint32 *t = &qkv_tensor_i32(targets)[i];
+    *t = *t >= 0 && *t < c ? *t : -100;
+    counted += *t != -100;
+  }
   QkvTensor *in[] = {logits, targets, weight};
 
   g_autoptr(QkvTensor) want_none = qkv_tensor_new(QKV_F32, &st);
@@ -157,8 +209,8 @@ test_ce_large(void)
   g_autoptr(QkvTensor) ys = qkv_test_eval(3, in, build_ce, &sum);
   g_assert_cmpfloat(fabs(qkv_tensor_get(ys, 0) - total), <=, sum_bound);
   g_autoptr(QkvTensor) ym = qkv_test_eval(3, in, build_ce, &mean);
-  g_assert_cmpfloat(fabs(qkv_tensor_get(ym, 0) - total / n), <=,
-                    sum_bound / n + QKV_TEST_U * fabs(total / n));
+  g_assert_cmpfloat(fabs(qkv_tensor_get(ym, 0) - total / counted), <=,
+                    sum_bound / counted + QKV_TEST_U * fabs(total / counted));
 }
 
 /* ---- cross_entropy_backward ------------------------------------------- */
@@ -247,6 +299,139 @@ test_ce_smoothing_reference(void)
   }
 }
 
+/* ---- targets out of range and ignore_index ------------------------------ */
+
+/* Evaluate cross_entropy(logits (rows, c), targets) and expect the run to
+ * fail naming the node, the row and the value. */
+static void
+assert_ce_run_fails(gint64 rows, gint64 c, const gint32 *targets, QkvCheckBuildFunc build,
+                    gconstpointer spec, const gchar *want)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape sl = QKV_SHAPE(rows, c), st = QKV_SHAPE(rows);
+  QkvValue *in[] = {qkv_test_input(g, "logits", QKV_F32, sl),
+                    qkv_test_input(g, "targets", QKV_I32, st)};
+  g_autoptr(GError) error = NULL;
+  QkvValue *loss = build(g, in, (gpointer)spec, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvTensor) tl = qkv_test_uniform(&sl, 5, -1, 1);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&st, targets);
+  const gchar *names[] = {"logits", "targets"};
+  QkvTensor *tensors[] = {tl, tt};
+  QkvTensor *result = NULL;
+  g_assert_false(qkv_graph_eval(g, names, tensors, 2, &loss, &result, 1, &error));
+  g_assert_null(result);
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INDEX);
+  g_autofree gchar *full = g_strdup_printf("run: node '%s' (cross_entropy): %s",
+                                           qkv_node_name(qkv_value_node(loss)), want);
+  if (strstr(error->message, full) == NULL)
+    g_error("message '%s' does not say '%s'", error->message, full);
+  g_test_message("%s", error->message);
+}
+
+/* A target outside [0, C) that is not ignore_index fails the run (it used
+ * to add 0 and still count in the mean: 0.80 for the case below). */
+static void
+test_ce_out_of_range_fails(void)
+{
+  const gint32 targets[] = {0, 1, 2, 7, 4, 9};
+  LossSpec mean = {QKV_REDUCTION_MEAN, FALSE, 0}, none = {QKV_REDUCTION_NONE, FALSE, 0.1};
+  assert_ce_run_fails(6, 5, targets, build_ce, &mean, "target 7 at row 3 is outside [0, 5)");
+  assert_ce_run_fails(6, 5, targets, build_ce, &none, "target 7 at row 3 is outside [0, 5)");
+  const gint32 negative[] = {-100, 1, -1, 3};
+  assert_ce_run_fails(4, 5, negative, build_ce, &mean, "target -1 at row 2 is outside [0, 5)");
+  /* with another ignore_index, -100 is just out of range */
+  IgnoreSpec ignore2 = {{QKV_REDUCTION_SUM, FALSE, 0}, 2};
+  assert_ce_run_fails(4, 5, negative, build_ce_ignoring, &ignore2,
+                      "target -100 at row 0 is outside [0, 5)");
+}
+
+/* The backward op checks its targets too (when it runs without the forward). */
+static void
+test_ce_backward_out_of_range_fails(void)
+{
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape sl = QKV_SHAPE(3, 4), st = QKV_SHAPE(3), s0 = qkv_shape_scalar();
+  QkvValue *dloss = qkv_test_input(g, "dloss", QKV_F32, s0);
+  QkvValue *logits = qkv_test_input(g, "logits", QKV_F32, sl);
+  QkvValue *targets = qkv_test_input(g, "targets", QKV_I32, st);
+  g_autoptr(GError) error = NULL;
+  QkvValue *dx =
+      qkv_cross_entropy_backward(dloss, logits, targets, NULL, QKV_REDUCTION_MEAN, &error);
+  g_assert_no_error(error);
+  float one = 1;
+  const gint32 tv[] = {1, 4, 0};
+  g_autoptr(QkvTensor) td = qkv_tensor_new_f32(&s0, &one);
+  g_autoptr(QkvTensor) tl = qkv_test_uniform(&sl, 6, -1, 1);
+  g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&st, tv);
+  const gchar *names[] = {"dloss", "logits", "targets"};
+  QkvTensor *tensors[] = {td, tl, tt};
+  QkvTensor *result = NULL;
+  g_assert_false(qkv_graph_eval(g, names, tensors, 3, &dx, &result, 1, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INDEX);
+  g_assert_nonnull(strstr(error->message, "(cross_entropy_backward): target 4 at row 1"));
+}
+
+/* ignore_index against PyTorch: the mean over the targets not ignored (the
+ * default -100, and a class that occurs), and the per-token weight with
+ * every reduction, value and gradients for the logits and the weight
+ * (tests/reference/loss_ref.py). */
+static void
+test_ce_ignore_reference(void)
+{
+  static const double eps[] = {0.0, 0.1, 0.25, 1.0};
+  QkvTensor *logits = qkv_test_ref(reference, "logits");
+  QkvTensor *targets = qkv_test_ref(reference, "targets");
+  QkvTensor *valid = qkv_test_ref(reference, "valid");
+  QkvTensor *weight = qkv_test_ref(reference, "weight");
+  gint ignore_class = qkv_tensor_i32(qkv_test_ref(reference, "ignore_class"))[0];
+  float one = 1;
+  QkvShape s0 = qkv_shape_scalar();
+  g_autoptr(QkvTensor) unit = qkv_tensor_new_f32(&s0, &one);
+  const struct {
+    const gchar *name;
+    QkvTensor *targets;
+    QkvReduction reduction;
+    gboolean weighted;
+    QkvCheckBuildFunc build;
+    const QkvTensor *loss_weights;
+  } cases[] = {
+      {"imean", targets, QKV_REDUCTION_MEAN, FALSE, build_ce, unit},
+      {"cmean", valid, QKV_REDUCTION_MEAN, FALSE, build_ce_ignoring, unit},
+      {"cmean", valid, QKV_REDUCTION_MEAN, FALSE, build_ce_ignore_typed, unit},
+      {"wnone", targets, QKV_REDUCTION_NONE, TRUE, build_ce, qkv_test_ref(reference, "w")},
+      {"wsum", targets, QKV_REDUCTION_SUM, TRUE, build_ce, unit},
+      {"wmean", targets, QKV_REDUCTION_MEAN, TRUE, build_ce, unit},
+  };
+  for (guint k = 0; k < G_N_ELEMENTS(eps); k++) {
+    for (guint c = 0; c < G_N_ELEMENTS(cases); c++) {
+      IgnoreSpec spec = {{cases[c].reduction, cases[c].weighted, eps[k]}, ignore_class};
+      QkvTensor *in[] = {logits, cases[c].targets, weight};
+      QkvTensor *grads[3] = {NULL};
+      /* build_ce reads the LossSpec at the head of spec */
+      g_autoptr(QkvTensor) y = qkv_test_run_with_grads(
+          cases[c].weighted ? 3 : 2, in, cases[c].build, &spec, cases[c].loss_weights, grads);
+      g_autoptr(QkvTensor) dlogits = grads[0];
+      g_autoptr(QkvTensor) dweight = grads[2];
+      g_assert_null(grads[1]);
+      g_autofree gchar *prefix = g_strdup_printf("eps%u_%s", k, cases[c].name);
+      g_autofree gchar *grad_name = g_strdup_printf("%s_grad", prefix);
+      g_autofree gchar *label = g_strdup_printf("cross_entropy eps %g %s", eps[k], cases[c].name);
+      /* the bound of test_ce_smoothing_reference; the weight's gradient is a
+       * token's loss times dloss (over the tokens counted, for "mean"), one
+       * such computation more */
+      const double factor = 1e-5 / QKV_TEST_U;
+      qkv_assert_scaled(label, y, qkv_test_ref(reference, prefix), factor);
+      qkv_assert_scaled(label, dlogits, qkv_test_ref(reference, grad_name), factor);
+      if (cases[c].weighted) {
+        g_autofree gchar *wgrad_name = g_strdup_printf("%s_wgrad", prefix);
+        g_autofree gchar *wlabel = g_strdup_printf("%s d/dweight", label);
+        qkv_assert_scaled(wlabel, dweight, qkv_test_ref(reference, wgrad_name), factor);
+      }
+    }
+  }
+}
+
 /* ---- gradients ---------------------------------------------------------- */
 
 static void
@@ -262,12 +447,13 @@ test_ce_grad(void)
   for (guint s = 0; s < G_N_ELEMENTS(shapes); s++) {
     gint64 c = shapes[s].logits.dims[shapes[s].logits.rank - 1];
     g_autoptr(QkvTensor) logits = qkv_test_uniform(&shapes[s].logits, 10 + s, -2, 2);
-    /* one target in ten out of range, on average */
+    /* one target in ten ignored, on average */
     g_autoptr(QkvTensor) targets = qkv_test_randint(&shapes[s].targets, 20 + s, 0, (gint32)c + 1);
+    for (gint64 i = 0; i < qkv_tensor_numel(targets); i++)
+      if (qkv_tensor_i32(targets)[i] == c)
+        qkv_tensor_i32(targets)[i] = -100;
     g_autoptr(QkvTensor) weight = qkv_test_uniform(&shapes[s].targets, 30 + s, 0, 2);
     QkvTensor *in[] = {logits, targets, weight};
-    /* The weight takes no gradient (no_grad_inputs): check the logits only. */
-    gboolean logits_only[] = {TRUE, FALSE, FALSE};
     for (guint r = 0; r < G_N_ELEMENTS(reductions); r++) {
       for (gint weighted = 0; weighted < 2; weighted++) {
         for (gint smoothed = 0; smoothed < 2; smoothed++) {
@@ -275,7 +461,8 @@ test_ce_grad(void)
           g_autofree gchar *label =
               g_strdup_printf("cross_entropy shape %u reduction %d weighted %d eps %g", s, r,
                               weighted, spec.label_smoothing);
-          qkv_test_gradcheck(label, weighted ? 3 : 2, in, logits_only, build_ce, &spec);
+          /* the logits and the per-token weight */
+          qkv_test_gradcheck(label, weighted ? 3 : 2, in, NULL, build_ce, &spec);
         }
       }
     }
@@ -387,6 +574,10 @@ main(int argc, char **argv)
   g_test_add_func("/loss/cross_entropy/backward-op", test_ce_backward_forward);
   g_test_add_func("/loss/cross_entropy/grad", test_ce_grad);
   g_test_add_func("/loss/cross_entropy/smoothing-reference", test_ce_smoothing_reference);
+  g_test_add_func("/loss/cross_entropy/out-of-range-fails", test_ce_out_of_range_fails);
+  g_test_add_func("/loss/cross_entropy/backward-out-of-range-fails",
+                  test_ce_backward_out_of_range_fails);
+  g_test_add_func("/loss/cross_entropy/ignore-reference", test_ce_ignore_reference);
   g_test_add_func("/loss/mse", test_mse);
   g_test_add_func("/loss/bad-input", test_bad_input);
   int status = g_test_run();

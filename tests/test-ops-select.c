@@ -511,6 +511,24 @@ build_index_select(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GEr
   return qkv_index_select(in[0], in[1], GPOINTER_TO_INT(user_data), error);
 }
 
+/* gather or index_select (op name in user data's IndexZero) asking for
+ * zeros where an index is out of range, by name. */
+typedef struct {
+  const gchar *op;
+  gint axis;
+} IndexZero;
+
+static QkvValue *
+build_index_zero(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GError **error)
+{
+  const IndexZero *z = user_data;
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "axis", g_variant_new_int64(z->axis));
+  g_variant_builder_add(&attrs, "{sv}", "zero_out_of_range", g_variant_new_boolean(TRUE));
+  return qkv_graph_op(graph, z->op, in, 2, g_variant_builder_end(&attrs), error);
+}
+
 /* The most times any value occurs in an i32 tensor: how many gradient terms
  * one input element can collect. */
 static gint
@@ -766,19 +784,21 @@ test_ties_and_keepdims(void)
 static void
 test_out_of_range_indices(void)
 {
-  /* An index outside [0, n) gives 0 and takes no gradient. */
+  /* With zero_out_of_range, an index outside [0, n) gives 0 and takes no
+   * gradient. */
+  IndexZero gather_zero = {"gather", 1}, select_zero = {"index_select", 1};
   QkvShape s23 = QKV_SHAPE(2, 3), s22 = QKV_SHAPE(2, 2), s4 = QKV_SHAPE(4), s24 = QKV_SHAPE(2, 4);
   const float x[] = {1, 2, 3, 4, 5, 6};
   g_autoptr(QkvTensor) tx = f32_tensor(&s23, x);
   const gint32 gi[] = {2, -1, 3, 0};
   g_autoptr(QkvTensor) tgi = qkv_tensor_new_i32(&s22, gi);
   const float want_g[] = {3, 0, 0, 4};
-  check_values("gather out of range", 2, (QkvTensor *[]){tx, tgi}, build_gather, GINT_TO_POINTER(1),
+  check_values("gather out of range", 2, (QkvTensor *[]){tx, tgi}, build_index_zero, &gather_zero,
                &s22, QKV_F32, want_g);
   g_autoptr(QkvTensor) w = qkv_tensor_new(QKV_F32, &s22);
   qkv_tensor_fill(w, 1.0);
   Run r = {0};
-  run_graph(2, (QkvTensor *[]){tx, tgi}, build_gather, GINT_TO_POINTER(1), w, 0, &r);
+  run_graph(2, (QkvTensor *[]){tx, tgi}, build_index_zero, &gather_zero, w, 0, &r);
   const float dg[] = {0, 0, 1, 1, 0, 0};
   qkv_assert_values(r.grads[0], dg, 6, 0);
   run_clear(&r);
@@ -786,11 +806,11 @@ test_out_of_range_indices(void)
   const gint32 si[] = {1, 3, -2, 1};
   g_autoptr(QkvTensor) tsi = qkv_tensor_new_i32(&s4, si);
   const float want_s[] = {2, 0, 0, 2, 5, 0, 0, 5};
-  check_values("index_select out of range", 2, (QkvTensor *[]){tx, tsi}, build_index_select,
-               GINT_TO_POINTER(1), &s24, QKV_F32, want_s);
+  check_values("index_select out of range", 2, (QkvTensor *[]){tx, tsi}, build_index_zero,
+               &select_zero, &s24, QKV_F32, want_s);
   g_autoptr(QkvTensor) w24 = qkv_tensor_new(QKV_F32, &s24);
   qkv_tensor_fill(w24, 1.0);
-  run_graph(2, (QkvTensor *[]){tx, tsi}, build_index_select, GINT_TO_POINTER(1), w24, 0, &r);
+  run_graph(2, (QkvTensor *[]){tx, tsi}, build_index_zero, &select_zero, w24, 0, &r);
   const float ds[] = {0, 2, 0, 0, 2, 0};
   qkv_assert_values(r.grads[0], ds, 6, 0);
   run_clear(&r);
@@ -799,8 +819,48 @@ test_out_of_range_indices(void)
   const gint32 ids[] = {10, 20, 30, 40, 50, 60};
   g_autoptr(QkvTensor) tids = qkv_tensor_new_i32(&s23, ids);
   const float want_i[] = {30, 0, 0, 40};
-  check_values("gather i32", 2, (QkvTensor *[]){tids, tgi}, build_gather, GINT_TO_POINTER(1), &s22,
+  check_values("gather i32", 2, (QkvTensor *[]){tids, tgi}, build_index_zero, &gather_zero, &s22,
                QKV_I32, want_i);
+}
+
+/* Without zero_out_of_range an index out of range fails the run, naming the
+ * node, the position and the value (it used to give 0); of several, the
+ * first position. */
+static void
+test_out_of_range_fails(void)
+{
+  QkvShape s23 = QKV_SHAPE(2, 3), s22 = QKV_SHAPE(2, 2), s4 = QKV_SHAPE(4);
+  const float x[] = {1, 2, 3, 4, 5, 6};
+  g_autoptr(QkvTensor) tx = f32_tensor(&s23, x);
+  const gint32 gi[] = {2, 0, 3, -1};
+  g_autoptr(QkvTensor) tgi = qkv_tensor_new_i32(&s22, gi);
+  qkv_test_assert_eval_fails(2, (QkvTensor *[]){tx, tgi}, build_gather, GINT_TO_POINTER(1),
+                             QKV_ERROR_INDEX,
+                             "run: node 'gather_0' (gather): index 3 at position [1, 0] is "
+                             "outside [0, 3) (the size of axis 1)");
+  const gint32 si[] = {1, 0, -2, 5};
+  g_autoptr(QkvTensor) tsi = qkv_tensor_new_i32(&s4, si);
+  qkv_test_assert_eval_fails(2, (QkvTensor *[]){tx, tsi}, build_index_select, GINT_TO_POINTER(0),
+                             QKV_ERROR_INDEX,
+                             "run: node 'index_select_0' (index_select): index -2 at position "
+                             "[2] is outside [0, 2) (the size of axis 0)");
+
+  /* large enough for several threads, bad indices in two of their chunks */
+  QkvShape sx = QKV_SHAPE(64, 300), sg = QKV_SHAPE(64, 200);
+  g_autoptr(QkvTensor) big = qkv_test_uniform(&sx, 3, -1, 1);
+  g_autoptr(QkvTensor) gidx = qkv_test_randint(&sg, 4, 0, 300);
+  qkv_tensor_i32(gidx)[60 * 200 + 7] = 300;
+  qkv_tensor_i32(gidx)[40 * 200 + 150] = -3;
+  qkv_test_assert_eval_fails(2, (QkvTensor *[]){big, gidx}, build_gather, GINT_TO_POINTER(1),
+                             QKV_ERROR_INDEX,
+                             "(gather): index -3 at position [40, 150] is outside [0, 300)");
+  QkvShape sl = QKV_SHAPE(5000);
+  g_autoptr(QkvTensor) sidx = qkv_test_randint(&sl, 5, 0, 64);
+  qkv_tensor_i32(sidx)[4321] = 64;
+  qkv_tensor_i32(sidx)[4999] = 65;
+  qkv_test_assert_eval_fails(2, (QkvTensor *[]){big, sidx}, build_index_select, GINT_TO_POINTER(0),
+                             QKV_ERROR_INDEX,
+                             "(index_select): index 64 at position [4321] is outside [0, 64)");
 }
 
 static void
@@ -1351,11 +1411,13 @@ test_threads(void)
     }
     run_clear(&run);
     /* index_select of rows with repeats, and its scatter-add: row k of dx
-     * sums w over the positions that picked it */
+     * sums w over the positions that picked it; index -1 (zero_out_of_range)
+     * picks zeros */
     QkvShape sidx = QKV_SHAPE(rows);
     g_autoptr(QkvTensor) idx = qkv_test_randint(&sidx, 55, -1, (gint32)rows / 4);
     const gint32 *iv = ci32(idx);
-    run_graph(2, (QkvTensor *[]){x, idx}, build_index_select, GINT_TO_POINTER(0), w, threads, &run);
+    IndexZero select_zero = {"index_select", 0};
+    run_graph(2, (QkvTensor *[]){x, idx}, build_index_zero, &select_zero, w, threads, &run);
     g_autoptr(QkvTensor) want = qkv_tensor_new(QKV_F32, &big);
     qkv_tensor_fill(want, 0);
     float *wd = qkv_tensor_f32(want);
@@ -1413,6 +1475,7 @@ main(int argc, char **argv)
   g_test_add_func("/select/values/cast-edges", test_cast_edges);
   g_test_add_func("/select/values/ties-keepdims", test_ties_and_keepdims);
   g_test_add_func("/select/values/out-of-range-indices", test_out_of_range_indices);
+  g_test_add_func("/select/values/out-of-range-fails", test_out_of_range_fails);
   g_test_add_func("/select/values/small-cases", test_small_cases);
   g_test_add_func("/select/gradients/compare-select", test_gradients_compare_select);
   g_test_add_func("/select/gradients/math", test_gradients_math);

@@ -237,6 +237,108 @@ test_pruning_and_unbound_inputs(void)
   g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
 }
 
+/* ---- a kernel failing the run ------------------------------------------- */
+
+/* "test.nonneg": y = x, but every negative element fails the run, from
+ * whichever pool thread meets it. "test.count": y = x, counting its runs. */
+static gint count_runs;
+
+static gboolean
+same_shape(QkvShapeCtx *ctx, GError **error)
+{
+  ctx->out_shapes[0] = ctx->in_shapes[0];
+  return TRUE;
+}
+
+static void
+nonneg_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const QkvKernelCtx *ctx = user_data;
+  const float *x = ctx->in[0].data;
+  float *y = ctx->out[0].data;
+  for (gint64 i = begin; i < end; i++) {
+    y[i] = x[i];
+    if (x[i] < 0)
+      qkv_kernel_fail(ctx, QKV_ERROR_INVALID_ARGUMENT, "element %" G_GINT64_FORMAT " is negative",
+                      i);
+  }
+}
+
+static void
+nonneg_forward(const QkvKernelCtx *ctx)
+{
+  qkv_kernel_parallel_for(ctx, qkv_shape_numel(&ctx->in[0].shape), nonneg_range, (gpointer)ctx);
+}
+
+static void
+count_forward(const QkvKernelCtx *ctx)
+{
+  memcpy(ctx->out[0].data, ctx->in[0].data,
+         (gsize)qkv_shape_numel(&ctx->in[0].shape) * sizeof(float));
+  g_atomic_int_inc(&count_runs);
+}
+
+static void
+register_failing_ops(void)
+{
+  static const QkvOpDef defs[] = {
+      {QKV_OP_DEF_INIT, .name = "test.nonneg", .min_inputs = 1, .max_inputs = 1,
+       .shape = same_shape, .forward = nonneg_forward},
+      {QKV_OP_DEF_INIT, .name = "test.count", .min_inputs = 1, .max_inputs = 1, .shape = same_shape,
+       .forward = count_forward},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(defs); i++) {
+    g_autoptr(GError) error = NULL;
+    if (qkv_op_lookup(defs[i].name) == NULL)
+      g_assert_true(qkv_op_register(&defs[i], &error));
+    g_assert_no_error(error);
+  }
+}
+
+/* A kernel's qkv_kernel_fail() stops the run after its node with a GError
+ * naming the node; the nodes after it do not run, the step does not count,
+ * and the plan runs again once the input is good. Many threads failing at
+ * once give one error (the first). */
+static void
+test_kernel_failure_stops_run(void)
+{
+  register_failing_ops();
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape s = QKV_SHAPE(4096);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &s, NULL);
+  QkvValue *checked = qkv_graph_op(g, "test.nonneg", &x, 1, NULL, NULL);
+  QkvValue *counted = qkv_graph_op(g, "test.count", &checked, 1, NULL, NULL);
+  g_assert_nonnull(counted);
+  QkvPlanOptions o = qkv_plan_options_default();
+  o.n_threads = 4;
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &counted, 1, &o, NULL);
+  g_autoptr(QkvTensor) good = qkv_test_uniform(&s, 1, 0, 1);
+  g_autoptr(QkvTensor) bad = qkv_test_uniform(&s, 2, -1, 1);
+  g_autoptr(GError) error = NULL;
+
+  g_assert_true(qkv_plan_bind(plan, "x", bad, NULL));
+  for (gint attempt = 0; attempt < 3; attempt++) {
+    gint runs = g_atomic_int_get(&count_runs);
+    g_assert_false(qkv_plan_run(plan, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_autofree gchar *want = g_strdup_printf("run: node '%s' (test.nonneg): element ",
+                                             qkv_node_name(qkv_value_node(checked)));
+    if (!g_str_has_prefix(error->message, want) ||
+        !g_str_has_suffix(error->message, " is negative"))
+      g_error("unexpected message '%s'", error->message);
+    g_test_message("%s", error->message);
+    g_clear_error(&error);
+    g_assert_cmpint(g_atomic_int_get(&count_runs), ==, runs);
+    g_assert_cmpuint(qkv_plan_get_step(plan), ==, 0);
+  }
+
+  g_assert_true(qkv_plan_bind(plan, "x", good, NULL));
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_no_error(error);
+  g_assert_cmpuint(qkv_plan_get_step(plan), ==, 1);
+  qkv_assert_tensor_close(qkv_plan_output(plan, 0), good, 0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -246,5 +348,6 @@ main(int argc, char **argv)
   g_test_add_func("/plan/matches-unshared-evaluation", test_matches_unshared_evaluation);
   g_test_add_func("/plan/sgd-training-lowers-loss", test_sgd_training_lowers_loss);
   g_test_add_func("/plan/pruning-and-unbound-inputs", test_pruning_and_unbound_inputs);
+  g_test_add_func("/plan/kernel-failure-stops-run", test_kernel_failure_stops_run);
   return g_test_run();
 }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 QkvTensor *
 qkv_test_uniform(const QkvShape *shape, guint32 seed, float lo, float hi)
@@ -91,6 +92,20 @@ qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
   g_assert_no_error(error);
   g_assert_nonnull(out);
   return out;
+}
+
+void
+qkv_test_assert_eval_fails(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
+                           gpointer user_data, gint code, const gchar *want)
+{
+  g_autoptr(GError) error = NULL;
+  QkvTensor *out = qkv_check_evaluate(n_inputs, inputs, build, user_data, FALSE, &error);
+  if (out != NULL)
+    g_error("the evaluation succeeded; expected it to fail with '%s'", want);
+  g_assert_error(error, QKV_ERROR, code);
+  if (strstr(error->message, want) == NULL)
+    g_error("message '%s' does not say '%s'", error->message, want);
+  g_test_message("%s", error->message);
 }
 
 gchar *

@@ -119,6 +119,10 @@ QkvTensor *qkv_test_run_with_grads(guint n, QkvTensor *const *tensors, QkvCheckB
 /* Evaluate build on inputs (eval mode) and return the output; asserts success. */
 QkvTensor *qkv_test_eval(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
                          gpointer user_data);
+/* Evaluate build on inputs and assert that the run fails with a QKV_ERROR of
+ * code whose message contains want. */
+void qkv_test_assert_eval_fails(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
+                                gpointer user_data, gint code, const gchar *want);
 
 /* Reference data written by the scripts in tests/reference/ (text format):
  *   tensor NAME f32|i32 RANK D0 D1 ...

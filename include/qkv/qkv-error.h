@@ -33,6 +33,10 @@ typedef enum {
    * plan run is writing (docs/threads.md, "What may run concurrently").
    * Nothing was done; the call may be retried once the other one returns. */
   QKV_ERROR_BUSY,
+  /* A kernel found an index outside its range while a plan ran (a target
+   * of cross_entropy, an id of embedding, an index of gather or
+   * index_select); the run stopped at that node. */
+  QKV_ERROR_INDEX,
 } QkvError;
 
 GQuark qkv_error_quark(void);

@@ -73,8 +73,11 @@ QkvValue *qkv_rms_norm(QkvValue *x, QkvValue *weight, double eps, GError **error
 QkvValue *qkv_softmax(QkvValue *x, GError **error);
 QkvValue *qkv_log_softmax(QkvValue *x, GError **error);
 
-/* "embedding": ids (i32, any shape) pick rows of weight (V, D) → (…, D).
- * An id outside [0, V) gives a zero row. */
+/* "embedding" {zero_out_of_range: b (FALSE here)}: ids (i32, any shape)
+ * pick rows of weight (V, D) → (…, D). An id outside [0, V) fails the plan's
+ * run with QKV_ERROR_INDEX naming the node, the position and the value; a
+ * node added by name with zero_out_of_range = TRUE (qkv_graph_op) gives a
+ * zero row and no gradient for it instead (a padding id past the table). */
 QkvValue *qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error);
 
 typedef enum {
@@ -84,10 +87,15 @@ typedef enum {
 } QkvReduction;
 
 /* "cross_entropy" {reduction: s ("none", "sum", "mean"), label_smoothing: d
- * (0 here; see qkv_cross_entropy_smoothed)}: logits (…, C),
- * targets i32 (…), optional weight f32 (…) that multiplies each token's loss
- * (a mask, for instance); NULL for none. "none" gives the per-token loss
- * (shape of targets); "mean" divides the weighted sum by the number of tokens. */
+ * (0 here; see qkv_cross_entropy_smoothed), ignore_index: i (−100 here; see
+ * qkv_cross_entropy_ignore)}: logits (…, C), targets i32 (…), optional
+ * weight f32 (…) that multiplies each token's loss (a mask, for instance);
+ * NULL for none. "none" gives the per-token loss (shape of targets); "mean"
+ * divides the weighted sum by the number of targets not ignored (0 when
+ * there are none). A target equal to ignore_index adds 0 and takes no
+ * gradient, as PyTorch's; any other target outside [0, C) fails the plan's
+ * run with QKV_ERROR_INDEX naming the node, the row and the value. The weight
+ * takes a gradient (the per-token loss times dloss) as the logits do. */
 QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                             QkvReduction reduction, GError **error);
 /* The same with label smoothing ε in [0, 1] (attribute "label_smoothing"), as
@@ -97,6 +105,12 @@ QkvValue *qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weigh
 QkvValue *qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                                      QkvReduction reduction, double label_smoothing,
                                      GError **error);
+/* The same with the targets to ignore (attribute "ignore_index"; PyTorch's
+ * ignore_index=, which may also be a class in [0, C)). Label smoothing
+ * leaves ignored targets out of both of its terms, as PyTorch does. */
+QkvValue *qkv_cross_entropy_ignore(QkvValue *logits, QkvValue *targets, QkvValue *weight,
+                                   QkvReduction reduction, double label_smoothing,
+                                   gint64 ignore_index, GError **error);
 /* "mse" {reduction: s}: (pred - target)², reduced. */
 QkvValue *qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error);
 
@@ -127,6 +141,18 @@ QkvValue *qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue
 QkvValue *qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
                                               QkvValue *weight, QkvReduction reduction,
                                               double label_smoothing, GError **error);
+/* The same {…, ignore_index: i}: rows whose target is ignore_index get 0, and
+ * "mean" divides by the targets not ignored. */
+QkvValue *qkv_cross_entropy_backward_ignore(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                            QkvValue *weight, QkvReduction reduction,
+                                            double label_smoothing, gint64 ignore_index,
+                                            GError **error);
+/* "cross_entropy_weight_backward" {reduction: s, label_smoothing: d,
+ * ignore_index: i}: d loss / d weight, the per-token loss without the weight
+ * times dloss (/ the targets not ignored for "mean"); shape of targets. */
+QkvValue *qkv_cross_entropy_weight_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets,
+                                            QkvReduction reduction, double label_smoothing,
+                                            gint64 ignore_index, GError **error);
 /* "slice_backward" {shape: ax, axis: i, start: x}: place dy into zeros of the
  * input's shape at start along axis. Only the size along axis is fixed: on the
  * other axes the output takes dy's size, which may be smaller than
@@ -207,12 +233,15 @@ QkvValue *qkv_squeeze(QkvValue *x, const gint *axes, guint n_axes, GError **erro
  * leading axes to shape; -1 keeps x's size. The gradient sums over the
  * repeats. */
 QkvValue *qkv_expand(QkvValue *x, const QkvShape *shape, GError **error);
-/* "gather" {axis: i}: y[…, k, …] = x[…, index[…, k, …], …] along axis, as
- * torch.gather: index (i32) has x's rank and is no larger off the axis; y
- * has index's shape. An index outside [0, size) gives 0. */
+/* "gather" {axis: i, zero_out_of_range: b (FALSE here)}: y[…, k, …] =
+ * x[…, index[…, k, …], …] along axis, as torch.gather: index (i32) has x's
+ * rank and is no larger off the axis; y has index's shape. An index outside
+ * [0, size) fails the run as embedding's ids do, or with zero_out_of_range
+ * (by name) gives 0. */
 QkvValue *qkv_gather(QkvValue *x, QkvValue *index, gint axis, GError **error);
-/* "index_select" {axis: i}: the slices of x at positions index (i32, rank 1)
- * along axis. An index outside [0, size) gives a zero slice. */
+/* "index_select" {axis: i, zero_out_of_range: b (FALSE here)}: the slices of
+ * x at positions index (i32, rank 1) along axis. An index outside [0, size)
+ * fails the run, or with zero_out_of_range (by name) gives a zero slice. */
 QkvValue *qkv_index_select(QkvValue *x, QkvValue *index, gint axis, GError **error);
 
 /* Gradient ops of the above, scatter-adding (indices out of range skipped). */

@@ -74,12 +74,18 @@ void qkv_plan_free(QkvPlan *plan);
  * Numbers a builder computed from shapes at build time and stored as
  * attributes (a scale by 1/T, an expand to a fixed size) stay as built. */
 gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
-/* Run once. Every input the plan needs must be bound. QKV_ERROR_BUSY (and
- * nothing done) while another thread binds or runs this plan, or runs a plan
- * writing gradients into a store this one writes (see the top of this
- * file). A thread binding its own tensors then running can still find
- * another thread's tensors bound in between: share a plan between threads
- * only under a lock of your own, or give each thread its own plan. */
+/* Run once. Every input the plan needs must be bound. A kernel that finds
+ * its inputs unusable (QKV_ERROR_INDEX: a cross_entropy target, an embedding
+ * id, a gather or index_select index out of range) stops the run after its
+ * node, which the GError names with the position and the value; the later
+ * nodes do not run, so parameter gradients are incomplete, the step counter
+ * stays, and the plan can run again.
+ *
+ * QKV_ERROR_BUSY (and nothing done) while another thread binds or runs this
+ * plan, or runs a plan writing gradients into a store this one writes (see
+ * the top of this file). A thread binding its own tensors then running can
+ * still find another thread's tensors bound in between: share a plan between
+ * threads only under a lock of your own, or give each thread its own plan. */
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
 /* Requested output i, valid until the next run (from any thread) or
  * qkv_plan_free(). */

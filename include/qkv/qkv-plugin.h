@@ -13,7 +13,8 @@
  * is loaded by qkv_plugin_load() or found at initialisation in the
  * directories of QKV_PLUGIN_PATH and in the installed plugin directory.
  *
- * ABI history: 1.0 first version; 1.1 QkvOpDef.decompose.
+ * ABI history: 1.0 first version; 1.1 QkvOpDef.decompose; 1.2 qkv_kernel_fail()
+ * (a kernel fails the run; QkvKernelCtx.reserved[0] became the executor's).
  */
 #pragma once
 
@@ -26,7 +27,7 @@
 G_BEGIN_DECLS
 
 #define QKV_OP_ABI_MAJOR 1
-#define QKV_OP_ABI_MINOR 1
+#define QKV_OP_ABI_MINOR 2
 
 /* The most outputs one node may have. */
 #define QKV_MAX_OUTPUTS 16
@@ -112,8 +113,21 @@ typedef struct {
   guint64 seed;
   guint64 step;
   guint32 node_id;
+  /* The library's: reserved[0] is where qkv_kernel_fail() records a failure
+   * (ABI 1.2). A kernel never touches them. */
   gpointer reserved[4];
 } QkvKernelCtx;
+
+/* Fail the run (ABI 1.2): a kernel that finds its inputs unusable (an index
+ * outside its range, say) reports it here and returns normally, leaving its
+ * outputs in any state but without reading or writing out of bounds. When
+ * the node's kernel returns, the plan stops the run: qkv_plan_run() fails
+ * with a GError of code in the QKV_ERROR domain, whose message is the
+ * formatted one prefixed with "run: node 'NAME' (OP): ". Kernels may call it
+ * from any thread of their parallel loops, as often as they like; the first
+ * call of a run wins and the later ones are dropped. */
+void qkv_kernel_fail(const QkvKernelCtx *ctx, QkvError code, const gchar *format, ...)
+    G_GNUC_PRINTF(3, 4);
 
 /* What a gradient rule sees. The rule adds nodes to graph (with the typed op
  * functions or qkv_graph_add_node()) and stores d loss / d input i in

@@ -24,3 +24,8 @@ gboolean qkv_use_avx2(void);
 gboolean qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                          float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
                          float beta, float *c, gint64 ldc);
+
+/* The slot of QkvKernelCtx.reserved that holds a GError ** (the executor's
+ * per-plan failure, NULL between runs) where qkv_kernel_fail() stores the
+ * first failure of a run. */
+#define QKV_KERNEL_CTX_FAILURE_SLOT 0

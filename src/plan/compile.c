@@ -231,6 +231,7 @@ build_step(QkvPlan *plan, guint s)
   st->ctx.scratch_size = plan->step_scratch[s];
   st->ctx.training = plan->options.training;
   st->ctx.node_id = node->id;
+  st->ctx.reserved[QKV_KERNEL_CTX_FAILURE_SLOT] = &plan->kernel_failure;
 }
 
 /* The buffers that variable shapes need (see reshape_steps in execute.c),
@@ -321,5 +322,6 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->rule_in_shapes);
   g_free(plan->rule_in_dtypes);
   qkv_aligned_free(plan->arena);
+  g_clear_error(&plan->kernel_failure);
   g_free(plan);
 }

@@ -221,6 +221,20 @@ reshape_steps(QkvPlan *plan, GError **error)
   return TRUE;
 }
 
+/* A kernel of node failed the run (qkv_kernel_fail()): hand its error on,
+ * naming the node, and leave the plan ready for the next run. The steps
+ * after the node did not run, the parameter gradients are not copied to the
+ * store (those computed in place there may be partial) and the step counter
+ * stays. */
+static gboolean
+stop_on_kernel_failure(QkvPlan *plan, const QkvNode *node, GError **error)
+{
+  GError *failure = plan->kernel_failure;
+  plan->kernel_failure = NULL;
+  g_propagate_prefixed_error(error, failure, "run: node '%s' (%s): ", node->name, node->op->name);
+  return FALSE;
+}
+
 static gboolean
 run_steps(QkvPlan *plan, GError **error)
 {
@@ -238,7 +252,8 @@ run_steps(QkvPlan *plan, GError **error)
   if (plan->shapes_dirty && !reshape_steps(plan, error))
     return FALSE;
   qkv_set_running_plan_threads(plan->n_threads);
-  for (guint s = 0; s < plan->n_steps; s++) {
+  guint s;
+  for (s = 0; s < plan->n_steps; s++) {
     Step *st = &plan->steps[s];
     st->ctx.n_threads = plan->n_threads;
     st->ctx.seed = plan->seed;
@@ -250,8 +265,12 @@ run_steps(QkvPlan *plan, GError **error)
     } else {
       st->node->op->forward(&st->ctx);
     }
+    if (G_UNLIKELY(g_atomic_pointer_get(&plan->kernel_failure) != NULL))
+      break;
   }
   qkv_set_running_plan_threads(0);
+  if (G_UNLIKELY(s < plan->n_steps))
+    return stop_on_kernel_failure(plan, plan->steps[s].node, error);
   if (plan->profiling)
     plan->profiled_runs++;
   for (guint i = 0; i < plan->n_param_grads; i++) {

@@ -71,6 +71,9 @@ struct _QkvPlan {
   gint busy;
   QkvParams **grad_stores;
   guint n_grad_stores;
+  /* What a kernel reported with qkv_kernel_fail() during the current run
+   * (every step's ctx.reserved points here); NULL otherwise. */
+  GError *kernel_failure;
 };
 
 /* arena.c */
