@@ -42,4 +42,5 @@ void qkv_register_builtin_ops(void);
   X(index)                                                                                         \
   X(cast)                                                                                          \
   X(view)                                                                                          \
-  X(gumbel_softmax)
+  X(gumbel_softmax)                                                                                \
+  X(kv_cache)
