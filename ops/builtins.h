@@ -44,4 +44,5 @@ void qkv_register_builtin_ops(void);
   X(view)                                                                                          \
   X(gumbel_softmax)                                                                                \
   X(activation)                                                                                    \
-  X(rms_norm)
+  X(rms_norm)                                                                                      \
+  X(kv_cache)

@@ -30,6 +30,7 @@ typedef enum {
   QKV_VALUE_PARAM,
   QKV_VALUE_CONSTANT,
   QKV_VALUE_OP,
+  QKV_VALUE_STATE,
 } QkvValueKind;
 
 /* Errors chain. Every typed op, builder, qkv_graph_backward() and
@@ -66,6 +67,19 @@ void qkv_graph_free(QkvGraph *graph);
 /* A named placeholder; its tensor is bound when a plan runs. */
 QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
                           GError **error);
+/* State: a value whose buffer belongs to each plan compiled from the graph
+ * (outside the arena's reuse, zero at compile) and keeps its contents from
+ * one run to the next, until qkv_plan_reset_state() or qkv_plan_free().
+ * Lifetimes side by side: an input lives while its bound tensor does and is
+ * read-only; a parameter lives in its store; a state lives in the plan.
+ * Only in-place ops write a state (kv_cache_append, as its input 0); the
+ * plan runs such a writer after every reader of the state that does not
+ * depend on the writer's outputs, so within one run a reader sees the
+ * contents left by the previous run unless it reads the writer's output.
+ * One writer per state per graph. Names are unique among a graph's states.
+ * F32 or I32; NULL with QKV_ERROR_EXISTS, _DTYPE or _SHAPE. */
+QkvValue *qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype,
+                          const QkvShape *shape, GError **error);
 /* The parameter of that name in params. The store must outlive the graph and
  * every plan compiled from it. Adding the same name twice returns the same value. */
 QkvValue *qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **error);

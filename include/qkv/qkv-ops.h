@@ -269,4 +269,13 @@ QkvValue *qkv_clamp_backward(QkvValue *dy, QkvValue *x, double lo, double hi, GE
 QkvValue *qkv_gumbel_softmax(QkvValue *logits, QkvValue *valid_lens, double tau, gboolean hard,
                              gint axis, GError **error);
 
+/* The key/value cache of incremental decoding: writes fresh (B, H, t, d)
+ * into the state cache (B, H, T_max, d, a qkv_graph_state()) at positions
+ * [b] … positions[b] + t − 1 in place and returns the cache after the write;
+ * *lengths (when not NULL) gets positions + t, i32 (B), the valid lengths
+ * for dot-product attention. The state keeps the slots for the next run.
+ * Inference only (no gradient). */
+QkvValue *qkv_kv_cache_append(QkvValue *cache, QkvValue *fresh, QkvValue *positions,
+                              QkvValue **lengths, GError **error);
+
 G_END_DECLS

@@ -90,6 +90,13 @@ gboolean qkv_plan_run(QkvPlan *plan, GError **error);
 /* Requested output i, valid until the next run (from any thread) or
  * qkv_plan_free(). */
 const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
+/* The plan's buffer of the state called name (qkv_graph_state()), borrowed:
+ * valid until qkv_plan_free(); its contents change with each run. NULL when
+ * the graph has no such state. */
+const QkvTensor *qkv_plan_state(QkvPlan *plan, const gchar *name);
+/* Zero the state called name, or every state when name is NULL; FALSE with
+ * QKV_ERROR_NOT_FOUND for an unknown name, QKV_ERROR_BUSY while it runs. */
+gboolean qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error);
 /* Requested output i as a float (element 0). */
 float qkv_plan_output_scalar(QkvPlan *plan, guint index);
 

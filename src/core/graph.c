@@ -102,6 +102,30 @@ qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvSha
 }
 
 QkvValue *
+qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
+                GError **error)
+{
+  g_return_val_if_fail(graph != NULL && name != NULL && shape != NULL, NULL);
+  for (guint i = 0; i < graph->values->len; i++) {
+    QkvValue *other = g_ptr_array_index(graph->values, i);
+    if (other->kind == QKV_VALUE_STATE && g_strcmp0(other->name, name) == 0) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_EXISTS, "graph state '%s' already exists", name);
+      return NULL;
+    }
+  }
+  if (dtype != QKV_F32 && dtype != QKV_I32) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_DTYPE, "graph state '%s': unknown dtype %d", name,
+                (int)dtype);
+    return NULL;
+  }
+  if (!check_shape(shape, "graph state", name, error))
+    return NULL;
+  QkvValue *v = value_new(graph, QKV_VALUE_STATE, dtype, shape);
+  v->name = g_strdup(name);
+  return v;
+}
+
+QkvValue *
 qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **error)
 {
   g_return_val_if_fail(graph != NULL && params != NULL && name != NULL, NULL);
@@ -440,6 +464,7 @@ qkv_graph_to_string(QkvGraph *graph)
       continue;
     const gchar *kind = v->kind == QKV_VALUE_INPUT   ? "input"
                         : v->kind == QKV_VALUE_PARAM ? "param"
+                        : v->kind == QKV_VALUE_STATE ? "state"
                                                      : "const";
     g_string_append_printf(s, "%%%u = %s \"%s\" ", v->id, kind, v->name);
     append_value_desc(s, v);

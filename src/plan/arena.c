@@ -314,6 +314,8 @@ qkv_plan_value_pointer(QkvPlan *plan, QkvValue *v)
     return qkv_tensor_data(qkv_param_value(v->param));
   case QKV_VALUE_CONSTANT:
     return qkv_tensor_data(v->constant);
+  case QKV_VALUE_STATE:
+    return plan->value_external[v->id];
   case QKV_VALUE_INPUT: {
     for (guint i = 0; i < plan->n_bindings; i++)
       if (plan->bindings[i].value == v)

@@ -281,8 +281,10 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   mark_roots(&cs);
   route_grads_to_store(&cs);
   prune_and_order(&cs);
+  gboolean ok =
+      qkv_plan_states_alloc(cs.plan, error) && qkv_plan_order_state_writers(cs.plan, error);
   find_last_uses(&cs);
-  if (qkv_arena_lay_out(cs.plan, cs.last_use, error)) {
+  if (ok && qkv_arena_lay_out(cs.plan, cs.last_use, error)) {
     make_bindings(&cs);
     for (guint s = 0; s < cs.plan->n_steps; s++)
       build_step(cs.plan, s);
@@ -315,6 +317,7 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->output_values);
   g_free(plan->param_grads);
   g_free(plan->grad_stores);
+  qkv_plan_states_free(plan);
   g_free(plan->value_offset);
   g_free(plan->value_external);
   g_free(plan->value_shape);

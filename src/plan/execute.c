@@ -251,6 +251,8 @@ run_steps(QkvPlan *plan, GError **error)
   }
   if (plan->shapes_dirty && !reshape_steps(plan, error))
     return FALSE;
+  if (plan->n_states > 0 && !qkv_plan_check_state_writes(plan, error))
+    return FALSE;
   qkv_set_running_plan_threads(plan->n_threads);
   guint s;
   for (s = 0; s < plan->n_steps; s++) {

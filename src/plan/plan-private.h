@@ -74,6 +74,11 @@ struct _QkvPlan {
   /* What a kernel reported with qkv_kernel_fail() during the current run
    * (every step's ctx.reserved points here); NULL otherwise. */
   GError *kernel_failure;
+  /* The graph's states (state.c): their buffers (plan->value_external,
+   * owned) and borrowed tensor views of them, one per state. */
+  QkvValue **state_values;
+  QkvTensor **state_views;
+  guint n_states;
 };
 
 /* arena.c */
@@ -90,3 +95,18 @@ gboolean qkv_arena_lay_out(QkvPlan *plan, gint *last_use, GError **error);
 /* Where value v lives while the plan runs: the arena, the parameter store,
  * the constant, or the tensor bound to an input (NULL while unbound). */
 gpointer qkv_plan_value_pointer(QkvPlan *plan, QkvValue *v);
+
+/* state.c */
+
+/* Allocate a zeroed buffer for each of the graph's states (into
+ * plan->value_external); FALSE with QKV_ERROR_MEMORY. */
+gboolean qkv_plan_states_alloc(QkvPlan *plan, GError **error);
+/* Reorder plan->steps so that each node writing a state in place runs after
+ * every reader of that state that does not depend on it; FALSE with
+ * QKV_ERROR_INVALID_ARGUMENT when a writer's input 0 is not a state or a
+ * state has two writers. */
+gboolean qkv_plan_order_state_writers(QkvPlan *plan, GError **error);
+/* Before a run: refuse cache positions (bound inputs or constants) that
+ * would write past a state's end. */
+gboolean qkv_plan_check_state_writes(QkvPlan *plan, GError **error);
+void qkv_plan_states_free(QkvPlan *plan);

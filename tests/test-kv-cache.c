@@ -1,0 +1,389 @@
+/* test-kv-cache.c: graph states that live across plan runs (qkv_graph_state,
+ * qkv_plan_state, qkv_plan_reset_state) and the kv_cache_append op: slots
+ * written at per-row positions, positions past the cache refused, and a
+ * one-layer causal self-attention model decoded token by token through the
+ * cache against the same model recomputed on the whole sequence. */
+#include "test-util.h"
+
+#include <math.h>
+#include <string.h>
+
+#define F32(t) ((const float *)qkv_tensor_const_data(t))
+#define I32(t) ((const gint32 *)qkv_tensor_const_data(t))
+
+/* A cache graph: cache state (B, 1, T_max, D), new (B, 1, t, D),
+ * positions (B); outputs the cache after the write and the lengths. */
+typedef struct {
+  QkvGraph *g;
+  QkvPlan *plan;
+} CachePlan;
+
+static CachePlan
+cache_plan(gint B, gint T_max, gint D, gint t)
+{
+  g_autoptr(GError) error = NULL;
+  CachePlan c = {qkv_graph_new(), NULL};
+  QkvShape cs = QKV_SHAPE(B, 1, T_max, D);
+  QkvValue *state = qkv_graph_state(c.g, "cache", QKV_F32, &cs, &error);
+  QkvValue *fresh = qkv_test_input(c.g, "new", QKV_F32, QKV_SHAPE(B, 1, t, D));
+  QkvValue *pos = qkv_test_input(c.g, "positions", QKV_I32, QKV_SHAPE(B));
+  QkvValue *lengths = NULL;
+  QkvValue *keys = qkv_kv_cache_append(state, fresh, pos, &lengths, &error);
+  g_assert_no_error(error);
+  QkvValue *outs[] = {keys, lengths};
+  c.plan = qkv_graph_compile(c.g, outs, 2, NULL, &error);
+  g_assert_no_error(error);
+  return c;
+}
+
+static void
+cache_plan_clear(CachePlan *c)
+{
+  qkv_plan_free(c->plan);
+  qkv_graph_free(c->g);
+}
+
+static gboolean
+cache_run(CachePlan *c, QkvTensor *fresh, const gint32 *positions, gint B, GError **error)
+{
+  QkvShape bs = QKV_SHAPE(B);
+  g_autoptr(QkvTensor) pos = qkv_tensor_new_i32(&bs, positions);
+  return qkv_plan_bind(c->plan, "new", fresh, error) &&
+         qkv_plan_bind(c->plan, "positions", pos, error) && qkv_plan_run(c->plan, error);
+}
+
+/* The state keeps what one run wrote into the next, and reset zeroes it. */
+static void
+test_state_persists(void)
+{
+  const gint B = 1, T = 4, D = 2;
+  g_autoptr(GError) error = NULL;
+  CachePlan c = cache_plan(B, T, D, 1);
+  const QkvTensor *state = qkv_plan_state(c.plan, "cache");
+  g_assert_nonnull(state);
+  g_assert_null(qkv_plan_state(c.plan, "nothing"));
+  for (gint i = 0; i < T * D; i++)
+    g_assert_cmpfloat(F32(state)[i], ==, 0.0f);
+  for (gint32 p = 0; p < 3; p++) {
+    float v[] = {10.0f * (float)p + 1, 10.0f * (float)p + 2};
+    QkvShape ns = QKV_SHAPE(B, 1, 1, D);
+    g_autoptr(QkvTensor) fresh = qkv_tensor_new_f32(&ns, v);
+    g_assert_true(cache_run(&c, fresh, &p, B, &error));
+    g_assert_no_error(error);
+  }
+  const float want[] = {1, 2, 11, 12, 21, 22, 0, 0};
+  qkv_assert_values(state, want, T * D, 0);
+  qkv_assert_values(qkv_plan_output(c.plan, 0), want, T * D, 0);
+  g_assert_cmpint(I32(qkv_plan_output(c.plan, 1))[0], ==, 3);
+
+  g_assert_false(qkv_plan_reset_state(c.plan, "nothing", &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
+  g_clear_error(&error);
+  g_assert_true(qkv_plan_reset_state(c.plan, "cache", &error));
+  for (gint i = 0; i < T * D; i++)
+    g_assert_cmpfloat(F32(state)[i], ==, 0.0f);
+  cache_plan_clear(&c);
+}
+
+/* Rows at different positions: each gets its slots, nothing else moves;
+ * positions past T_max (or negative) are refused and leave the cache be. */
+static void
+test_append_positions(void)
+{
+  const gint B = 3, T = 6, D = 2, t = 2;
+  g_autoptr(GError) error = NULL;
+  CachePlan c = cache_plan(B, T, D, t);
+  QkvShape ns = QKV_SHAPE(B, 1, t, D);
+  g_autoptr(QkvTensor) fresh = qkv_test_uniform(&ns, 3, 1, 2);
+  const gint32 pos[] = {0, 3, 4};
+  g_assert_true(cache_run(&c, fresh, pos, B, &error));
+  g_assert_no_error(error);
+  const float *s = F32(qkv_plan_state(c.plan, "cache"));
+  const float *n = qkv_tensor_f32(fresh);
+  for (gint b = 0; b < B; b++) {
+    for (gint i = 0; i < T; i++)
+      for (gint k = 0; k < D; k++) {
+        gboolean written = i >= pos[b] && i < pos[b] + t;
+        float want = written ? n[(b * t + (i - pos[b])) * D + k] : 0.0f;
+        g_assert_cmpfloat(s[(b * T + i) * D + k], ==, want);
+      }
+    g_assert_cmpint(I32(qkv_plan_output(c.plan, 1))[b], ==, pos[b] + t);
+  }
+  g_autoptr(QkvTensor) before = qkv_tensor_copy(qkv_plan_state(c.plan, "cache"));
+  const gint32 past[] = {0, 5, 1};
+  g_assert_false(cache_run(&c, fresh, past, B, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "row 1"));
+  g_clear_error(&error);
+  const gint32 negative[] = {0, -1, 1};
+  g_assert_false(cache_run(&c, fresh, negative, B, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_clear_error(&error);
+  qkv_assert_values(qkv_plan_state(c.plan, "cache"), qkv_tensor_f32(before), B * T * D, 0);
+  cache_plan_clear(&c);
+
+  /* more new slots than the cache holds: refused when the node is added */
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape cs = QKV_SHAPE(1, 1, 2, D);
+  QkvValue *state = qkv_graph_state(g, "cache", QKV_F32, &cs, &error);
+  QkvValue *big = qkv_test_input(g, "new", QKV_F32, QKV_SHAPE(1, 1, 3, D));
+  QkvValue *p = qkv_test_input(g, "positions", QKV_I32, QKV_SHAPE(1));
+  g_assert_null(qkv_kv_cache_append(state, big, p, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_clear_error(&error);
+  /* the cache must be a state; a state name is unique */
+  g_assert_null(qkv_kv_cache_append(big, big, p, NULL, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_clear_error(&error);
+  g_assert_null(qkv_graph_state(g, "cache", QKV_F32, &cs, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_EXISTS);
+}
+
+/* ---- a one-layer causal self-attention model ---------------------------- */
+
+enum { VOCAB = 11, DIM = 8, STEPS = 32 };
+
+typedef struct {
+  QkvTensor *emb, *wq, *wk, *wv, *wo;
+} Weights;
+
+static Weights
+weights_new(void)
+{
+  QkvShape es = QKV_SHAPE(VOCAB, DIM), ws = QKV_SHAPE(DIM, DIM), os = QKV_SHAPE(DIM, VOCAB);
+  Weights w = {qkv_test_uniform(&es, 1, -1, 1), qkv_test_uniform(&ws, 2, -0.5f, 0.5f),
+               qkv_test_uniform(&ws, 3, -0.5f, 0.5f), qkv_test_uniform(&ws, 4, -0.5f, 0.5f),
+               qkv_test_uniform(&os, 5, -0.5f, 0.5f)};
+  return w;
+}
+
+static void
+weights_clear(Weights *w)
+{
+  qkv_tensor_free(w->emb);
+  qkv_tensor_free(w->wq);
+  qkv_tensor_free(w->wk);
+  qkv_tensor_free(w->wv);
+  qkv_tensor_free(w->wo);
+}
+
+/* x = emb[ids] (B·t, DIM) and its three projections, as (B, t, DIM). */
+static void
+project(QkvGraph *g, const Weights *w, QkvValue *ids, gint B, gint t, QkvValue **q, QkvValue **k,
+        QkvValue **v, GError **error)
+{
+  QkvShape flat = QKV_SHAPE(B * t), bt = QKV_SHAPE(B, t, DIM);
+  QkvValue *x =
+      qkv_embedding(qkv_reshape(ids, &flat, error), qkv_graph_constant(g, w->emb, error), error);
+  QkvValue **outs[] = {q, k, v};
+  QkvTensor *mats[] = {w->wq, w->wk, w->wv};
+  for (gint i = 0; i < 3; i++)
+    *outs[i] = qkv_reshape(
+        qkv_matmul(x, qkv_graph_constant(g, mats[i], error), FALSE, FALSE, error), &bt, error);
+}
+
+static QkvValue *
+logits_of(QkvGraph *g, const Weights *w, QkvValue *attended, gint B, gint t, GError **error)
+{
+  QkvShape flat = QKV_SHAPE(B * t, DIM), out = QKV_SHAPE(B, t, VOCAB);
+  QkvValue *h = qkv_reshape(attended, &flat, error);
+  return qkv_reshape(qkv_matmul(h, qkv_graph_constant(g, w->wo, error), FALSE, FALSE, error), &out,
+                     error);
+}
+
+/* The whole sequence at once, causal: logits (B, STEPS, VOCAB). */
+static QkvTensor *
+full_logits(const Weights *w, QkvTensor *ids, gint B)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *idv = qkv_test_input(g, "ids", QKV_I32, QKV_SHAPE(B, STEPS));
+  QkvValue *q, *k, *v;
+  project(g, w, idv, B, STEPS, &q, &k, &v, &error);
+  QkvValue *a = qkv_dot_product_attention(q, k, v, NULL, TRUE, 0.0, NULL, &error);
+  QkvValue *logits = logits_of(g, w, a, B, STEPS, &error);
+  g_assert_no_error(error);
+  const gchar *names[] = {"ids"};
+  QkvTensor *out = NULL;
+  g_assert_true(qkv_graph_eval(g, names, &ids, 1, &logits, &out, 1, &error));
+  g_assert_no_error(error);
+  return out;
+}
+
+/* One token per row per run through two caches (keys, values): row b
+ * decodes its tokens 0 … lens[b] − 1, each run at the row's own position;
+ * returns logits (B, STEPS, VOCAB), zero past a row's length. */
+static QkvTensor *
+cached_logits(const Weights *w, QkvTensor *ids, gint B, const gint *lens)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape cs = QKV_SHAPE(B, 1, STEPS, DIM), bt = QKV_SHAPE(B, STEPS, DIM);
+  QkvShape one = QKV_SHAPE(B, 1, 1, DIM);
+  QkvValue *ks = qkv_graph_state(g, "keys", QKV_F32, &cs, &error);
+  QkvValue *vs = qkv_graph_state(g, "values", QKV_F32, &cs, &error);
+  QkvValue *idv = qkv_test_input(g, "ids", QKV_I32, QKV_SHAPE(B, 1));
+  QkvValue *pos = qkv_test_input(g, "positions", QKV_I32, QKV_SHAPE(B));
+  QkvValue *q, *k, *v, *lengths = NULL;
+  project(g, w, idv, B, 1, &q, &k, &v, &error);
+  QkvValue *kc = qkv_kv_cache_append(ks, qkv_reshape(k, &one, &error), pos, &lengths, &error);
+  QkvValue *vc = qkv_kv_cache_append(vs, qkv_reshape(v, &one, &error), pos, NULL, &error);
+  QkvValue *a =
+      qkv_dot_product_attention(q, qkv_reshape(kc, &bt, &error), qkv_reshape(vc, &bt, &error),
+                                lengths, FALSE, 0.0, NULL, &error);
+  QkvValue *logits = logits_of(g, w, a, B, 1, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &logits, 1, NULL, &error);
+  g_assert_no_error(error);
+
+  QkvShape ls = QKV_SHAPE(B, STEPS, VOCAB), bs = QKV_SHAPE(B), b1 = QKV_SHAPE(B, 1);
+  QkvTensor *out = qkv_tensor_new(QKV_F32, &ls);
+  memset(qkv_tensor_data(out), 0, qkv_tensor_nbytes(out));
+  gint longest = 0;
+  for (gint b = 0; b < B; b++)
+    longest = MAX(longest, lens[b]);
+  for (gint i = 0; i < longest; i++) {
+    /* a row past its length stays at its last position (rewriting a slot
+     * it no longer reads) so that the rows decode together */
+    gint32 p[B], tok[B];
+    for (gint b = 0; b < B; b++) {
+      p[b] = MIN(i, lens[b] - 1);
+      tok[b] = qkv_tensor_i32(ids)[b * STEPS + p[b]];
+    }
+    g_autoptr(QkvTensor) pt = qkv_tensor_new_i32(&bs, p);
+    g_autoptr(QkvTensor) tt = qkv_tensor_new_i32(&b1, tok);
+    g_assert_true(qkv_plan_bind(plan, "ids", tt, &error));
+    g_assert_true(qkv_plan_bind(plan, "positions", pt, &error));
+    g_assert_true(qkv_plan_run(plan, &error));
+    g_assert_no_error(error);
+    const float *l = F32(qkv_plan_output(plan, 0));
+    for (gint b = 0; b < B; b++)
+      if (i < lens[b])
+        memcpy(qkv_tensor_f32(out) + ((gsize)b * STEPS + i) * VOCAB, l + (gsize)b * VOCAB,
+               VOCAB * sizeof(float));
+  }
+  return out;
+}
+
+/* The bound: both computations do the same arithmetic in a different order
+ * (a GEMM over one row or 32, attention over the cache's STEPS slots with
+ * the masked ones at probability 0 or over a causal square). Per logit the
+ * rounding of each is at most (in units of u, to first order):
+ *   the projections and scores: sums of DIM terms, whose error e_s (relative
+ *   to the scores' magnitudes S = |q||k|/√DIM) moves each probability by at
+ *   most 2 e_s S relatively; the softmax's exp, sum (STEPS terms) and
+ *   division: STEPS + 3; the weighted sum of values: STEPS terms, relative
+ *   to max|v|; the output projection: DIM terms, relative to |a||wo|.
+ * So |Δlogit| ≤ factor u · Σ_j max|v| |wo_jo| (the attended vector is a
+ * convex combination of values) with factor = 2 · (DIM + 2·(2·DIM)·S +
+ * STEPS + 3 + STEPS), doubled as both computations err; S and max|v| are
+ * the magnitudes of the scores and values actually attended. */
+/* The magnitude |emb[tok]|·|w| of column m of one token's projection. */
+static double
+projection_magnitude(const Weights *w, const QkvTensor *wm, gint32 tok, gint m)
+{
+  double sum = 0;
+  for (gint j = 0; j < DIM; j++)
+    sum += fabs(F32(w->emb)[tok * DIM + j]) * fabs(F32(wm)[j * DIM + m]);
+  return sum;
+}
+
+static void
+check_against_full(const QkvTensor *cached, const QkvTensor *full, const Weights *w,
+                   const QkvTensor *ids, gint B, const gint *lens)
+{
+  /* S: the largest score magnitude Σ|q||k|/√DIM over the pairs attended */
+  double s = 0, max_v = 0;
+  for (gint b = 0; b < B; b++)
+    for (gint i = 0; i < STEPS; i++)
+      for (gint j = 0; j <= i; j++) {
+        double sum = 0;
+        for (gint m = 0; m < DIM; m++) {
+          gint32 ti = I32(ids)[b * STEPS + i], tj = I32(ids)[b * STEPS + j];
+          sum += projection_magnitude(w, w->wq, ti, m) * projection_magnitude(w, w->wk, tj, m);
+          max_v = MAX(max_v, projection_magnitude(w, w->wv, tj, m));
+        }
+        s = MAX(s, sum / sqrt(DIM));
+      }
+  double factor = 2.0 * (DIM + 4.0 * DIM * s + 2.0 * STEPS + 3.0);
+  QkvShape ls = QKV_SHAPE(B, STEPS, VOCAB);
+  g_autoptr(QkvTensor) mag = qkv_tensor_new(QKV_F32, &ls);
+  g_autoptr(QkvTensor) expect = qkv_tensor_copy(full);
+  for (gint b = 0; b < B; b++)
+    for (gint i = 0; i < STEPS; i++)
+      for (gint o = 0; o < VOCAB; o++) {
+        double m = 0;
+        for (gint j = 0; j < DIM; j++)
+          m += max_v * fabs(qkv_tensor_f32(w->wo)[j * VOCAB + o]);
+        gsize at = ((gsize)b * STEPS + i) * VOCAB + o;
+        qkv_tensor_f32(mag)[at] = (float)m;
+        if (i >= lens[b])
+          qkv_tensor_f32(expect)[at] = 0.0f; /* not decoded */
+      }
+  double needed = qkv_assert_bounded("cached vs full", cached, expect, mag, factor);
+  g_test_message("factor %.1f, needed %.2f", factor, needed);
+  /* and the check would see an error of 1e-4 of the scale it measures in */
+  g_autoptr(QkvTensor) wrong = qkv_tensor_copy(cached);
+  gsize at = (gsize)(STEPS / 2) * VOCAB + 1;
+  qkv_tensor_f32(wrong)[at] += 1e-4f * F32(mag)[at];
+  g_assert_false(qkv_test_check_bound(wrong, expect, mag, 0, factor, NULL, NULL));
+}
+
+static void
+test_cached_equals_full(void)
+{
+  const gint B = 1, lens[] = {STEPS};
+  Weights w = weights_new();
+  QkvShape is = QKV_SHAPE(B, STEPS);
+  g_autoptr(QkvTensor) ids = qkv_test_randint(&is, 9, 0, VOCAB);
+  g_autoptr(QkvTensor) full = full_logits(&w, ids, B);
+  g_autoptr(QkvTensor) cached = cached_logits(&w, ids, B, lens);
+  check_against_full(cached, full, &w, ids, B, lens);
+  weights_clear(&w);
+}
+
+/* Two rows decoded together, one stopping early: the longer row's logits
+ * still match its own full recompute, the shorter row's too. */
+static void
+test_rows_at_different_lengths(void)
+{
+  const gint B = 2, lens[] = {STEPS, 13};
+  Weights w = weights_new();
+  QkvShape is = QKV_SHAPE(B, STEPS);
+  g_autoptr(QkvTensor) ids = qkv_test_randint(&is, 10, 0, VOCAB);
+  g_autoptr(QkvTensor) full = full_logits(&w, ids, B);
+  g_autoptr(QkvTensor) cached = cached_logits(&w, ids, B, lens);
+  check_against_full(cached, full, &w, ids, B, lens);
+  weights_clear(&w);
+}
+
+/* The cache op has no gradient rule: autodiff says so. */
+static void
+test_no_gradient(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape cs = QKV_SHAPE(1, 1, 4, 2);
+  QkvValue *state = qkv_graph_state(g, "cache", QKV_F32, &cs, &error);
+  QkvValue *x = qkv_test_input(g, "new", QKV_F32, QKV_SHAPE(1, 1, 1, 2));
+  qkv_value_set_requires_grad(x, TRUE);
+  QkvValue *p = qkv_test_input(g, "positions", QKV_I32, QKV_SHAPE(1));
+  QkvValue *y = qkv_kv_cache_append(state, x, p, NULL, &error);
+  QkvValue *loss = qkv_sum(y, NULL, 0, FALSE, &error);
+  g_assert_no_error(error);
+  g_assert_false(qkv_graph_backward(g, loss, &error));
+  g_assert_nonnull(error);
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  qkv_init();
+  g_test_add_func("/kv-cache/state-persists", test_state_persists);
+  g_test_add_func("/kv-cache/append-positions", test_append_positions);
+  g_test_add_func("/kv-cache/cached-equals-full", test_cached_equals_full);
+  g_test_add_func("/kv-cache/rows-at-different-lengths", test_rows_at_different_lengths);
+  g_test_add_func("/kv-cache/no-gradient", test_no_gradient);
+  return g_test_run();
+}
