@@ -21,6 +21,9 @@
  * e^-103), so skipped blocks change nothing. */
 #define FLASH_LOW_ROW (QKV_ATTN_MASKED_SCORE + 120.0f)
 
+/* ---- row passes ---------------------------------------------------------- */
+
+#ifdef FLASH_X86
 static gint avx512_state = -1;
 
 static gboolean
@@ -34,9 +37,6 @@ use_avx512(void)
   return s == 1;
 }
 
-/* ---- row passes ---------------------------------------------------------- */
-
-#ifdef FLASH_X86
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 

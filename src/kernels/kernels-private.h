@@ -5,6 +5,13 @@
 
 #include "qkv/qkv.h"
 
+/* x86 (64 or 32 bit) is the one architecture with AVX2 and AVX-512 variants
+ * of the kernels; elsewhere each kernel takes its portable C path, as it does
+ * on x86 under QKV_VEC_ISA=scalar. */
+#if defined(__x86_64__) || defined(__i386__)
+#define QKV_ARCH_X86 1
+#endif
+
 /* Zeroed, 64-byte aligned allocation that counts calls (see qkv_alloc_count());
  * NULL when the memory cannot be had (never aborts). */
 gpointer qkv_aligned_alloc0(gsize size);
@@ -20,7 +27,7 @@ gboolean qkv_use_avx512(void);
 gboolean qkv_use_avx2(void);
 /* qkv_sgemm()'s path for small products (src/smallgemm.c): computes c and
  * returns TRUE when the CPU has AVX-512 or AVX2 and the product is one it takes,
- * else returns FALSE without touching c. */
+ * else (always, off x86) returns FALSE without touching c. */
 gboolean qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                          float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
                          float beta, float *c, gint64 ldc);

@@ -1,12 +1,15 @@
 /* random.c: counter-based random numbers (a key per seed, step and node;
  * a draw per counter) and the dropout masks made from them. The mask has
  * scalar, AVX2 and AVX-512 variants that give bit-identical masks; which one
- * runs follows the ISA vecmath.c picked (QKV_VEC_ISA forces a fallback). */
+ * runs follows the ISA vecmath.c picked (QKV_VEC_ISA forces a fallback;
+ * off x86 it is always the scalar one). */
 #include "kernels/kernels-private.h"
 
+#ifdef QKV_ARCH_X86
 /* outside any target region, so that each intrinsic keeps its own ISA and
  * the AVX2 functions below can use them */
 #include <immintrin.h>
+#endif
 
 typedef void (*MaskFunc)(guint64 key, guint64 first, gsize n, float p, float scale, float *mask);
 
@@ -32,6 +35,7 @@ dropout_mask_scalar(guint64 key, guint64 first, gsize n, float p, float scale, f
   }
 }
 
+#ifdef QKV_ARCH_X86
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
 /* Eight draws at a time: the same integer mix as dropout_mask_scalar, so
@@ -114,6 +118,7 @@ dropout_mask_avx2(guint64 key, guint64 first, gsize n, float p, float scale, flo
   }
   dropout_mask_scalar(key, first + j, n - j, p, scale, mask + j);
 }
+#endif /* QKV_ARCH_X86 */
 
 static MaskFunc dropout_mask;
 
@@ -122,12 +127,14 @@ pick_dropout_mask(void)
 {
   static gsize done = 0;
   if (g_once_init_enter(&done)) {
+    MaskFunc fn = dropout_mask_scalar;
+#ifdef QKV_ARCH_X86
     if (qkv_use_avx512())
-      dropout_mask = dropout_mask_avx512;
+      fn = dropout_mask_avx512;
     else if (qkv_use_avx2())
-      dropout_mask = dropout_mask_avx2;
-    else
-      dropout_mask = dropout_mask_scalar;
+      fn = dropout_mask_avx2;
+#endif
+    dropout_mask = fn;
     g_once_init_leave(&done, 1);
   }
 }

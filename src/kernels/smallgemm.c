@@ -8,10 +8,13 @@
  * rows of B contiguous vectors and a(i,k) a scalar broadcast from anywhere
  * (a[i·a_rs + k·a_cs]), which covers NN and TN. NT (C = A·Bᵀ) first copies
  * Bᵀ into a buffer on the stack. TT is left to OpenBLAS, and so is every
- * product this kernel is not faster at (see the selection below). */
+ * product this kernel is not faster at (see the selection below). Off x86
+ * there is no such kernel, and every product goes to the GEMM library. */
 #include "kernels/kernels-private.h"
 
 #include <string.h>
+
+#ifdef QKV_ARCH_X86
 /* outside any target region, so that each intrinsic keeps its own ISA (an
  * include inside the AVX-512 region would tie the AVX2 ones to AVX-512) */
 #include <immintrin.h>
@@ -228,3 +231,15 @@ qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, 
   kernel(m, n, k, alpha, a, a_rs, a_cs, bt, n, beta, c, ldc);
   return TRUE;
 }
+
+#else /* !QKV_ARCH_X86 */
+
+gboolean
+qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+                float *c, gint64 ldc)
+{
+  return FALSE;
+}
+
+#endif /* QKV_ARCH_X86 */

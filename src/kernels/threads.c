@@ -18,7 +18,9 @@
  * that plans and the GEMM routing fall back on. */
 #include "kernels/kernels-private.h"
 
+#ifdef QKV_ARCH_X86
 #include <immintrin.h>
+#endif
 #include <pthread.h>
 #include <string.h>
 
@@ -66,6 +68,19 @@ pool_spin_us(void)
   return spin_us;
 }
 
+/* Tells the core that this thread is spinning, so that it yields the
+ * pipeline to a sibling hardware thread (and, on x86, leaves the loop without
+ * a memory-order mis-speculation); a plain spin elsewhere. */
+static inline void
+spin_pause(void)
+{
+#if defined(QKV_ARCH_X86)
+  _mm_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
 /* Spin while (*word == value) == equal, for at most the spin budget; TRUE
  * if that stopped holding in time. */
 static gboolean
@@ -77,7 +92,7 @@ spin_while(gint *word, gint value, gboolean equal)
       return TRUE;
     if (budget == 0)
       return FALSE;
-    _mm_pause();
+    spin_pause();
     if ((i & 63) == 63) {
       gint64 now = g_get_monotonic_time();
       if (deadline == 0)

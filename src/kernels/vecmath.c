@@ -1,15 +1,18 @@
 /* vecmath.c: vector exp/tanh/erf through SLEEF, and the one run-time choice of
  * instruction set (AVX-512, AVX2 or scalar) that every kernel with vector
- * variants follows (qkv_use_avx512(), qkv_use_avx2()). */
+ * variants follows (qkv_use_avx512(), qkv_use_avx2()). Off x86 the choice is
+ * always scalar. */
 #include "kernels/kernels-private.h"
 
 #include <math.h>
 #include <string.h>
+
+typedef void (*VecFunc)(float *dst, const float *src, gsize n);
+
+#ifdef QKV_ARCH_X86
 /* outside any target region, so that each intrinsic keeps its own ISA and
  * the AVX2 functions below can use them */
 #include <immintrin.h>
-
-typedef void (*VecFunc)(float *dst, const float *src, gsize n);
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
@@ -81,6 +84,9 @@ erf_avx512(float *dst, const float *src, gsize n)
 QKV_DEFINE_AVX2(exp_avx2, Sleef_expf8_u10avx2)
 QKV_DEFINE_AVX2(tanh_avx2, Sleef_tanhf8_u10avx2)
 QKV_DEFINE_AVX2(erf_avx2, Sleef_erff8_u10avx2)
+#else
+#include <sleef.h>
+#endif /* QKV_ARCH_X86 */
 
 static void
 exp_scalar(float *dst, const float *src, gsize n)
@@ -106,27 +112,40 @@ erf_scalar(float *dst, const float *src, gsize n)
 static VecFunc vec_exp, vec_tanh, vec_erf;
 static const gchar *vec_isa;
 
+#ifdef QKV_ARCH_X86
+/* The widest ISA this CPU has, or the fallback QKV_VEC_ISA asks for
+ * ("scalar", "avx2": to test the fallbacks). */
+static void
+pick_x86_isa(VecFunc *exp_fn, VecFunc *tanh_fn, VecFunc *erf_fn, const gchar **isa)
+{
+  const gchar *force = g_getenv("QKV_VEC_ISA");
+  __builtin_cpu_init();
+  gboolean avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                    __builtin_cpu_supports("avx512vl");
+  gboolean avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (force != NULL && g_str_equal(force, "scalar"))
+    avx512 = avx2 = FALSE;
+  else if (force != NULL && g_str_equal(force, "avx2"))
+    avx512 = FALSE;
+  if (avx512) {
+    *exp_fn = exp_avx512, *tanh_fn = tanh_avx512, *erf_fn = erf_avx512, *isa = "avx512f";
+  } else if (avx2) {
+    *exp_fn = exp_avx2, *tanh_fn = tanh_avx2, *erf_fn = erf_avx2, *isa = "avx2";
+  }
+}
+#endif
+
 static void
 pick_isa(void)
 {
   static gsize done = 0;
   if (g_once_init_enter(&done)) {
-    const gchar *force = g_getenv("QKV_VEC_ISA"); /* "scalar", "avx2": to test the fallbacks */
-    __builtin_cpu_init();
-    gboolean avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512vl");
-    gboolean avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (force != NULL && g_str_equal(force, "scalar"))
-      avx512 = avx2 = FALSE;
-    else if (force != NULL && g_str_equal(force, "avx2"))
-      avx512 = FALSE;
-    if (avx512) {
-      vec_exp = exp_avx512, vec_tanh = tanh_avx512, vec_erf = erf_avx512, vec_isa = "avx512f";
-    } else if (avx2) {
-      vec_exp = exp_avx2, vec_tanh = tanh_avx2, vec_erf = erf_avx2, vec_isa = "avx2";
-    } else {
-      vec_exp = exp_scalar, vec_tanh = tanh_scalar, vec_erf = erf_scalar, vec_isa = "scalar";
-    }
+    VecFunc exp_fn = exp_scalar, tanh_fn = tanh_scalar, erf_fn = erf_scalar;
+    const gchar *isa = "scalar";
+#ifdef QKV_ARCH_X86
+    pick_x86_isa(&exp_fn, &tanh_fn, &erf_fn, &isa);
+#endif
+    vec_exp = exp_fn, vec_tanh = tanh_fn, vec_erf = erf_fn, vec_isa = isa;
     g_once_init_leave(&done, 1);
   }
 }
@@ -165,13 +184,21 @@ qkv_vec_isa(void)
 gboolean
 qkv_use_avx512(void)
 {
+#ifdef QKV_ARCH_X86
   pick_isa();
   return vec_exp == exp_avx512;
+#else
+  return FALSE;
+#endif
 }
 
 gboolean
 qkv_use_avx2(void)
 {
+#ifdef QKV_ARCH_X86
   pick_isa();
   return vec_exp == exp_avx2;
+#else
+  return FALSE;
+#endif
 }

@@ -302,7 +302,13 @@ typedef struct {
   }
 
 QKV_UPDATE_KERNELS(baseline, )
+#ifdef QKV_ARCH_X86
 QKV_UPDATE_KERNELS(avx512, __attribute__((target("avx512f,avx512vl"))))
+#else
+/* never picked off x86, where qkv_use_avx512() is FALSE */
+#define sgd_span_avx512 sgd_span_baseline
+#define adam_span_avx512 adam_span_baseline
+#endif
 
 /* Element loops run over blocks of 16 floats, so that every chunk but the
  * last is a whole number of vectors. */
