@@ -183,6 +183,7 @@ qkv_plan_run(QkvPlan *plan, GError **error)
   if (plan->shapes_dirty && !reshape_steps(plan, error))
     return FALSE;
   qkv_set_running_plan_threads(plan->n_threads);
+  qkv_set_running_precision(plan->options.precision);
   for (guint s = 0; s < plan->n_steps; s++) {
     Step *st = &plan->steps[s];
     st->ctx.n_threads = plan->n_threads;
@@ -197,6 +198,7 @@ qkv_plan_run(QkvPlan *plan, GError **error)
     }
   }
   qkv_set_running_plan_threads(0);
+  qkv_set_running_precision(QKV_PRECISION_FP32);
   if (plan->profiling)
     plan->profiled_runs++;
   for (guint i = 0; i < plan->n_param_grads; i++) {
