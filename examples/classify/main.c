@@ -43,6 +43,7 @@ static gchar *opt_sentence = NULL;
 static gchar *opt_save = NULL;
 static gboolean opt_quiet = FALSE;
 static gboolean opt_no_positions = FALSE;
+static gchar *opt_precision = NULL;
 
 static GOptionEntry entries[] = {
     {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data,
@@ -77,6 +78,10 @@ static GOptionEntry entries[] = {
     {"no-positions", 0, 0, G_OPTION_ARG_NONE, &opt_no_positions,
      "Do not add positional encodings to the word vectors (both models then see a bag of words)",
      NULL},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &opt_precision,
+     "Training's matrix products in fp32 (default) or bf16 (operands rounded to bfloat16, "
+     "float32 sums, as PyTorch's autocast)",
+     "NAME"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Print only the results", NULL},
     {NULL}};
 
@@ -161,6 +166,8 @@ train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.training = TRUE;
   opts.n_threads = opt_threads;
+  if (opt_precision != NULL && g_str_equal(opt_precision, "bf16"))
+    opts.precision = QKV_PRECISION_BF16;
   g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &opts, error);
   if (plan == NULL)
     return FALSE;
@@ -346,6 +353,12 @@ check_options(GError **error)
   if (!(opt_lr > 0 && opt_lr <= 10)) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--lr is %g, it must be in (0, 10]", opt_lr);
+    return FALSE;
+  }
+  if (opt_precision != NULL && !g_str_equal(opt_precision, "fp32") &&
+      !g_str_equal(opt_precision, "bf16")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --precision '%s' (fp32 or bf16)", opt_precision);
     return FALSE;
   }
   if (opt_sentence != NULL && opt_heatmap == NULL) {

@@ -101,6 +101,7 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
                                      : build_luong(&b, cfg, src, src_valid, dec_in, w, error);
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.n_threads = threads;
+  opts.precision = cfg->precision;
   opts.seed = cfg->seed * 1000003u + (guint64)batch;
   if (training) {
     QkvValue *labels = qkv_graph_input(g, "labels", QKV_I32, &bt, error);

@@ -43,9 +43,11 @@ typedef struct {
   gchar *clip_rule;
   gint heldout;
   LuongOptions luong;
-  /* what --task and --model chose */
+  gchar *precision_name; /* --precision as given, or NULL */
+  /* what --task, --model and --precision chose */
   gboolean reverse;
   ModelKind kind;
+  QkvPrecision precision;
 } Seq2seqOptions;
 
 /* The defaults, as --help states them. */
