@@ -44,8 +44,8 @@
 #define BF16_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 24)
 /* Conversions of fewer elements than this run on one thread. */
 #define BF16_CONVERT_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 17)
-/* Primitives each thread keeps. */
-#define MATMUL_CACHE 48
+/* Primitives each thread keeps (a split product uses two shapes). */
+#define MATMUL_CACHE 64
 
 static gint force_emulation = FALSE; /* atomic; tests */
 
@@ -71,14 +71,28 @@ bf16_bits(float x)
   return (guint16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static void
+/* A conversion of rows × cols floats, rows ld apart, into dense rows (as
+ * bf16 bits or as rounded floats). Each is defined inside its ISA's target
+ * region, so that the row loop inlines the vector code: attention's
+ * per-head operands are rows of 8 to 64 floats. */
+typedef void (*ConvertRows)(gpointer dst, const float *src, gint64 rows, gint64 cols, gint64 ld);
+
+#define DEFINE_CONVERT_ROWS(NAME, ONE, TYPE)                                                       \
+  static void NAME(gpointer dst, const float *src, gint64 rows, gint64 cols, gint64 ld)            \
+  {                                                                                                \
+    TYPE *d = dst;                                                                                 \
+    for (gint64 r = 0; r < rows; r++)                                                              \
+      ONE(d + r * cols, src + r * ld, (gsize)cols);                                                \
+  }
+
+static inline void
 from_f32_scalar(guint16 *dst, const float *src, gsize n)
 {
   for (gsize i = 0; i < n; i++)
     dst[i] = bf16_bits(src[i]);
 }
 
-static void
+static inline void
 round_f32_scalar(float *dst, const float *src, gsize n)
 {
   for (gsize i = 0; i < n; i++) {
@@ -86,6 +100,9 @@ round_f32_scalar(float *dst, const float *src, gsize n)
     memcpy(&dst[i], &u, sizeof u);
   }
 }
+
+DEFINE_CONVERT_ROWS(from_rows_scalar, from_f32_scalar, guint16)
+DEFINE_CONVERT_ROWS(round_rows_scalar, round_f32_scalar, float)
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
@@ -105,7 +122,7 @@ bf16_bits16(__m512 x)
   return _mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16);
 }
 
-static void
+static inline void
 from_f32_avx512(guint16 *dst, const float *src, gsize n)
 {
   gsize i = 0;
@@ -115,7 +132,7 @@ from_f32_avx512(guint16 *dst, const float *src, gsize n)
   from_f32_scalar(dst + i, src + i, n - i);
 }
 
-static void
+static inline void
 round_f32_avx512(float *dst, const float *src, gsize n)
 {
   gsize i = 0;
@@ -127,12 +144,15 @@ round_f32_avx512(float *dst, const float *src, gsize n)
     _mm512_mask_storeu_epi32(dst + i, m, _mm512_slli_epi32(bits, 16));
   }
 }
+
+DEFINE_CONVERT_ROWS(from_rows_avx512, from_f32_avx512, guint16)
+DEFINE_CONVERT_ROWS(round_rows_avx512, round_f32_avx512, float)
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 /* The CPU's own conversion (VCVTNE2PS2BF16): the rounding above, faster. */
-static void
+static inline void
 from_f32_bf16(guint16 *dst, const float *src, gsize n)
 {
   gsize i = 0;
@@ -143,6 +163,8 @@ from_f32_bf16(guint16 *dst, const float *src, gsize n)
   if (i < n)
     from_f32_avx512(dst + i, src + i, n - i);
 }
+
+DEFINE_CONVERT_ROWS(from_rows_bf16, from_f32_bf16, guint16)
 #pragma GCC pop_options
 
 static gboolean
@@ -156,24 +178,29 @@ cpu_has_avx512_bf16(void)
   return has == 2;
 }
 
+/* The fastest conversion here (the portable code while emulation is
+ * forced, so that tests compare the two). */
+static ConvertRows
+convert_rows_for(gboolean to_bf16)
+{
+  if (!qkv_use_avx512())
+    return to_bf16 ? from_rows_scalar : round_rows_scalar;
+  if (!to_bf16)
+    return round_rows_avx512;
+  return cpu_has_avx512_bf16() && !g_atomic_int_get(&force_emulation) ? from_rows_bf16
+                                                                      : from_rows_avx512;
+}
+
 void
 qkv_bf16_from_f32(guint16 *dst, const float *src, gsize n)
 {
-  if (!qkv_use_avx512())
-    from_f32_scalar(dst, src, n);
-  else if (cpu_has_avx512_bf16() && !g_atomic_int_get(&force_emulation))
-    from_f32_bf16(dst, src, n);
-  else
-    from_f32_avx512(dst, src, n);
+  convert_rows_for(TRUE)(dst, src, 1, (gint64)n, (gint64)n);
 }
 
 void
 qkv_bf16_round_f32(float *dst, const float *src, gsize n)
 {
-  if (qkv_use_avx512())
-    round_f32_avx512(dst, src, n);
-  else
-    round_f32_scalar(dst, src, n);
+  convert_rows_for(FALSE)(dst, src, 1, (gint64)n, (gint64)n);
 }
 
 /* ---- per-thread state ----------------------------------------------------- */
@@ -276,26 +303,18 @@ typedef struct {
 
 typedef struct {
   Operand ops[2];
-  gboolean to_bf16;
+  gsize elem; /* bytes per converted element */
+  ConvertRows convert;
 } ConvertJob;
 
 static void
-convert_rows(const Operand *op, gboolean to_bf16, gint64 r0, gint64 r1)
+convert_rows(const ConvertJob *j, const Operand *op, gint64 r0, gint64 r1)
 {
-  if (op->ld == op->cols) { /* one run */
-    r0 *= op->cols, r1 *= op->cols;
-    if (to_bf16)
-      qkv_bf16_from_f32((guint16 *)op->dst + r0, op->src + r0, (gsize)(r1 - r0));
-    else
-      qkv_bf16_round_f32((float *)op->dst + r0, op->src + r0, (gsize)(r1 - r0));
-    return;
-  }
-  for (gint64 r = r0; r < r1; r++) {
-    if (to_bf16)
-      qkv_bf16_from_f32((guint16 *)op->dst + r * op->cols, op->src + r * op->ld, (gsize)op->cols);
-    else
-      qkv_bf16_round_f32((float *)op->dst + r * op->cols, op->src + r * op->ld, (gsize)op->cols);
-  }
+  guint8 *dst = (guint8 *)op->dst + (gsize)(r0 * op->cols) * j->elem;
+  if (op->ld == op->cols) /* one run */
+    j->convert(dst, op->src + r0 * op->cols, 1, (r1 - r0) * op->cols, (r1 - r0) * op->cols);
+  else
+    j->convert(dst, op->src + r0 * op->ld, r1 - r0, op->cols, op->ld);
 }
 
 /* Rows [begin, end) of the two operands' rows, a's first. */
@@ -305,13 +324,27 @@ convert_range(gint64 begin, gint64 end, gint thread, gpointer data)
   const ConvertJob *j = data;
   gint64 rows_a = j->ops[0].rows;
   if (begin < rows_a)
-    convert_rows(&j->ops[0], j->to_bf16, begin, MIN(end, rows_a));
+    convert_rows(j, &j->ops[0], begin, MIN(end, rows_a));
   if (end > rows_a)
-    convert_rows(&j->ops[1], j->to_bf16, MAX(begin, rows_a) - rows_a, end - rows_a);
+    convert_rows(j, &j->ops[1], MAX(begin, rows_a) - rows_a, end - rows_a);
 }
 
-/* Converts op(a) and op(b) into the thread's scratch, each dense (ld = the
- * stored rows' length), and returns where they went. */
+/* Where the bf16 copy of op goes: a valid copy in the run's cache (op->rows
+ * becomes 0: nothing to convert), a new place in the cache, or scratch. */
+static void
+place_bf16(Operand *op, gpointer scratch)
+{
+  guint16 *slot;
+  const guint16 *cached = qkv_bf16_cache_lookup(op->src, op->rows, op->cols, op->ld, &slot);
+  if (cached != NULL)
+    op->dst = (gpointer)cached, op->rows = 0;
+  else
+    op->dst = slot != NULL ? (gpointer)slot : scratch;
+}
+
+/* Converts op(a) and op(b), each dense (ld = the stored rows' length): bf16
+ * copies into the run's cache where they may be kept, the rest into the
+ * thread's scratch. Returns where they went. */
 static void
 convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, gint64 lda,
                  const float *b, gint64 ldb, gboolean to_bf16, gint n_threads, gpointer *a_out,
@@ -323,9 +356,15 @@ convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const f
   guint8 *buf = reserve(&t->operands, &t->operands_size, a_bytes + (gsize)(k * n) * elem);
   ConvertJob job = {
       {{a, ta ? k : m, ta ? m : k, lda, buf}, {b, tb ? n : k, tb ? k : n, ldb, buf + a_bytes}},
-      to_bf16};
+      elem,
+      convert_rows_for(to_bf16)};
+  if (to_bf16) {
+    place_bf16(&job.ops[0], buf);
+    place_bf16(&job.ops[1], buf + a_bytes);
+  }
   gint64 rows = job.ops[0].rows + job.ops[1].rows;
-  gint nt = m * k + k * n < BF16_CONVERT_PARALLEL_MIN ? 1 : n_threads;
+  gint64 elems = job.ops[0].rows * job.ops[0].cols + job.ops[1].rows * job.ops[1].cols;
+  gint nt = elems < BF16_CONVERT_PARALLEL_MIN ? 1 : n_threads;
   qkv_parallel_for(nt, rows, convert_range, &job);
   *a_out = job.ops[0].dst;
   *b_out = job.ops[1].dst;
@@ -333,17 +372,23 @@ convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const f
 
 /* ---- the emulated path ---------------------------------------------------- */
 
-static void
-say_emulated(const gchar *why)
+/* Whether products can run natively, asked once per product above
+ * BF16_NATIVE_MIN and once in all for the small ones (the answer changes
+ * only with qkv_set_gemm_backend()); where not, one message says so. */
+static gboolean
+native_or_say(void)
 {
+  const gchar *why;
+  gboolean native = qkv_bf16_native(&why);
   static gsize once = 0;
-  if (g_once_init_enter(&once)) {
+  if (!native && g_once_init_enter(&once)) {
     g_message("bf16 precision: %s, so qkv rounds the operands of matrix products to bf16 and "
               "multiplies them in float32 (emulated: the same results up to float32 rounding, "
               "not faster than fp32)",
               why);
     g_once_init_leave(&once, 1);
   }
+  return native;
 }
 
 static void
@@ -520,6 +565,23 @@ typedef struct {
   float *c;
 } Bf16Job;
 
+/* qkv_bf16_block(), or the loops where oneDNN refuses. */
+static void
+run_block(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const guint16 *a,
+          gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  if (G_LIKELY(qkv_bf16_block(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)))
+    return;
+  static gsize once = 0;
+  if (g_once_init_enter(&once)) {
+    g_warning("bf16 products: oneDNN refused a %" G_GINT64_FORMAT "×%" G_GINT64_FORMAT
+              "×%" G_GINT64_FORMAT " matmul; such products run on plain loops (slow)",
+              m, n, k);
+    g_once_init_leave(&once, 1);
+  }
+  bf16_block_loops(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* Blocks [begin, end) of rows (or columns) of c, as one call. */
 static void
 bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
@@ -539,17 +601,7 @@ bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
     b += j->tb ? c0 * j->ldb : c0;
     c += c0;
   }
-  if (G_UNLIKELY(!qkv_bf16_block(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta,
-                                 c, j->ldc))) {
-    static gsize once = 0;
-    if (g_once_init_enter(&once)) {
-      g_warning("bf16 products: oneDNN refused a %" G_GINT64_FORMAT "×%" G_GINT64_FORMAT
-                "×%" G_GINT64_FORMAT " matmul; such products run on plain loops (slow)",
-                m, n, j->k);
-      g_once_init_leave(&once, 1);
-    }
-    bf16_block_loops(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
-  }
+  run_block(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
 }
 
 void
@@ -557,19 +609,21 @@ qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
                gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
                gint n_threads)
 {
-  const gchar *why;
-  gboolean native = qkv_bf16_native(&why);
-  if (!native)
-    say_emulated(why);
-  if (!native || g_atomic_int_get(&force_emulation) || m * n * k < BF16_NATIVE_MIN) {
+  static gint small_seen = FALSE;
+  gboolean small = m * n * k < BF16_NATIVE_MIN;
+  if (small && G_UNLIKELY(!g_atomic_int_get(&small_seen))) {
+    native_or_say();
+    g_atomic_int_set(&small_seen, TRUE);
+  }
+  if (small || g_atomic_int_get(&force_emulation) || !native_or_say()) {
     sgemm_emulated(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n_threads);
     return;
   }
+  gint nt = m * n * k < BF16_PARALLEL_MIN ? 1 : n_threads;
   gpointer a16, b16;
   convert_operands(ta, tb, m, n, k, a, lda, b, ldb, TRUE, n_threads, &a16, &b16);
   Bf16Job job = {ta,  tb, m >= n, m,    n,   k,   ta ? m : k, tb ? k : n,
                  ldc, 64, alpha,  beta, a16, b16, c};
-  gint nt = m * n * k < BF16_PARALLEL_MIN ? 1 : n_threads;
   gint64 blocks = ((job.split_rows ? m : n) + job.block - 1) / job.block;
   qkv_parallel_for((gint)MIN(nt, blocks), blocks, bf16_blocks, &job);
 }

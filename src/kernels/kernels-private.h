@@ -28,13 +28,13 @@ QkvPrecision qkv_get_running_precision(void);
 /* qkv_sgemm() in bf16 (k > 0): the native path for products large enough,
  * else the operands rounded into float32 scratch and the float32 path. */
 void qkv_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
-                    float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
-                    float beta, float *c, gint64 ldc, gint n_threads);
+                    float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+                    float *c, gint64 ldc, gint n_threads);
 /* The float32 routing of qkv_sgemm() (small kernel, sgemv, oneDNN,
  * OpenBLAS, split over the pool), whatever the running precision. */
 void qkv_sgemm_fp32(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
-                    float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
-                    float beta, float *c, gint64 ldc, gint n_threads);
+                    float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+                    float *c, gint64 ldc, gint n_threads);
 /* One block of a native bf16 product on the calling thread: c = α·op(a)·op(b)
  * + β·c with a, b already bf16 (as uint16). FALSE (c untouched) when oneDNN
  * refused it. */
@@ -44,6 +44,19 @@ gboolean qkv_bf16_block(gboolean transpose_a, gboolean transpose_b, gint64 m, gi
 /* n floats rounded to bf16: as bf16 bits, or as the float32 they stand for. */
 void qkv_bf16_from_f32(guint16 *dst, const float *src, gsize n);
 void qkv_bf16_round_f32(float *dst, const float *src, gsize n);
+/* bf16-cache.c: the executor names the step about to run (NULL after a
+ * run's last step); bf16 copies of operands are kept while valid within a
+ * run. */
+void qkv_set_running_step(const QkvKernelCtx *ctx);
+/* The cached bf16 copy (dense rows × cols) of the operand src (rows × cols,
+ * rows ld apart), or NULL; then *slot is where to convert it so that it is
+ * kept, or NULL where it may not be. */
+const guint16 *qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld,
+                                     guint16 **slot);
+/* Tests: the limit on a run's cached copies in MiB (0: no cache; else
+ * QKV_BF16_CACHE_MB, default 32), and the cache hits so far. */
+void qkv_set_bf16_cache_limit(gint mib);
+guint64 qkv_bf16_cache_hits(void);
 /* Tests: TRUE makes bf16 products take the emulated path even where the CPU
  * has bf16 instructions, and the conversions the portable code. */
 void qkv_set_bf16_emulation(gboolean force);

@@ -189,6 +189,7 @@ qkv_plan_run(QkvPlan *plan, GError **error)
     st->ctx.n_threads = plan->n_threads;
     st->ctx.seed = plan->seed;
     st->ctx.step = plan->step;
+    qkv_set_running_step(&st->ctx);
     if (G_UNLIKELY(plan->profiling)) {
       gint64 t0 = g_get_monotonic_time();
       st->node->op->forward(&st->ctx);
@@ -197,6 +198,7 @@ qkv_plan_run(QkvPlan *plan, GError **error)
       st->node->op->forward(&st->ctx);
     }
   }
+  qkv_set_running_step(NULL);
   qkv_set_running_plan_threads(0);
   qkv_set_running_precision(QKV_PRECISION_FP32);
   if (plan->profiling)
