@@ -805,6 +805,42 @@ test_transformer_step(void)
   trainer_clear(&tr2);
 }
 
+/* The run's cache of bf16 copies changes nothing: the same step with the
+ * cache and without gives the same loss and gradients bit for bit (a stale
+ * copy would not), on one thread and two, and where products run natively
+ * it is used (weights and repeated inputs are found in it). */
+static void
+test_cache(void)
+{
+  for (gint threads = 1; threads <= 2; threads++) {
+    Trainer tr;
+    trainer_init(&tr, threads);
+    Step cached, fresh, again;
+    guint64 hits = qkv_bf16_cache_hits();
+    step_run(&cached, &tr, QKV_PRECISION_BF16, FALSE);
+    step_run(&again, &tr, QKV_PRECISION_BF16, FALSE); /* a second run: the cache refilled */
+    guint64 used = qkv_bf16_cache_hits() - hits;
+    qkv_set_bf16_cache_limit(0);
+    step_run(&fresh, &tr, QKV_PRECISION_BF16, FALSE);
+    qkv_set_bf16_cache_limit(32);
+    g_test_message("%d threads: %" G_GUINT64_FORMAT " cache hits in two runs", threads, used);
+    if (qkv_bf16_native(NULL))
+      g_assert_cmpuint(used, >, 0);
+    g_assert_cmpfloat(cached.loss, ==, fresh.loss);
+    g_assert_cmpfloat(again.loss, ==, fresh.loss);
+    for (guint i = 0; i < cached.n; i++) {
+      g_assert_cmpmem(qkv_tensor_const_data(cached.g[i]), qkv_tensor_nbytes(cached.g[i]),
+                      qkv_tensor_const_data(fresh.g[i]), qkv_tensor_nbytes(fresh.g[i]));
+      g_assert_cmpmem(qkv_tensor_const_data(again.g[i]), qkv_tensor_nbytes(again.g[i]),
+                      qkv_tensor_const_data(fresh.g[i]), qkv_tensor_nbytes(fresh.g[i]));
+    }
+    step_clear(&cached);
+    step_clear(&again);
+    step_clear(&fresh);
+    trainer_clear(&tr);
+  }
+}
+
 /* ---- the plan API ----------------------------------------------------------- */
 
 static QkvValue *
@@ -902,5 +938,6 @@ main(int argc, char **argv)
   g_test_add_func("/bf16/plan-api", test_plan_api);
   g_test_add_func("/bf16/multi-head-attention", test_mha);
   g_test_add_func("/bf16/transformer-step", test_transformer_step);
+  g_test_add_func("/bf16/cache", test_cache);
   return g_test_run();
 }
