@@ -79,6 +79,8 @@ static double opt_lr = -1;
 static gboolean opt_losses = FALSE;
 static gboolean opt_profile = FALSE;
 static gchar *opt_init = NULL;
+static gchar *opt_precision = NULL;
+static QkvPrecision precision = QKV_PRECISION_FP32;
 static gboolean opt_distributed = FALSE;
 static QkvDist *dist = NULL;
 
@@ -97,6 +99,10 @@ static GOptionEntry entries[] = {
      "Time every op of the timed steps and print the table to stderr", NULL},
     {"losses", 0, 0, G_OPTION_ARG_NONE, &opt_losses, "Add the per-step loss list to the JSON",
      NULL},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &opt_precision,
+     "Matrix products in fp32 (default) or bf16 (operands rounded to bfloat16, float32 sums, as "
+     "PyTorch's autocast; the peer's --autocast bf16)",
+     "fp32|bf16"},
     {"distributed", 0, 0, G_OPTION_ARG_NONE, &opt_distributed,
      "Data-parallel over MPI (start with mpirun -np N); the batch is the global one", NULL},
     {"init", 0, 0, G_OPTION_ARG_FILENAME, &opt_init,
@@ -328,6 +334,7 @@ model_build(Model *m, const BenchConfig *cfg, gint64 rows, double dropout, doubl
   QkvPlanOptions po = qkv_plan_options_default();
   po.training = TRUE;
   po.n_threads = opt_threads;
+  po.precision = precision;
   /* each rank its own dropout masks */
   po.seed = (guint64)opt_seed + (dist != NULL ? 7919u * (guint64)qkv_dist_rank(dist) : 0);
   m->plan = qkv_graph_compile(g, &loss, 1, &po, error);
@@ -567,6 +574,12 @@ add_build(JsonBuilder *jb, const Model *m)
   add_string(jb, "blas", blas);
   add_string(jb, "gemm_backend", qkv_gemm_backend());
   add_string(jb, "gemm_kernel", qkv_gemm_kernel());
+  const gchar *bf16_why;
+  gboolean bf16_native = qkv_bf16_native(&bf16_why);
+  add_string(jb, "precision", precision == QKV_PRECISION_BF16 ? "bf16" : "fp32");
+  g_autofree gchar *bf16 =
+      g_strdup_printf("%s (%s)", bf16_native ? "native" : "emulated", bf16_why);
+  add_string(jb, "bf16", bf16);
   add_string(jb, "init", opt_init != NULL ? opt_init : "qkv");
 }
 
@@ -667,11 +680,16 @@ main(int argc, char **argv)
   for (guint i = 0; opt_config != NULL && i < G_N_ELEMENTS(configs); i++)
     if (g_str_equal(opt_config, configs[i].name))
       cfg = &configs[i];
-  if (cfg == NULL || opt_threads < 1 || opt_steps < 0 || opt_warmup < 0 || opt_dropout >= 1) {
+  gboolean precision_ok = opt_precision == NULL || g_str_equal(opt_precision, "fp32") ||
+                          g_str_equal(opt_precision, "bf16");
+  if (cfg == NULL || opt_threads < 1 || opt_steps < 0 || opt_warmup < 0 || opt_dropout >= 1 ||
+      !precision_ok) {
     g_printerr("qkv-bench-transformer: --config S|M|L is required; --threads >= 1, --steps and "
-               "--warmup >= 0, --dropout < 1\n");
+               "--warmup >= 0, --dropout < 1, --precision fp32 or bf16\n");
     return 2;
   }
+  if (opt_precision != NULL && g_str_equal(opt_precision, "bf16"))
+    precision = QKV_PRECISION_BF16;
   /* the plan's kernels, OpenBLAS (OpenMP build) and the optimizer's loops */
   qkv_set_num_threads(opt_threads);
   omp_set_num_threads(opt_threads);

@@ -7,6 +7,8 @@ same session.
     /usr/bin/python3 bench/compare.py --reps 1 --configs S M --threads 1
     /usr/bin/python3 bench/compare.py --summarize bench/logs/<stamp> ...  (table of
                                                   the runs kept there, pooled)
+    /usr/bin/python3 bench/compare.py --precisions --configs M --threads 1
+                                                 (fp32 against bf16, both sides)
 
 For each repetition and thread count it first measures the ceiling as three
 figures (qkv-sgemm-peak): the FMA peak of the cores (a register-only FMA loop
@@ -36,6 +38,12 @@ peak (the share of the limit); speed-up = s/step at 1 thread over s/step
 at 2 threads; losses = the d2l loss metric of the last step (different
 initial weights and dropout streams, so equal only within noise) and the
 mean over the last 10 steps.
+
+--precisions: no ceiling; per repetition, configuration and thread count it
+runs, alternating, qkv --precision fp32, qkv --precision bf16, PyTorch fp32
+and PyTorch --autocast bf16 (impl names qkv, qkvbf16, torch, torchbf16 in the
+logs), and prints the table of the four step times and their ratios
+(--summarize reads such logs too).
 
 Environment overrides: REPS, CONFIGS, THREADS, QKV_BENCH, QKV_SGEMM, PEER,
 SGEMM_SECONDS, QUIET. Only one benchmark process runs at a time, and each
@@ -76,6 +84,8 @@ def parse_args():
     p.add_argument("--quiet", type=float, default=float(env.get("QUIET", "0.1")),
                    help="start each run only once the CPUs are at most this busy "
                         "(fraction over 1 s; waits up to 15 min)")
+    p.add_argument("--precisions", action="store_true",
+                   help="qkv and PyTorch each in fp32 and bf16 (autocast), no ceiling")
     p.add_argument("--summarize", nargs="+", default=None, metavar="DIR",
                    help="only print the table of the runs kept in these DIRs, together")
     return p.parse_args()
@@ -175,6 +185,75 @@ def measure(args, outdir):
                     100 * r["compare_others_cpu_share"]), file=sys.stderr)
 
 
+PRECISION_RUNS = [  # (impl name in the logs, qkv?, extra arguments)
+    ("qkv", True, ["--precision", "fp32"]),
+    ("qkvbf16", True, ["--precision", "bf16"]),
+    ("torch", False, []),
+    ("torchbf16", False, ["--autocast", "bf16"]),
+]
+
+
+def measure_precisions(args, outdir):
+    """qkv fp32, qkv bf16, PyTorch fp32, PyTorch bf16 autocast, alternating."""
+    for rep in range(1, args.reps + 1):
+        for t in args.threads:
+            for cfg in args.configs:
+                steps, warmup = SETTINGS[cfg]
+                common = ["--config", cfg, "--threads", str(t), "--steps", str(steps),
+                          "--warmup", str(warmup)]
+                for impl, is_qkv, extra in PRECISION_RUNS:
+                    cmd = ([args.qkv] if is_qkv else
+                           ["/usr/bin/python3", args.peer, "--blas", "openmp"]) + common + extra
+                    path = os.path.join(outdir, "%s_%s_t%d_r%d.json" % (impl, cfg, t, rep))
+                    r = run_json(cmd, path, args.quiet)
+                    if is_qkv:
+                        r["compare_libqkv_sha256"] = libqkv_digest(args.qkv)
+                        with open(path, "w") as fh:
+                            fh.write(json.dumps(r) + "\n")
+                    print("  %-9s %s t%d: %.4g s/step, %.0f MiB, others used %.0f %% of the CPUs"
+                          % (impl, cfg, t, r["median_step_s"], r["peak_rss_mib"],
+                             100 * r["compare_others_cpu_share"]), file=sys.stderr)
+
+
+def precision_table(runs):
+    """Median step times of the four runs and the ratios the bf16 targets name."""
+    order = {"S": 0, "M": 1, "L": 2}
+    cells = sorted({(c, t) for (i, c, t) in runs if i == "qkvbf16"},
+                   key=lambda ct: (order.get(ct[0], 9), ct[1]))
+
+    def med(impl, cfg, t, key="median_step_s"):
+        rs = runs.get((impl, cfg, t))
+        return statistics.median(r[key] for r in rs) if rs else None
+
+    def ratio(a, b):
+        return fmt(a / b if a and b else None, "%.3f")
+
+    lines = [
+        "| config | threads | runs | qkv fp32 s/step | qkv bf16 | PyTorch fp32 | PyTorch bf16 "
+        "| bf16 / qkv fp32 | bf16 / PyTorch fp32 | bf16 / PyTorch bf16 | qkv RSS fp32 / bf16 MiB "
+        "| final loss qkv fp32 / bf16 / PyTorch fp32 / bf16 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cfg, t in cells:
+        q, qb = med("qkv", cfg, t), med("qkvbf16", cfg, t)
+        p, pb = med("torch", cfg, t), med("torchbf16", cfg, t)
+        losses = " / ".join(fmt(med(i, cfg, t, "final_loss"), "%.4f")
+                            for i, _q, _e in PRECISION_RUNS)
+        lines.append("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s |" % (
+            cfg, t, len(runs[("qkvbf16", cfg, t)]), fmt(q, "%.4g"), fmt(qb, "%.4g"),
+            fmt(p, "%.4g"), fmt(pb, "%.4g"), ratio(qb, q), ratio(qb, p), ratio(qb, pb),
+            fmt(med("qkv", cfg, t, "peak_rss_mib"), "%.0f"),
+            fmt(med("qkvbf16", cfg, t, "peak_rss_mib"), "%.0f"), losses))
+    lines.append("")
+    kinds = sorted({r.get("bf16", "?") for (i, _c, _t), rs in runs.items() if i == "qkvbf16"
+                    for r in rs})
+    builds = sorted({r.get("compare_libqkv_sha256", "unrecorded")
+                     for (i, _c, _t), rs in runs.items() if i.startswith("qkv") for r in rs})
+    lines.append("qkv bf16 products: %s; libqkv build(s) (sha256 prefix): %s" % (
+        ", ".join(kinds), ", ".join(builds)))
+    return "\n".join(lines)
+
+
 def load(*outdirs):
     runs = {}
     paths = [p for d in outdirs for p in sorted(glob.glob(os.path.join(d, "*.json")))]
@@ -252,19 +331,25 @@ def table(runs):
 def main():
     args = parse_args()
     if args.summarize:
-        print(table(load(*args.summarize)))
+        runs = load(*args.summarize)
+        print(precision_table(runs) if any(i == "qkvbf16" for (i, _c, _t) in runs)
+              else table(runs))
         return
     for cfg in args.configs:
         if cfg not in SETTINGS:
             raise SystemExit("unknown config %s (S, M or L)" % cfg)
-    for exe in (args.qkv, args.sgemm):
+    for exe in (args.qkv,) if args.precisions else (args.qkv, args.sgemm):
         if not os.access(exe, os.X_OK):
             raise SystemExit("%s missing: ninja -C build-bench" % exe)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     outdir = os.path.join(args.logdir, stamp)
     os.makedirs(outdir, exist_ok=True)
-    measure(args, outdir)
-    text = table(load(outdir))
+    if args.precisions:
+        measure_precisions(args, outdir)
+        text = precision_table(load(outdir))
+    else:
+        measure(args, outdir)
+        text = table(load(outdir))
     with open(os.path.join(outdir, "table.md"), "w") as fh:
         fh.write(text + "\n")
     print(text)

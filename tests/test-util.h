@@ -42,6 +42,10 @@ void qkv_test_assert_values(const char *file, int line, const QkvTensor *actual,
 
 /* The unit roundoff of float32: half the distance from 1 to the next float. */
 #define QKV_TEST_U (1.0 / 16777216.0)
+/* The unit roundoff of bfloat16 (8 significant bits), for plans in bf16
+ * precision: rounding an operand to bf16 moves it by at most this much,
+ * relative. A bf16 bound in units of u: QKV_TEST_U_BF16 / QKV_TEST_U = 2^16. */
+#define QKV_TEST_U_BF16 (1.0 / 256.0)
 /* Higham's gamma_n = n u / (1 - n u): |fl(sum of n terms) - sum| <= gamma_n *
  * (sum of |terms|) for any order of the additions (recursive, blocked, pairwise
  * or split over threads) with one rounding per product. */

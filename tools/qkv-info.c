@@ -222,6 +222,13 @@ main(int argc, char **argv)
    * answer to "is this CPU running at its full width" (issue 18) */
   say("GEMM: %s, kernel %s (QKV_GEMM=openblas forces the fallback)\n", qkv_gemm_backend(),
       qkv_gemm_kernel());
+  /* whether plans in bf16 precision run on bf16 instructions or emulate them */
+  const gchar *bf16_why;
+  gboolean bf16_native = qkv_bf16_native(&bf16_why);
+  __builtin_cpu_init();
+  say("bf16 products (precision bf16): %s, %s; the CPU %s AVX512_BF16\n",
+      bf16_native ? "native" : "emulated", bf16_why,
+      __builtin_cpu_supports("avx512bf16") ? "has" : "has no");
   const gchar *const *dirs = qkv_plugin_search_path();
   say("plugin search path:%s\n", dirs[0] ? "" : " (empty)");
   for (guint i = 0; dirs[i] != NULL; i++)

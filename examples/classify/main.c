@@ -47,6 +47,7 @@ static gchar *opt_sentence = NULL;
 static gchar *opt_save = NULL;
 static gboolean opt_quiet = FALSE;
 static gboolean opt_no_positions = FALSE;
+static gchar *opt_precision = NULL;
 
 static gchar *opt_log = NULL;
 static gchar *opt_plot = NULL;
@@ -73,6 +74,10 @@ static GOptionEntry training_entries[] = {
     {"epochs", 'e', 0, G_OPTION_ARG_INT, &opt_epochs, "Training epochs per model (default 3)", "N"},
     {"batch-size", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Batch size (default 128)", "N"},
     {"lr", 0, 0, G_OPTION_ARG_DOUBLE, &opt_lr, "Adam learning rate (default 0.01)", "LR"},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &opt_precision,
+     "Training's matrix products in fp32 (default) or bf16 (operands rounded to bfloat16, "
+     "float32 sums, as PyTorch's autocast)",
+     "NAME"},
     {"tau", 0, 0, G_OPTION_ARG_DOUBLE, &opt_tau,
      "Gumbel-softmax temperature of hard attention pooling (default 1)", "T"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads (default: all cores)", "N"},
@@ -346,6 +351,8 @@ train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.training = TRUE;
   opts.n_threads = opt_threads;
+  if (opt_precision != NULL && g_str_equal(opt_precision, "bf16"))
+    opts.precision = QKV_PRECISION_BF16;
   g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &opts, error);
   if (plan == NULL)
     return FALSE;
@@ -541,6 +548,12 @@ check_options(GError **error)
   if ((opt_save_best != NULL || opt_early_stop > 0 || opt_valid_every != 1) && opt_valid == 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--save-best, --early-stop and --valid-every act on validation; give --valid N");
+    return FALSE;
+  }
+  if (opt_precision != NULL && !g_str_equal(opt_precision, "fp32") &&
+      !g_str_equal(opt_precision, "bf16")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --precision '%s' (fp32 or bf16)", opt_precision);
     return FALSE;
   }
   if (opt_sentence != NULL && opt_heatmap == NULL) {

@@ -356,6 +356,7 @@ trainer_configure(Trainer *tr)
   tr->cfg.num_layers = o->layers;
   tr->cfg.dropout = o->dropout;
   tr->cfg.label_smoothing = o->label_smoothing;
+  tr->cfg.precision = o->precision;
   tr->clip_rule =
       o->clip_rule != NULL && g_str_equal(o->clip_rule, "d2l") ? QKV_CLIP_D2L : QKV_CLIP_TORCH;
   tr->cfg.seed = (guint64)o->seed;
@@ -468,6 +469,13 @@ print_setup(Trainer *tr, GError **error)
             title, tr->data_name, tr->data.n, vocab_size(tr->data.src_vocab),
             vocab_size(tr->data.tgt_vocab), qkv_params_numel(tr->params),
             o->threads > 0 ? o->threads : qkv_get_num_threads());
+    /* fp32 (the default) prints nothing, so that its output stays as it was */
+    if (o->precision == QKV_PRECISION_BF16) {
+      const gchar *why;
+      gboolean native = qkv_bf16_native(&why);
+      fprintf(tr->out, "precision: bf16 matrix products (%s: %s), float32 everything else\n",
+             native ? "native" : "emulated", why);
+    }
   }
   if (!o->quiet) {
     g_autofree gchar *schedule =

@@ -121,6 +121,7 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
   QkvValue *logits = build_logits(mp, cfg, params, batch, training ? NULL : &weights, error);
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.n_threads = threads;
+  opts.precision = cfg->precision;
   opts.seed = cfg->seed * 1000003u + (guint64)batch;
   if (training) {
     QkvValue *loss = build_loss(mp, cfg, logits, cfg->label_smoothing, error);

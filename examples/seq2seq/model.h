@@ -27,6 +27,7 @@ typedef struct {
   guint64 seed;
   QkvLuongAttentionConfig luong; /* Luong only */
   gboolean input_feeding;        /* Luong only */
+  QkvPrecision precision;        /* of every plan's matrix products */
 } ModelConfig;
 
 /* "transformer", "bahdanau" or "luong" */

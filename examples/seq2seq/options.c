@@ -185,6 +185,10 @@ option_entries_new(Seq2seqOptions *o, NumericOptions *num)
        "After training, score corpus BLEU-4 (greedy and beam 4) on the N sentence pairs after the "
        "training ones, which training never sees (default 1000; 0: none)",
        "N"},
+      {"precision", 0, 0, G_OPTION_ARG_STRING, &o->precision_name,
+       "fp32 (default) or bf16: every matrix product rounds its operands to bfloat16 and sums in "
+       "float32, as PyTorch's autocast; weights, optimizer state and the other ops stay float32",
+       "NAME"},
       {"threads", 't', 0, INT_ARG(O_THREADS),
        "Worker threads, at most 4 per processor (default: OpenMP's default, usually the number "
        "of cores)",
@@ -525,8 +529,17 @@ check_options(Seq2seqOptions *o, GError **error)
                 o->model);
     return FALSE;
   }
+  if (o->precision_name != NULL && !g_str_equal(o->precision_name, "fp32") &&
+      !g_str_equal(o->precision_name, "bf16")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --precision '%s' (fp32 or bf16)", o->precision_name);
+    return FALSE;
+  }
   o->reverse = reverse;
   o->kind = kind;
+  o->precision = o->precision_name != NULL && g_str_equal(o->precision_name, "bf16")
+                     ? QKV_PRECISION_BF16
+                     : QKV_PRECISION_FP32;
   if (kind == MODEL_TRANSFORMER && o->hidden % o->heads != 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--heads %d does not divide --hidden %d (each head takes hidden / heads "
@@ -649,6 +662,7 @@ seq2seq_options_clear(Seq2seqOptions *o)
   g_clear_pointer(&o->heatmap, g_free);
   g_clear_pointer(&o->step_losses, g_free);
   g_clear_pointer(&o->clip_rule, g_free);
+  g_clear_pointer(&o->precision_name, g_free);
   luong_options_clear(&o->luong);
   g_clear_pointer(&o->log, g_free);
   g_clear_pointer(&o->plot, g_free);

@@ -64,8 +64,11 @@ typedef struct {
   gboolean version;
   gboolean translate_stdin; /* --translate -: a filter from stdin to stdout */
   /* what --task and --model chose */
+  gchar *precision_name; /* --precision as given, or NULL */
+  /* what --task, --model and --precision chose */
   gboolean reverse;
   ModelKind kind;
+  QkvPrecision precision;
 } Seq2seqOptions;
 
 /* The defaults, as --help states them. */

@@ -28,6 +28,31 @@ G_BEGIN_DECLS
 
 typedef struct _QkvPlan QkvPlan;
 
+/* The arithmetic of a plan's matrix products, as PyTorch's autocast.
+ *
+ * FP32: float32 throughout (the default; the numbers of every earlier
+ * release, bit for bit).
+ * BF16: every product that goes through qkv_sgemm() (linear layers, the
+ * FFN, the attention projections and the attention products, flash
+ * attention's blocks included, and plugins' products) rounds its two
+ * operands to bfloat16 (round to nearest even; float32 subnormals become
+ * zero, as the CPU's bf16 instructions do) and sums the exact products in
+ * float32. Everything else stays float32: softmax, layer norm, losses,
+ * reductions, bias gradients, the optimizer, and the master weights and
+ * optimizer state (only the operands' copies are bf16). On a CPU with
+ * AVX512_BF16 or AMX (and qkv built with oneDNN) the products run on those
+ * instructions; elsewhere, or with QKV_VEC_ISA=avx2|scalar or
+ * QKV_GEMM=openblas, qkv rounds the operands itself and multiplies in
+ * float32 (the same rounding, so results agree across machines to within
+ * float32 summation error; one message says so on first use).
+ * qkv_bf16_native() tells which. The first bf16 run grows per-thread
+ * conversion buffers and builds the oneDNN kernels for its shapes; later
+ * runs at those shapes allocate nothing of qkv's. */
+typedef enum {
+  QKV_PRECISION_FP32,
+  QKV_PRECISION_BF16,
+} QkvPrecision;
+
 typedef struct {
   /* TRUE: dropout and other training-only behaviour is on. */
   gboolean training;
@@ -40,10 +65,12 @@ typedef struct {
   /* TRUE: give every intermediate its own buffer and run nothing in place
    * (for debugging and for checking the planner). */
   gboolean no_memory_reuse;
-  gpointer reserved[4];
+  /* The precision of matrix products (QKV_PRECISION_FP32 by default). */
+  QkvPrecision precision;
+  gpointer reserved[3];
 } QkvPlanOptions;
 
-/* The defaults: evaluation, global thread count, seed 0. */
+/* The defaults: evaluation, global thread count, seed 0, fp32. */
 QkvPlanOptions qkv_plan_options_default(void);
 
 /* Compile graph for the outputs given (values of this graph). All memory a run
@@ -130,6 +157,9 @@ gchar *qkv_plan_profile_report(const QkvPlan *plan);
  * the number of cores, which kernels' scratch memory was sized for. */
 void qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads);
 gint qkv_plan_get_n_threads(const QkvPlan *plan);
+/* The precision of later runs' matrix products (see QkvPrecision). */
+void qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision);
+QkvPrecision qkv_plan_get_precision(const QkvPlan *plan);
 /* The dropout generator draws from (seed, step, node); step counts runs and
  * goes up by one after each run. */
 void qkv_plan_set_seed(QkvPlan *plan, guint64 seed);

@@ -276,6 +276,13 @@ const gchar *qkv_gemm_backend(void);
 /* The kernels that backend runs: "jit avx512_core" and the like for oneDNN,
  * OpenBLAS's core type (e.g. "Haswell") for OpenBLAS. */
 const gchar *qkv_gemm_kernel(void);
+/* Whether bf16 products (QKV_PRECISION_BF16, qkv-plan.h) run on the CPU's
+ * bf16 instructions: TRUE where qkv was built with oneDNN, the GEMM backend
+ * is oneDNN and the CPU has AVX512_BF16 (or AMX); FALSE where qkv emulates
+ * them (rounds the operands to bf16 and multiplies in float32). *why (if
+ * why is not NULL) gets a static phrase saying what decided it, e.g.
+ * "oneDNN avx512_core_amx" or "the CPU has no AVX512_BF16". */
+gboolean qkv_bf16_native(const gchar **why);
 /* Picks the backend by name, as QKV_GEMM does: "auto", "openblas" or
  * "onednn". FALSE with QKV_ERROR_INVALID_ARGUMENT for an unknown name or one
  * this build lacks. Call it while no product runs (benchmarks, tests). */

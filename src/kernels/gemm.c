@@ -47,11 +47,26 @@ static gint gemm_backend = -1;
 
 /* The thread count of the plan running on this thread (0: none running). */
 static __thread gint running_plan_threads = 0;
+/* The precision of the plan running on this thread, or of the loop this
+ * pool worker runs for it. */
+static __thread QkvPrecision running_precision = QKV_PRECISION_FP32;
 
 void
 qkv_set_running_plan_threads(gint n_threads)
 {
   running_plan_threads = n_threads;
+}
+
+void
+qkv_set_running_precision(QkvPrecision precision)
+{
+  running_precision = precision;
+}
+
+QkvPrecision
+qkv_get_running_precision(void)
+{
+  return running_precision;
 }
 
 /* Whether oneDNN's sgemm would run AVX-512 kernels here: it caps its ISA at
@@ -157,6 +172,31 @@ qkv_gemm_kernel(void)
 #else
   return "none";
 #endif
+}
+
+gboolean
+qkv_bf16_native(const gchar **why)
+{
+  const gchar *reason;
+  gboolean native = FALSE;
+#ifdef QKV_HAVE_ONEDNN
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  if (!qkv_use_avx512())
+    reason = "QKV_VEC_ISA picked no AVX-512";
+  else if (current_backend() != GEMM_ONEDNN)
+    reason = "the GEMM backend is OpenBLAS";
+  else if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
+    reason = "oneDNN avx512_core_amx", native = TRUE;
+  else if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+    reason = "oneDNN avx512_core_bf16", native = TRUE;
+  else
+    reason = "the CPU has no AVX512_BF16";
+#else
+  reason = "this build of qkv has no oneDNN";
+#endif
+  if (why != NULL)
+    *why = reason;
+  return native;
 }
 
 /* OpenBLAS itself always runs on one thread: its OpenMP build would start a
@@ -298,11 +338,25 @@ qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64
 {
   if (m <= 0 || n <= 0)
     return;
+  if (n_threads <= 0)
+    n_threads = running_plan_threads > 0 ? running_plan_threads : qkv_get_num_threads();
+  /* an empty sum (k = 0) only scales c, in any precision */
+  if (G_UNLIKELY(running_precision == QKV_PRECISION_BF16) && k > 0)
+    qkv_sgemm_bf16(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                   n_threads);
+  else
+    qkv_sgemm_fp32(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                   n_threads);
+}
+
+void
+qkv_sgemm_fp32(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+               float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+               float *c, gint64 ldc, gint n_threads)
+{
   if (qkv_small_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
   GemmBackend backend = current_backend();
-  if (n_threads <= 0)
-    n_threads = running_plan_threads > 0 ? running_plan_threads : qkv_get_num_threads();
   gint nt = m * n * k < QKV_GEMM_PARALLEL_MIN ? 1 : n_threads;
   if (nt <= 1) {
     backend_sgemm(backend, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

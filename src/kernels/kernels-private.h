@@ -19,6 +19,54 @@ void qkv_aligned_free(gpointer ptr);
 
 /* The executor tells qkv_sgemm() the thread count of the plan it runs. */
 void qkv_set_running_plan_threads(gint n_threads);
+/* ... and its precision (QKV_PRECISION_FP32 while none runs). The pool
+ * (threads.c) gives a loop's workers the precision of the thread that
+ * started the loop, so products inside parallel kernels follow it too. */
+void qkv_set_running_precision(QkvPrecision precision);
+QkvPrecision qkv_get_running_precision(void);
+
+/* ---- bf16 products (gemm-bf16.c) ----------------------------------------
+ *
+ * A bf16 number is the upper half of a float32; rounding is to nearest even,
+ * float32 subnormals become (signed) zero and NaN stays a quiet NaN: what the
+ * CPU's VCVTNEPS2BF16 does, so that the emulation and the native path see
+ * identical operands. */
+
+/* qkv_sgemm() in bf16 (k > 0): the native path for products large enough,
+ * else the operands rounded into float32 scratch and the float32 path. */
+void qkv_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                    float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+                    float *c, gint64 ldc, gint n_threads);
+/* The float32 routing of qkv_sgemm() (small kernel, sgemv, oneDNN,
+ * OpenBLAS, split over the pool), whatever the running precision. */
+void qkv_sgemm_fp32(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                    float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
+                    float *c, gint64 ldc, gint n_threads);
+/* One block of a native bf16 product on the calling thread: c = α·op(a)·op(b)
+ * + β·c with a, b already bf16 (as uint16). FALSE (c untouched) when oneDNN
+ * refused it. */
+gboolean qkv_bf16_block(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                        float alpha, const guint16 *a, gint64 lda, const guint16 *b, gint64 ldb,
+                        float beta, float *c, gint64 ldc);
+/* n floats rounded to bf16: as bf16 bits, or as the float32 they stand for. */
+void qkv_bf16_from_f32(guint16 *dst, const float *src, gsize n);
+void qkv_bf16_round_f32(float *dst, const float *src, gsize n);
+/* bf16-cache.c: the executor names the step about to run (NULL after a
+ * run's last step); bf16 copies of operands are kept while valid within a
+ * run. */
+void qkv_set_running_step(const QkvKernelCtx *ctx);
+/* The cached bf16 copy (dense rows × cols) of the operand src (rows × cols,
+ * rows ld apart), or NULL; then *slot is where to convert it so that it is
+ * kept, or NULL where it may not be. */
+const guint16 *qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld,
+                                     guint16 **slot);
+/* Tests: the limit on a run's cached copies in MiB (0: no cache; else
+ * QKV_BF16_CACHE_MB, default 32), and the cache hits so far. */
+void qkv_set_bf16_cache_limit(gint mib);
+guint64 qkv_bf16_cache_hits(void);
+/* Tests: TRUE makes bf16 products take the emulated path even where the CPU
+ * has bf16 instructions, and the conversions the portable code. */
+void qkv_set_bf16_emulation(gboolean force);
 /* Whether the ISA picked at run time (qkv_vec_isa(), QKV_VEC_ISA may force
  * a fallback) is AVX-512 (F, DQ, VL): kernels with an AVX-512 variant use it. */
 gboolean qkv_use_avx512(void);

@@ -40,6 +40,7 @@ typedef struct {
   gpointer user_data;
   gint64 n;
   gint n_chunks;
+  QkvPrecision precision; /* the caller's: products in the chunks follow it */
 
   gint generation;          /* atomic: bumped once per job */
   gint pending;             /* atomic: workers still running this job */
@@ -129,8 +130,10 @@ worker_main(gpointer data)
       g_mutex_unlock(&pool.lock);
     }
     seen = g_atomic_int_get(&pool.generation);
-    if (index < pool.n_chunks)
+    if (index < pool.n_chunks) {
+      qkv_set_running_precision(pool.precision);
       run_chunk(index);
+    }
     if (g_atomic_int_dec_and_test(&pool.pending)) {
       g_mutex_lock(&pool.lock);
       if (pool.caller_sleeping)
@@ -196,6 +199,7 @@ qkv_parallel_for(gint n_threads, gint64 n, QkvRangeFunc body, gpointer user_data
   pool.user_data = user_data;
   pool.n = n;
   pool.n_chunks = nt;
+  pool.precision = qkv_get_running_precision();
   /* every started worker takes part in the generation (those past n_chunks
    * only count down), so that none can miss a job and see the next one */
   g_atomic_int_set(&pool.pending, pool.n_started);

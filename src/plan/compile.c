@@ -276,6 +276,12 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   if (!check_outputs(graph, outputs, n_outputs, error))
     return NULL;
   QkvPlanOptions opts = options ? *options : qkv_plan_options_default();
+  if (opts.precision != QKV_PRECISION_FP32 && opts.precision != QKV_PRECISION_BF16) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "compile: unknown precision %d (QKV_PRECISION_FP32 or QKV_PRECISION_BF16)",
+                (gint)opts.precision);
+    return NULL;
+  }
   CompileState cs;
   compile_state_init(&cs, graph, outputs, n_outputs, &opts);
   mark_roots(&cs);
@@ -296,6 +302,21 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   QkvPlan *plan = cs.plan;
   compile_state_clear(&cs);
   return plan;
+}
+
+void
+qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision)
+{
+  g_return_if_fail(plan != NULL);
+  g_return_if_fail(precision == QKV_PRECISION_FP32 || precision == QKV_PRECISION_BF16);
+  plan->options.precision = precision;
+}
+
+QkvPrecision
+qkv_plan_get_precision(const QkvPlan *plan)
+{
+  g_return_val_if_fail(plan != NULL, QKV_PRECISION_FP32);
+  return plan->options.precision;
 }
 
 void

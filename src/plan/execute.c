@@ -254,12 +254,14 @@ run_steps(QkvPlan *plan, GError **error)
   if (plan->n_states > 0 && !qkv_plan_check_state_writes(plan, error))
     return FALSE;
   qkv_set_running_plan_threads(plan->n_threads);
+  qkv_set_running_precision(plan->options.precision);
   guint s;
   for (s = 0; s < plan->n_steps; s++) {
     Step *st = &plan->steps[s];
     st->ctx.n_threads = plan->n_threads;
     st->ctx.seed = plan->seed;
     st->ctx.step = plan->step;
+    qkv_set_running_step(&st->ctx);
     if (G_UNLIKELY(plan->profiling)) {
       gint64 t0 = g_get_monotonic_time();
       st->node->op->forward(&st->ctx);
@@ -270,7 +272,9 @@ run_steps(QkvPlan *plan, GError **error)
     if (G_UNLIKELY(g_atomic_pointer_get(&plan->kernel_failure) != NULL))
       break;
   }
+  qkv_set_running_step(NULL);
   qkv_set_running_plan_threads(0);
+  qkv_set_running_precision(QKV_PRECISION_FP32);
   if (G_UNLIKELY(s < plan->n_steps))
     return stop_on_kernel_failure(plan, plan->steps[s].node, error);
   if (plan->profiling)

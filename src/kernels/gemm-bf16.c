@@ -1,0 +1,629 @@
+/* gemm-bf16.c: qkv_sgemm() for plans in bf16 precision (QkvPrecision).
+ *
+ * Both paths compute one thing: the two operands rounded to bf16, then the
+ * products, which are exact in float32 (8 by 8 significant bits fit in 24),
+ * summed in float32. They differ only in the order of the float32 sums, so
+ * a result agrees across machines to within float32 summation error.
+ *
+ * Native (qkv_bf16_native(): oneDNN, its backend picked, and a CPU with
+ * AVX512_BF16 or AMX): the operands are converted into per-thread scratch
+ * as bf16 and multiplied by oneDNN's matmul primitive, bf16 × bf16 → float32
+ * (oneDNN 2.6 has no BLAS-like bf16 call). α is the primitive's output scale
+ * and β a sum post-op, so c = α·op(a)·op(b) + β·c is one pass. Building a
+ * primitive costs far more than running a small one, so each thread keeps
+ * the primitives of the shapes it met (MATMUL_CACHE of them, the least
+ * recently used one replaced), with their memory objects, whose data
+ * pointers are set per call. Large products are split over the pool in
+ * blocks of rows or columns, as the float32 path does.
+ *
+ * Emulated (everywhere else, and for products too small to pay for a
+ * primitive call): the operands are rounded into float32 scratch and go the
+ * float32 path (qkv_sgemm_fp32()), so the small-product kernel, sgemv and
+ * the split over the pool apply unchanged.
+ *
+ * Scratch: each thread's operand copies live in one buffer that grows to the
+ * largest product the thread has seen and is freed when the thread ends, so
+ * a plan's first bf16 run allocates and later runs at the same shapes do not. */
+#include "kernels/kernels-private.h"
+
+#include <omp.h>
+#include <string.h>
+/* outside any target region, so that each intrinsic keeps its own ISA */
+#include <immintrin.h>
+
+#ifdef QKV_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
+
+/* Below this many multiply-adds the native path costs more in per-call
+ * overhead (the primitive lookup and oneDNN's dispatch) than it saves: the
+ * same point as the float32 route to oneDNN (gemm.c). */
+#define BF16_NATIVE_MIN (G_GINT64_CONSTANT(1) << 18)
+/* Native products below this many multiply-adds run on one thread: AMX runs
+ * them about four times faster than float32, so splitting pays later. */
+#define BF16_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 24)
+/* Conversions of fewer elements than this run on one thread. */
+#define BF16_CONVERT_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 17)
+/* Primitives each thread keeps (a split product uses two shapes). */
+#define MATMUL_CACHE 64
+
+static gint force_emulation = FALSE; /* atomic; tests */
+
+void
+qkv_set_bf16_emulation(gboolean force)
+{
+  g_atomic_int_set(&force_emulation, force ? TRUE : FALSE);
+}
+
+/* ---- rounding ------------------------------------------------------------ */
+
+/* The bf16 bits of x: subnormals flush to signed zero, NaN stays quiet NaN,
+ * the rest rounds to nearest even (an overflow rounds to infinity). */
+static inline guint16
+bf16_bits(float x)
+{
+  guint32 u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) == 0)
+    u &= 0x80000000u;
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (guint16)((u >> 16) | 0x40u);
+  return (guint16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* A conversion of rows × cols floats, rows ld apart, into dense rows (as
+ * bf16 bits or as rounded floats). Each is defined inside its ISA's target
+ * region, so that the row loop inlines the vector code: attention's
+ * per-head operands are rows of 8 to 64 floats. */
+typedef void (*ConvertRows)(gpointer dst, const float *src, gint64 rows, gint64 cols, gint64 ld);
+
+#define DEFINE_CONVERT_ROWS(NAME, ONE, TYPE)                                                       \
+  static void NAME(gpointer dst, const float *src, gint64 rows, gint64 cols, gint64 ld)            \
+  {                                                                                                \
+    TYPE *d = dst;                                                                                 \
+    for (gint64 r = 0; r < rows; r++)                                                              \
+      ONE(d + r * cols, src + r * ld, (gsize)cols);                                                \
+  }
+
+static inline void
+from_f32_scalar(guint16 *dst, const float *src, gsize n)
+{
+  for (gsize i = 0; i < n; i++)
+    dst[i] = bf16_bits(src[i]);
+}
+
+static inline void
+round_f32_scalar(float *dst, const float *src, gsize n)
+{
+  for (gsize i = 0; i < n; i++) {
+    guint32 u = (guint32)bf16_bits(src[i]) << 16;
+    memcpy(&dst[i], &u, sizeof u);
+  }
+}
+
+DEFINE_CONVERT_ROWS(from_rows_scalar, from_f32_scalar, guint16)
+DEFINE_CONVERT_ROWS(round_rows_scalar, round_f32_scalar, float)
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+/* bf16_bits() on 16 floats, as 16 32-bit lanes holding the bits. */
+static inline __m512i
+bf16_bits16(__m512 x)
+{
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000), abs_mask = _mm512_set1_epi32(0x7fffffff);
+  __m512i u = _mm512_castps_si512(x);
+  __mmask16 subnormal = _mm512_testn_epi32_mask(u, exp_mask);
+  u = _mm512_mask_and_epi32(u, subnormal, u, _mm512_set1_epi32((int)0x80000000u));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), exp_mask);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+  __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x400000));
+  return _mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16);
+}
+
+static inline void
+from_f32_avx512(guint16 *dst, const float *src, gsize n)
+{
+  gsize i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(dst + i),
+                        _mm512_cvtepi32_epi16(bf16_bits16(_mm512_loadu_ps(src + i))));
+  from_f32_scalar(dst + i, src + i, n - i);
+}
+
+static inline void
+round_f32_avx512(float *dst, const float *src, gsize n)
+{
+  gsize i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(bf16_bits16(_mm512_loadu_ps(src + i)), 16));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512i bits = bf16_bits16(_mm512_maskz_loadu_ps(m, src + i));
+    _mm512_mask_storeu_epi32(dst + i, m, _mm512_slli_epi32(bits, 16));
+  }
+}
+
+DEFINE_CONVERT_ROWS(from_rows_avx512, from_f32_avx512, guint16)
+DEFINE_CONVERT_ROWS(round_rows_avx512, round_f32_avx512, float)
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+/* The CPU's own conversion (VCVTNE2PS2BF16): the rounding above, faster. */
+static inline void
+from_f32_bf16(guint16 *dst, const float *src, gsize n)
+{
+  gsize i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+    _mm512_storeu_si512(dst + i, (__m512i)v);
+  }
+  if (i < n)
+    from_f32_avx512(dst + i, src + i, n - i);
+}
+
+DEFINE_CONVERT_ROWS(from_rows_bf16, from_f32_bf16, guint16)
+#pragma GCC pop_options
+
+static gboolean
+cpu_has_avx512_bf16(void)
+{
+  static gsize has = 0;
+  if (g_once_init_enter(&has)) {
+    __builtin_cpu_init();
+    g_once_init_leave(&has, __builtin_cpu_supports("avx512bf16") ? 2 : 1);
+  }
+  return has == 2;
+}
+
+/* The fastest conversion here (the portable code while emulation is
+ * forced, so that tests compare the two). */
+static ConvertRows
+convert_rows_for(gboolean to_bf16)
+{
+  if (!qkv_use_avx512())
+    return to_bf16 ? from_rows_scalar : round_rows_scalar;
+  if (!to_bf16)
+    return round_rows_avx512;
+  return cpu_has_avx512_bf16() && !g_atomic_int_get(&force_emulation) ? from_rows_bf16
+                                                                      : from_rows_avx512;
+}
+
+void
+qkv_bf16_from_f32(guint16 *dst, const float *src, gsize n)
+{
+  convert_rows_for(TRUE)(dst, src, 1, (gint64)n, (gint64)n);
+}
+
+void
+qkv_bf16_round_f32(float *dst, const float *src, gsize n)
+{
+  convert_rows_for(FALSE)(dst, src, 1, (gint64)n, (gint64)n);
+}
+
+/* ---- per-thread state ----------------------------------------------------- */
+
+#ifdef QKV_HAVE_ONEDNN
+typedef struct {
+  gint64 m, n, k, lda, ldb, ldc;
+  gboolean ta, tb;
+  float alpha, beta;
+} MatmulKey;
+
+typedef struct {
+  MatmulKey key;
+  guint64 last_use;
+  dnnl_primitive_t primitive;
+  dnnl_memory_t a, b, c, scratchpad; /* data pointers set per call */
+} Matmul;
+#endif
+
+typedef struct {
+  guint8 *operands; /* the converted operands of the current product */
+  gsize operands_size;
+#ifdef QKV_HAVE_ONEDNN
+  guint8 *scratchpad; /* oneDNN's, for the current primitive */
+  gsize scratchpad_size;
+  dnnl_stream_t stream;
+  Matmul cache[MATMUL_CACHE];
+  guint n_cached;
+  guint64 clock;
+#endif
+} Bf16Thread;
+
+#ifdef QKV_HAVE_ONEDNN
+static void
+matmul_clear(Matmul *mm)
+{
+  dnnl_memory_destroy(mm->a);
+  dnnl_memory_destroy(mm->b);
+  dnnl_memory_destroy(mm->c);
+  dnnl_memory_destroy(mm->scratchpad);
+  dnnl_primitive_destroy(mm->primitive);
+  memset(mm, 0, sizeof *mm);
+}
+#endif
+
+static void
+bf16_thread_free(gpointer data)
+{
+  Bf16Thread *t = data;
+  qkv_aligned_free(t->operands);
+#ifdef QKV_HAVE_ONEDNN
+  for (guint i = 0; i < t->n_cached; i++)
+    matmul_clear(&t->cache[i]);
+  qkv_aligned_free(t->scratchpad);
+  if (t->stream != NULL)
+    dnnl_stream_destroy(t->stream);
+#endif
+  g_free(t);
+}
+
+static GPrivate bf16_thread_key = G_PRIVATE_INIT(bf16_thread_free);
+
+static Bf16Thread *
+bf16_thread(void)
+{
+  Bf16Thread *t = g_private_get(&bf16_thread_key);
+  if (G_UNLIKELY(t == NULL)) {
+    t = g_new0(Bf16Thread, 1);
+    g_private_set(&bf16_thread_key, t);
+  }
+  return t;
+}
+
+/* *buf holds at least need bytes: grown (contents lost) when it is shorter,
+ * by a quarter more than asked so that slowly growing shapes settle. Running
+ * out of memory here has no caller to report to, so it aborts, as g_malloc
+ * does. */
+static gpointer
+reserve(guint8 **buf, gsize *size, gsize need)
+{
+  if (G_LIKELY(need <= *size))
+    return *buf;
+  qkv_aligned_free(*buf);
+  gsize want = need + need / 4;
+  *buf = qkv_aligned_alloc0(want);
+  if (*buf == NULL)
+    g_error("bf16 products: cannot allocate %" G_GSIZE_FORMAT " bytes of conversion scratch", want);
+  *size = want;
+  return *buf;
+}
+
+/* ---- converting the operands ---------------------------------------------- */
+
+/* A stored matrix: rows × cols with rows ld apart, copied to a dense one. */
+typedef struct {
+  const float *src;
+  gint64 rows, cols, ld;
+  gpointer dst; /* guint16 (to_bf16) or float */
+} Operand;
+
+typedef struct {
+  Operand ops[2];
+  gsize elem; /* bytes per converted element */
+  ConvertRows convert;
+} ConvertJob;
+
+static void
+convert_rows(const ConvertJob *j, const Operand *op, gint64 r0, gint64 r1)
+{
+  guint8 *dst = (guint8 *)op->dst + (gsize)(r0 * op->cols) * j->elem;
+  if (op->ld == op->cols) /* one run */
+    j->convert(dst, op->src + r0 * op->cols, 1, (r1 - r0) * op->cols, (r1 - r0) * op->cols);
+  else
+    j->convert(dst, op->src + r0 * op->ld, r1 - r0, op->cols, op->ld);
+}
+
+/* Rows [begin, end) of the two operands' rows, a's first. */
+static void
+convert_range(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const ConvertJob *j = data;
+  gint64 rows_a = j->ops[0].rows;
+  if (begin < rows_a)
+    convert_rows(j, &j->ops[0], begin, MIN(end, rows_a));
+  if (end > rows_a)
+    convert_rows(j, &j->ops[1], MAX(begin, rows_a) - rows_a, end - rows_a);
+}
+
+/* Where the bf16 copy of op goes: a valid copy in the run's cache (op->rows
+ * becomes 0: nothing to convert), a new place in the cache, or scratch. */
+static void
+place_bf16(Operand *op, gpointer scratch)
+{
+  guint16 *slot;
+  const guint16 *cached = qkv_bf16_cache_lookup(op->src, op->rows, op->cols, op->ld, &slot);
+  if (cached != NULL)
+    op->dst = (gpointer)cached, op->rows = 0;
+  else
+    op->dst = slot != NULL ? (gpointer)slot : scratch;
+}
+
+/* Converts op(a) and op(b), each dense (ld = the stored rows' length): bf16
+ * copies into the run's cache where they may be kept, the rest into the
+ * thread's scratch. Returns where they went. */
+static void
+convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, gint64 lda,
+                 const float *b, gint64 ldb, gboolean to_bf16, gint n_threads, gpointer *a_out,
+                 gpointer *b_out)
+{
+  gsize elem = to_bf16 ? sizeof(guint16) : sizeof(float);
+  gsize a_bytes = ((gsize)(m * k) * elem + 63) / 64 * 64;
+  Bf16Thread *t = bf16_thread();
+  guint8 *buf = reserve(&t->operands, &t->operands_size, a_bytes + (gsize)(k * n) * elem);
+  ConvertJob job = {
+      {{a, ta ? k : m, ta ? m : k, lda, buf}, {b, tb ? n : k, tb ? k : n, ldb, buf + a_bytes}},
+      elem,
+      convert_rows_for(to_bf16)};
+  if (to_bf16) {
+    place_bf16(&job.ops[0], buf);
+    place_bf16(&job.ops[1], buf + a_bytes);
+  }
+  gint64 rows = job.ops[0].rows + job.ops[1].rows;
+  gint64 elems = job.ops[0].rows * job.ops[0].cols + job.ops[1].rows * job.ops[1].cols;
+  gint nt = elems < BF16_CONVERT_PARALLEL_MIN ? 1 : n_threads;
+  qkv_parallel_for(nt, rows, convert_range, &job);
+  *a_out = job.ops[0].dst;
+  *b_out = job.ops[1].dst;
+}
+
+/* ---- the emulated path ---------------------------------------------------- */
+
+/* Whether products can run natively, asked once per product above
+ * BF16_NATIVE_MIN and once in all for the small ones (the answer changes
+ * only with qkv_set_gemm_backend()); where not, one message says so. */
+static gboolean
+native_or_say(void)
+{
+  const gchar *why;
+  gboolean native = qkv_bf16_native(&why);
+  static gsize once = 0;
+  if (!native && g_once_init_enter(&once)) {
+    g_message("bf16 precision: %s, so qkv rounds the operands of matrix products to bf16 and "
+              "multiplies them in float32 (emulated: the same results up to float32 rounding, "
+              "not faster than fp32)",
+              why);
+    g_once_init_leave(&once, 1);
+  }
+  return native;
+}
+
+static void
+sgemm_emulated(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
+               gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
+               gint n_threads)
+{
+  gpointer ra, rb;
+  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, FALSE, n_threads, &ra, &rb);
+  qkv_sgemm_fp32(ta, tb, m, n, k, alpha, ra, ta ? m : k, rb, tb ? k : n, beta, c, ldc, n_threads);
+}
+
+/* ---- the native path ------------------------------------------------------ */
+
+#ifdef QKV_HAVE_ONEDNN
+static dnnl_engine_t
+cpu_engine(void)
+{
+  static gsize engine = 0;
+  if (g_once_init_enter(&engine)) {
+    dnnl_engine_t e = NULL;
+    if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success)
+      e = NULL;
+    g_once_init_leave(&engine, e != NULL ? (gsize)e : 1);
+  }
+  return engine == 1 ? NULL : (dnnl_engine_t)engine;
+}
+
+static gboolean
+matmul_build(Matmul *mm, const MatmulKey *key, dnnl_engine_t engine)
+{
+  const MatmulKey *q = key;
+  dnnl_memory_desc_t a_md, b_md, c_md;
+  dnnl_dims_t a_dims = {q->m, q->k}, b_dims = {q->k, q->n}, c_dims = {q->m, q->n};
+  dnnl_dims_t a_strides = {q->ta ? 1 : q->lda, q->ta ? q->lda : 1};
+  dnnl_dims_t b_strides = {q->tb ? 1 : q->ldb, q->tb ? q->ldb : 1};
+  dnnl_dims_t c_strides = {q->ldc, 1};
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t post_ops = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  gboolean ok =
+      dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_bf16, a_strides) == dnnl_success &&
+      dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_bf16, b_strides) == dnnl_success &&
+      dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_strides) == dnnl_success &&
+      dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md) == dnnl_success &&
+      dnnl_primitive_attr_create(&attr) == dnnl_success &&
+      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+      (q->alpha == 1.0f ||
+       dnnl_primitive_attr_set_output_scales(attr, 1, 0, &q->alpha) == dnnl_success) &&
+      dnnl_post_ops_create(&post_ops) == dnnl_success &&
+      (q->beta == 0.0f || dnnl_post_ops_append_sum(post_ops, q->beta) == dnnl_success) &&
+      dnnl_primitive_attr_set_post_ops(attr, post_ops) == dnnl_success &&
+      dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success &&
+      dnnl_primitive_create(&mm->primitive, pd) == dnnl_success;
+  if (ok) {
+    const dnnl_memory_desc_t *pad_md =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    ok = dnnl_memory_create(&mm->a, &a_md, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&mm->b, &b_md, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&mm->c, &c_md, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&mm->scratchpad, pad_md, engine, DNNL_MEMORY_NONE) == dnnl_success;
+  }
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_post_ops_destroy(post_ops);
+  dnnl_primitive_attr_destroy(attr);
+  mm->key = *key;
+  if (!ok)
+    matmul_clear(mm);
+  return ok;
+}
+
+/* The thread's primitive for key, built on a miss in place of the least
+ * recently used one; NULL if oneDNN refuses it. */
+static Matmul *
+matmul_lookup(Bf16Thread *t, const MatmulKey *key)
+{
+  Matmul *slot = NULL;
+  for (guint i = 0; i < t->n_cached; i++) {
+    Matmul *mm = &t->cache[i];
+    if (memcmp(&mm->key, key, sizeof *key) == 0) {
+      mm->last_use = ++t->clock;
+      return mm;
+    }
+    if (slot == NULL || mm->last_use < slot->last_use)
+      slot = mm;
+  }
+  dnnl_engine_t engine = cpu_engine();
+  if (engine == NULL)
+    return NULL;
+  if (t->stream == NULL &&
+      dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    t->stream = NULL;
+    return NULL;
+  }
+  if (t->n_cached < MATMUL_CACHE)
+    slot = &t->cache[t->n_cached++];
+  else
+    matmul_clear(slot);
+  if (!matmul_build(slot, key, engine)) {
+    *slot = t->cache[--t->n_cached]; /* keep the used slots packed */
+    memset(&t->cache[t->n_cached], 0, sizeof(Matmul));
+    return NULL;
+  }
+  slot->last_use = ++t->clock;
+  return slot;
+}
+#endif
+
+/* Exact products of bf16 values summed in float32, one after the other: the
+ * fallback for a block oneDNN refused. */
+static void
+bf16_block_loops(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha,
+                 const guint16 *a, gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c,
+                 gint64 ldc)
+{
+  for (gint64 i = 0; i < m; i++)
+    for (gint64 j = 0; j < n; j++) {
+      float sum = 0.0f;
+      for (gint64 p = 0; p < k; p++) {
+        guint32 x = (guint32)(ta ? a[p * lda + i] : a[i * lda + p]) << 16;
+        guint32 y = (guint32)(tb ? b[j * ldb + p] : b[p * ldb + j]) << 16;
+        float fx, fy;
+        memcpy(&fx, &x, sizeof fx);
+        memcpy(&fy, &y, sizeof fy);
+        sum += fx * fy;
+      }
+      float *cij = &c[i * ldc + j];
+      *cij = beta == 0.0f ? alpha * sum : alpha * sum + beta * *cij;
+    }
+}
+
+gboolean
+qkv_bf16_block(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha,
+               const guint16 *a, gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c,
+               gint64 ldc)
+{
+#ifdef QKV_HAVE_ONEDNN
+  /* oneDNN's OpenMP runtime would start a team of its own (see gemm.c) */
+  if (G_UNLIKELY(omp_get_max_threads() != 1))
+    omp_set_num_threads(1);
+  Bf16Thread *t = bf16_thread();
+  MatmulKey key;
+  memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding */
+  key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+  key.ta = ta, key.tb = tb, key.alpha = alpha, key.beta = beta;
+  Matmul *mm = matmul_lookup(t, &key);
+  if (mm == NULL)
+    return FALSE;
+  const dnnl_memory_desc_t *pad_md;
+  dnnl_memory_get_memory_desc(mm->scratchpad, &pad_md);
+  gpointer pad = reserve(&t->scratchpad, &t->scratchpad_size, dnnl_memory_desc_get_size(pad_md));
+  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm->a},
+                            {DNNL_ARG_WEIGHTS, mm->b},
+                            {DNNL_ARG_DST, mm->c},
+                            {DNNL_ARG_SCRATCHPAD, mm->scratchpad}};
+  return dnnl_memory_set_data_handle(mm->a, (gpointer)a) == dnnl_success &&
+         dnnl_memory_set_data_handle(mm->b, (gpointer)b) == dnnl_success &&
+         dnnl_memory_set_data_handle(mm->c, c) == dnnl_success &&
+         dnnl_memory_set_data_handle(mm->scratchpad, pad) == dnnl_success &&
+         dnnl_primitive_execute(mm->primitive, t->stream, G_N_ELEMENTS(args), args) ==
+             dnnl_success &&
+         dnnl_stream_wait(t->stream) == dnnl_success;
+#else
+  return FALSE;
+#endif
+}
+
+typedef struct {
+  gboolean ta, tb, split_rows;
+  gint64 m, n, k, lda, ldb, ldc, block;
+  float alpha, beta;
+  const guint16 *a, *b;
+  float *c;
+} Bf16Job;
+
+/* qkv_bf16_block(), or the loops where oneDNN refuses. */
+static void
+run_block(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const guint16 *a,
+          gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  if (G_LIKELY(qkv_bf16_block(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)))
+    return;
+  static gsize once = 0;
+  if (g_once_init_enter(&once)) {
+    g_warning("bf16 products: oneDNN refused a %" G_GINT64_FORMAT "×%" G_GINT64_FORMAT
+              "×%" G_GINT64_FORMAT " matmul; such products run on plain loops (slow)",
+              m, n, k);
+    g_once_init_leave(&once, 1);
+  }
+  bf16_block_loops(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* Blocks [begin, end) of rows (or columns) of c, as one call. */
+static void
+bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
+{
+  const Bf16Job *j = data;
+  gint64 m = j->m, n = j->n;
+  const guint16 *a = j->a, *b = j->b;
+  float *c = j->c;
+  if (j->split_rows) {
+    gint64 r0 = begin * j->block;
+    m = MIN(j->m, end * j->block) - r0;
+    a += j->ta ? r0 : r0 * j->lda;
+    c += r0 * j->ldc;
+  } else {
+    gint64 c0 = begin * j->block;
+    n = MIN(j->n, end * j->block) - c0;
+    b += j->tb ? c0 * j->ldb : c0;
+    c += c0;
+  }
+  run_block(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+}
+
+void
+qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
+               gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
+               gint n_threads)
+{
+  static gint small_seen = FALSE;
+  gboolean small = m * n * k < BF16_NATIVE_MIN;
+  if (small && G_UNLIKELY(!g_atomic_int_get(&small_seen))) {
+    native_or_say();
+    g_atomic_int_set(&small_seen, TRUE);
+  }
+  if (small || g_atomic_int_get(&force_emulation) || !native_or_say()) {
+    sgemm_emulated(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n_threads);
+    return;
+  }
+  gint nt = m * n * k < BF16_PARALLEL_MIN ? 1 : n_threads;
+  gpointer a16, b16;
+  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, TRUE, n_threads, &a16, &b16);
+  Bf16Job job = {ta,  tb, m >= n, m,    n,   k,   ta ? m : k, tb ? k : n,
+                 ldc, 64, alpha,  beta, a16, b16, c};
+  gint64 blocks = ((job.split_rows ? m : n) + job.block - 1) / job.block;
+  qkv_parallel_for((gint)MIN(nt, blocks), blocks, bf16_blocks, &job);
+}
