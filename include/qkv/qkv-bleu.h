@@ -24,6 +24,8 @@
  */
 #pragma once
 
+#include "qkv-api.h"
+
 #include <glib.h>
 
 G_BEGIN_DECLS
@@ -47,6 +49,7 @@ typedef struct {
 } QkvBleuOptions;
 
 /* sacrebleu's corpus_bleu defaults: 13a, case kept, no effective order. */
+QKV_API
 QkvBleuOptions qkv_bleu_options_default(void);
 
 /* The sufficient statistics of corpus BLEU, summed over sentences: clipped
@@ -60,18 +63,22 @@ typedef struct {
 
 /* Add one hypothesis and its reference, each a NULL-terminated array of
  * tokens. Tokens are compared as whole strings (a token may hold spaces). */
+QKV_API
 void qkv_bleu_stats_add_tokens(QkvBleuStats *stats, const gchar *const *hypothesis,
                                const gchar *const *reference);
 /* The same against n_refs ≥ 1 references. */
+QKV_API
 void qkv_bleu_stats_add_tokens_multi(QkvBleuStats *stats, const gchar *const *hypothesis,
                                      const gchar *const *const *references, gsize n_refs);
 /* Add one hypothesis and its reference as text (UTF-8; invalid bytes are
  * replaced by U+FFFD): trailing white space removed, lower-cased when
  * options->lowercase, tokenised as options->tokenize says, then split on
  * white space as Python's str.split() splits (options NULL: the defaults). */
+QKV_API
 void qkv_bleu_stats_add_text(QkvBleuStats *stats, const gchar *hypothesis, const gchar *reference,
                              const QkvBleuOptions *options);
 /* The same against n_refs ≥ 1 references. */
+QKV_API
 void qkv_bleu_stats_add_text_multi(QkvBleuStats *stats, const gchar *hypothesis,
                                    const gchar *const *references, gsize n_refs,
                                    const QkvBleuOptions *options);
@@ -90,20 +97,25 @@ typedef struct {
  * An order with no match counts as 100 / (2^j · total), j counting such
  * orders. No match at all scores 0, and so does an order with no n-gram
  * unless effective_order (which then averages the orders before it). */
+QKV_API
 QkvBleuScore qkv_bleu_stats_compute(const QkvBleuStats *stats, gboolean effective_order);
 /* qkv_bleu_stats_compute()'s score alone. */
+QKV_API
 double qkv_bleu_stats_score(const QkvBleuStats *stats, gboolean effective_order);
 /* "BLEU = 4.57 30.1/7.2/2.1/0.9 (BP = 1.000 ratio = 1.030 hyp_len = 9
  * ref_len = 10)", as sacrebleu formats a score; free with g_free(). */
+QKV_API
 gchar *qkv_bleu_stats_format(const QkvBleuStats *stats, gboolean effective_order);
 
 /* Corpus BLEU of n hypotheses against their references. The token form
  * takes NULL-terminated token arrays; the text form tokenises as
  * qkv_bleu_stats_add_text() (options NULL: the defaults). stats_out (may be
  * NULL) gets the sums. */
+QKV_API
 double qkv_bleu_corpus_tokens(const gchar *const *const *hypotheses,
                               const gchar *const *const *references, gsize n,
                               gboolean effective_order, QkvBleuStats *stats_out);
+QKV_API
 double qkv_bleu_corpus(const gchar *const *hypotheses, const gchar *const *references, gsize n,
                        const QkvBleuOptions *options, QkvBleuStats *stats_out);
 
@@ -113,17 +125,20 @@ double qkv_bleu_corpus(const gchar *const *hypotheses, const gchar *const *refer
  * spaces), around '.' and ',' unless between digits, and after a '-' that
  * follows a digit; runs of white space to one space, none at the ends.
  * Free with g_free(). */
+QKV_API
 gchar *qkv_bleu_tokenize_13a(const gchar *line);
 /* The white-space separated words of text, as Python's str.split() with no
  * argument finds them (the separators are Python's: ASCII white space,
  * U+001C to U+001F, U+0085, and the Unicode spaces and line and paragraph
  * separators). Free with g_strfreev(). */
+QKV_API
 gchar **qkv_bleu_split(const gchar *text);
 
 /* What was computed against n_refs references per hypothesis, in
  * sacrebleu's signature format:
  * "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:qkv-0.1.0"
  * (options NULL: the defaults). Free with g_free(). */
+QKV_API
 gchar *qkv_bleu_signature(const QkvBleuOptions *options, gsize n_refs);
 
 G_END_DECLS

@@ -10,6 +10,8 @@
  * differs. */
 #pragma once
 
+#include "qkv-api.h"
+
 #include <glib.h>
 #include "qkv-graph.h"
 #include "qkv-init.h"
@@ -96,26 +98,33 @@ typedef struct {
  * built under a name that is not the one asked for. With an error already
  * set (an earlier call of a chain failed) the level is pushed as above and
  * that first error is kept. */
+QKV_API
 gboolean qkv_builder_push(QkvBuilder *b, const gchar *name, GError **error);
 /* qkv_builder_push() with a name made from a printf format. */
+QKV_API
 gboolean qkv_builder_push_printf(QkvBuilder *b, GError **error, const gchar *format, ...)
     G_GNUC_PRINTF(3, 4);
 /* Remove the innermost level pushed and set the graph's scope back to what
  * it was at its push. Popping an empty stack is a programming error: a
  * critical warning, and nothing changes. */
+QKV_API
 void qkv_builder_pop(QkvBuilder *b);
 /* Pop every level (the graph's scope goes back to what it was at the
  * first push) and free the stack; nothing happens when none is pushed. For
  * code that abandons a builder with scopes still pushed. */
+QKV_API
 void qkv_builder_clear_scopes(QkvBuilder *b);
 /* The current scope ("blocks.0.attention"), or NULL when there is none;
  * owned by the builder until the next push or pop. */
+QKV_API
 const gchar *qkv_builder_get_scope(const QkvBuilder *b);
 /* How many levels are pushed (0 for none). */
+QKV_API
 guint qkv_builder_get_scope_depth(const QkvBuilder *b);
 /* The name a parameter called name gets under the current scope, newly
  * allocated (free with g_free()): for looking it up with qkv_params_lookup()
  * after building. */
+QKV_API
 gchar *qkv_builder_scoped_name(const QkvBuilder *b, const gchar *name);
 
 /* Builders are all-or-nothing: a builder that fails returns NULL with an
@@ -138,6 +147,7 @@ typedef struct {
 } QkvBuilderMark;
 
 /* Start a step that adds everything or nothing to b's graph and store. */
+QKV_API
 void qkv_builder_begin(QkvBuilder *b, QkvBuilderMark *mark);
 /* End the step begun with mark: when result is NULL (it failed) roll the
  * graph and the store back to mark (qkv_graph_rollback(),
@@ -146,6 +156,7 @@ void qkv_builder_begin(QkvBuilder *b, QkvBuilderMark *mark);
  * Returns result. Steps nest. A step that popped more levels than it pushed
  * is a programming error (a critical warning; those levels are not
  * restored). */
+QKV_API
 QkvValue *qkv_builder_end(QkvBuilder *b, QkvBuilderMark *mark, QkvValue *result);
 
 /* A parameter "<scope>.<name>" of the given shape: reused, or created and
@@ -153,44 +164,52 @@ QkvValue *qkv_builder_end(QkvBuilder *b, QkvBuilderMark *mark, QkvValue *result)
  * "embedding", "xavier"); "linear_weight", "linear_bias" and "embedding"
  * follow b->inits where it sets their role. fan_in is the layer's input size,
  * for "linear_bias". */
+QKV_API
 QkvValue *qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape,
                           const gchar *init, gint64 fan_in, GError **error);
 /* The same with an initialiser given as data: init must not be NULL nor
  * QKV_INIT_DEFAULT (a bare parameter has no default), else
  * QKV_ERROR_INVALID_ARGUMENT; the initialiser's own errors (see QkvInit) are
  * prefixed with the parameter's name. A reused parameter keeps its values. */
+QKV_API
 QkvValue *qkv_build_param_init(QkvBuilder *b, const gchar *name, const QkvShape *shape,
                                const QkvInit *init, GError **error);
 
 /* nn.Linear: x (…, in) · weightᵀ (+ bias) → (…, out); "<name>.weight" (out, in),
  * "<name>.bias" (out). */
+QKV_API
 QkvValue *qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features,
                            gboolean bias, GError **error);
 /* qkv_build_linear() with the initialisers of a new weight and bias chosen
  * here ("linear weights Xavier, bias zeros"); NULL or QKV_INIT_DEFAULT for
  * either keeps the builder's choice (b->inits, else the book's). A bias has
  * rank 1: Xavier or Kaiming for it fails with QKV_ERROR_SHAPE. */
+QKV_API
 QkvValue *qkv_build_linear_init(QkvBuilder *b, const gchar *name, QkvValue *x,
                                 gint64 out_features, gboolean bias, const QkvInit *weight_init,
                                 const QkvInit *bias_init, GError **error);
 /* nn.Embedding: ids (…) → (…, dim); "<name>.weight" (num, dim), N(0, 1). */
+QKV_API
 QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
                               gint64 dim, GError **error);
 /* qkv_build_embedding() with the initialiser of a new table chosen here
  * (GPT-2's N(0, 0.02²): {.kind = QKV_INIT_NORMAL, .std = 0.02}); NULL or
  * QKV_INIT_DEFAULT keeps the builder's choice. */
+QKV_API
 QkvValue *qkv_build_embedding_init(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,
                                    gint64 dim, const QkvInit *init, GError **error);
 /* The book's MultiHeadAttention (bias = FALSE): "<name>.W_q.weight", W_k, W_v,
  * W_o, all (num_hiddens, ·). *weights (may be NULL) gets (B, heads, n_q, n_k);
  * with NULL, long sequences take the memory-efficient kernel
  * (qkv_multi_head_attention in qkv-nn.h). */
+QKV_API
 QkvValue *qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                         QkvValue *values, gint64 num_hiddens, gint num_heads, QkvValue *valid_lens,
                         gboolean causal, double dropout, QkvValue **weights, GError **error);
 /* The same with a mask (may be NULL) of the given kind for the attention
  * scores (qkv_multi_head_attention_masked in qkv-nn.h): a local window, a
  * padding mask or learned ALiBi-style biases. */
+QKV_API
 QkvValue *qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                                QkvValue *values, gint64 num_hiddens, gint num_heads,
                                QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
@@ -219,6 +238,7 @@ typedef struct {
 
 /* qkv_build_mha() with everything optional in options (NULL: all zero).
  * Without biases it builds what qkv_build_mha_masked() builds. */
+QKV_API
 QkvValue *qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                              QkvValue *values, gint64 num_hiddens, gint num_heads,
                              const QkvMhaOptions *options, QkvValue **weights, GError **error);
@@ -233,24 +253,29 @@ typedef enum {
 } QkvActivation;
 
 /* PositionWiseFFN: "<name>.dense1" (ffn_hiddens), ReLU, "<name>.dense2" (out). */
+QKV_API
 QkvValue *qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
                         gint64 out_features, GError **error);
 /* The same with another activation, under the same names. ReLU is
  * qkv_build_ffn()'s fused op; the others are two linear layers around the
  * activation's op. */
+QKV_API
 QkvValue *qkv_build_ffn_activation(QkvBuilder *b, const gchar *name, QkvValue *x,
                                    gint64 ffn_hiddens, gint64 out_features,
                                    QkvActivation activation, GError **error);
 /* AddNorm: LayerNorm(dropout(y) + x) with "<name>.ln.weight/.bias". */
+QKV_API
 QkvValue *qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y,
                             double dropout, GError **error);
 /* nn.LayerNorm(d, eps, elementwise_affine, bias) over the last axis (d) of
  * x: "<name>.weight" (d, ones) unless !elementwise_affine, "<name>.bias"
  * (d, zeros) unless !elementwise_affine or !bias (PyTorch's bias= of 2.1). */
+QKV_API
 QkvValue *qkv_build_layer_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
                                gboolean elementwise_affine, gboolean bias, GError **error);
 /* nn.RMSNorm(d, eps) over the last axis (d) of x (qkv_rms_norm):
  * "<name>.weight" (d, ones). */
+QKV_API
 QkvValue *qkv_build_rms_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
                              GError **error);
 
@@ -312,6 +337,7 @@ typedef struct {
  * linear2 = ffn.dense2, norm1 = addnorm1.ln, norm2 = addnorm2.ln (in the
  * decoder: self_attn = attention1, multihead_attn = attention2, norm3 =
  * addnorm3.ln). */
+QKV_API
 QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                         QkvValue *src, QkvValue *valid_lens, GError **error);
 /* TransformerDecoder "decoder" over a whole target prefix: embedding · √d,
@@ -322,6 +348,7 @@ QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfi
  * "decoder.dense.bias").
  * cross_weights (may be NULL) receives the last block's encoder-decoder
  * attention weights (B, heads, T, T_src). */
+QKV_API
 QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                         QkvValue *tgt, QkvValue *enc_outputs,
                                         QkvValue *enc_valid_lens, QkvValue **cross_weights,
@@ -341,11 +368,13 @@ typedef struct {
 } QkvTransformerTaps;
 
 /* qkv_build_transformer_encoder() that also fills taps (may be NULL). */
+QKV_API
 QkvValue *qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                              QkvValue *src, QkvValue *valid_lens,
                                              QkvTransformerTaps *taps, GError **error);
 /* qkv_build_transformer_decoder() that fills taps (may be NULL) instead of
  * returning only the last block's cross-attention weights. */
+QKV_API
 QkvValue *qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                              QkvValue *tgt, QkvValue *enc_outputs,
                                              QkvValue *enc_valid_lens, QkvTransformerTaps *taps,
@@ -356,6 +385,7 @@ QkvValue *qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformer
  * "<name>.bias_ih_l{k}", "<name>.bias_hh_l{k}" (3H), gates ordered r, z, n;
  * dropout on every layer's output but the last. x (T, B, in), h0 (L, B, H)
  * or NULL for zeros → outputs (T, B, H); *h_n (may be NULL) gets (L, B, H). */
+QKV_API
 QkvValue *qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
                         gint num_layers, double dropout, QkvValue **h_n, GError **error);
 
@@ -373,6 +403,7 @@ typedef struct {
  * "decoder.rnn", "decoder.dense") unrolled over the time steps, with teacher
  * forcing on dec_in (B, T). src (B, T), src_valid (B) → logits (B, T, V).
  * *weights (may be NULL) receives the attention weights (B, T, T_src). */
+QKV_API
 QkvValue *qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
                                      QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
                                      GError **error);
@@ -386,6 +417,7 @@ typedef struct {
 } QkvSeq2SeqTaps;
 
 /* qkv_build_bahdanau_seq2seq() that fills taps (may be NULL). */
+QKV_API
 QkvValue *qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg,
                                           QkvValue *src, QkvValue *src_valid, QkvValue *dec_in,
                                           QkvSeq2SeqTaps *taps, GError **error);
@@ -437,12 +469,14 @@ typedef struct {
  * Query i sits at target position first_position + i (local-m reads it).
  * → context (B, n_q, H); *weights (may be NULL) receives the alignment
  * weights (B, n_q, S), the Gaussian included for local-p. */
+QKV_API
 QkvValue *qkv_build_luong_attention(QkvBuilder *b, const gchar *name,
                                     const QkvLuongAttentionConfig *cfg, QkvValue *queries,
                                     QkvValue *source, QkvValue *src_valid, gint64 first_position,
                                     QkvValue **weights, GError **error);
 /* The attentional vector ã_t = tanh(W_c [c_t; h_t]) with no bias (eq. 5),
  * W_c "<name>.weight" (H, H_c + H): context (…, H_c), h (…, H) → (…, H). */
+QKV_API
 QkvValue *qkv_build_luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context,
                                       QkvValue *h, GError **error);
 
@@ -471,12 +505,14 @@ typedef struct {
  * → logits (B, T, V); *weights (may be NULL) receives (B, T, T_src). Without
  * input feeding the decoder GRU runs over all steps before attending; with
  * it, step by step. */
+QKV_API
 QkvValue *qkv_build_luong_seq2seq(QkvBuilder *b, const QkvLuongConfig *cfg, QkvValue *src,
                                   QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
                                   GError **error);
 
 /* The book's MaskedSoftmaxCELoss summed over the batch: Σ_b mean_t(ce[b,t] ·
  * mask[b,t]) for logits (B, T, V), labels i32 (B, T), mask f32 (B, T). */
+QKV_API
 QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask,
                                  GError **error);
 /* The same from i32 valid lengths (B), as the book's MaskedSoftmaxCELoss
@@ -484,13 +520,16 @@ QkvValue *qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *m
  * the graph. *per_seq (may be NULL) receives the per-sequence loss (B),
  * mean_t(ce · mask); the return value is its sum. The mean divides by the T
  * a plan is bound with, so the loss follows shorter sequences. */
+QKV_API
 QkvValue *qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
                                       QkvValue **per_seq, GError **error);
 /* qkv_build_seq2seq_loss and _lens with label smoothing ε in [0, 1] in the
  * cross-entropy (qkv_cross_entropy_smoothed, "Attention is all you need"
  * trains with ε = 0.1). ε = 0 gives the unsmoothed loss. */
+QKV_API
 QkvValue *qkv_build_seq2seq_loss_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *mask,
                                           double label_smoothing, GError **error);
+QKV_API
 QkvValue *qkv_build_seq2seq_loss_lens_smoothed(QkvValue *logits, QkvValue *labels,
                                                QkvValue *valid_lens, double label_smoothing,
                                                QkvValue **per_seq, GError **error);
@@ -509,6 +548,7 @@ QkvValue *qkv_build_seq2seq_loss_lens_smoothed(QkvValue *logits, QkvValue *label
  * 0 exactly (a sequence of length 0 gets uniform weights, as in the book).
  * *weights (may be NULL) receives the weights (B, K, T). Follows the shapes
  * a plan is bound with (a shorter T, a partial batch). */
+QKV_API
 QkvValue *qkv_build_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
                                       QkvValue *valid_lens, gint num_queries, gint64 key_size,
                                       QkvValue **weights, GError **error);
@@ -524,6 +564,7 @@ QkvValue *qkv_build_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue
  * gradient of the one-hot is taken to be that of softmax((scores + g) / tau)
  * for the same noise g (qkv_gumbel_softmax()). tau finite and > 0 (1 is the
  * usual start); *weights (may be NULL) receives the one-hot weights. */
+QKV_API
 QkvValue *qkv_build_hard_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
                                            QkvValue *valid_lens, gint num_queries, gint64 key_size,
                                            double tau, QkvValue **weights, GError **error);
@@ -531,6 +572,7 @@ QkvValue *qkv_build_hard_attention_pooling(QkvBuilder *b, const gchar *name, Qkv
  * sequence, as attention pooling with every score equal. x (B, T, D),
  * valid_lens i32 (B) or NULL → (B, 1, D); *weights (may be NULL) receives
  * the uniform weights (B, 1, T). No parameters. */
+QKV_API
 QkvValue *qkv_build_mean_pooling(QkvBuilder *b, QkvValue *x, QkvValue *valid_lens,
                                  QkvValue **weights, GError **error);
 
@@ -561,6 +603,7 @@ typedef struct {
  * mean pooling), and "dense" (weight (C, K·D), bias (C)) to the class logits.
  * tokens i32 (B, T), valid_lens i32 (B) or NULL → logits (B, C). *weights
  * (may be NULL) receives the pooling weights (B, K, T). */
+QKV_API
 QkvValue *qkv_build_pooling_classifier(QkvBuilder *b, const QkvPoolingClassifierConfig *cfg,
                                        QkvValue *tokens, QkvValue *valid_lens, QkvValue **weights,
                                        GError **error);
@@ -571,6 +614,7 @@ QkvValue *qkv_build_pooling_classifier(QkvBuilder *b, const QkvPoolingClassifier
  * queries (n), keys (n, m), values (n, m) → predictions (n). If the store has
  * no "<prefix>w" yet it is created as U(0, 1) from seed, like torch.rand.
  * *weights (may be NULL) receives the attention weights (n, m). */
+QKV_API
 QkvValue *qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
                                   QkvValue *queries, QkvValue *keys, QkvValue *values, guint64 seed,
                                   QkvValue **weights, GError **error);
@@ -578,6 +622,7 @@ QkvValue *qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gcha
  * a 0 leaves key j out of query i's softmax, as QKV_MASK_BOOLEAN does in
  * masked_softmax — the book's training, where each point attends to every
  * other point but itself. */
+QKV_API
 QkvValue *qkv_build_nw_regression_masked(QkvGraph *graph, QkvParams *params, const gchar *prefix,
                                          QkvValue *queries, QkvValue *keys, QkvValue *values,
                                          QkvValue *mask, guint64 seed, QkvValue **weights,

@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-graph.h"
 
@@ -26,18 +27,21 @@ typedef struct {
   gpointer reserved[4];
 } QkvCheckOptions;
 
+QKV_API
 QkvCheckOptions qkv_check_options_default(void);
 
 /* Check d out / d inputs[i] for every f32 input whose check[i] is TRUE (check
  * may be NULL: every f32 input). The inputs are not modified. Returns FALSE
  * with a message naming the input, the element, and both values on the first
  * mismatch; *max_rel_err (may be NULL) gets the largest relative error seen. */
+QKV_API
 gboolean qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *check,
                              QkvCheckBuildFunc build, gpointer user_data,
                              const QkvCheckOptions *options, double *max_rel_err, GError **error);
 
 /* Evaluate the graph built by build on inputs; returns the output tensor
  * (owned by the caller), or NULL with an error. */
+QKV_API
 QkvTensor *qkv_check_evaluate(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
                               gpointer user_data, gboolean training, GError **error);
 

@@ -81,6 +81,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-params.h"
 #include "qkv-optim.h"
@@ -104,6 +105,7 @@ typedef enum {
 /* Write params (and, if not NULL, optimizer state and schedule position, and
  * string→string metadata) to path, atomically. The same as
  * qkv_checkpoint_save_full() with QKV_CHECKPOINT_DTYPE_F32. */
+QKV_API
 gboolean qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                              QkvSchedule *schedule, GHashTable *metadata, GError **error);
 
@@ -118,6 +120,7 @@ gboolean qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer 
  * exact optimizer state: lossy in the parameters only.
  * The F32 and I32 tensors' data comes first in the file, then the BF16, so
  * every tensor starts at a multiple of its element size. */
+QKV_API
 gboolean qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                                   QkvSchedule *schedule, GHashTable *metadata,
                                   QkvCheckpointDType param_dtype, GError **error);
@@ -137,12 +140,14 @@ gboolean qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptim
  * dropped). On success, if missing/unexpected are not NULL, they receive the
  * names of the store's params the file lacks and of the file's tensors the
  * store lacks (new arrays of strings; empty in strict mode). */
+QKV_API
 gboolean qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                              QkvSchedule *schedule, QkvCheckpointFlags flags, GPtrArray **missing,
                              GPtrArray **unexpected, GError **error);
 
 /* The "__metadata__" map of a checkpoint (string → string; empty if none),
  * after checking the whole file as load does. */
+QKV_API
 GHashTable *qkv_checkpoint_read_metadata(const gchar *path, GError **error);
 
 /* Read any safetensors file: name → new QkvTensor* (F32, BF16, F16 and F64
@@ -150,6 +155,7 @@ GHashTable *qkv_checkpoint_read_metadata(const gchar *path, GError **error);
  * and I64 whose values fit, as i32; other dtypes are a QKV_ERROR_DTYPE), and
  * its metadata if metadata is not NULL. qkv has no half-precision tensors:
  * a tensor's dtype says what it holds now, not what the file held. */
+QKV_API
 GHashTable *qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error);
 
 G_END_DECLS

@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-builders.h"
 #include "qkv-tensor.h"
@@ -54,6 +55,7 @@ typedef struct {
 
 /* k = 4, α = 0.6 (the Transformer paper's), max_len 0 and vocab 0 (set
  * them), bos 1, eos 2. */
+QKV_API
 QkvBeamOptions qkv_beam_options_default(void);
 
 /* Decode batch sentences together. Each step calls step once for batch ×
@@ -81,11 +83,13 @@ QkvBeamOptions qkv_beam_options_default(void);
  * beam_size · max_len bytes for the histories, 4 · batch · beam_size · vocab
  * for the scores) cannot be had, or the callback's error; the outputs are
  * not written then. */
+QKV_API
 gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc step,
                          gpointer user_data, gint32 *out_tokens, gint *out_lengths,
                          double *out_scores, GError **error);
 
 /* ((5 + length) / 6)^alpha. */
+QKV_API
 double qkv_beam_length_penalty(gint length, double alpha);
 
 /* Threads: a step decoder decodes for one thread at a time.
@@ -112,6 +116,7 @@ typedef struct _QkvStepDecoder QkvStepDecoder;
  * would not fit the address space are refused before anything is built
  * (QKV_ERROR_MEMORY naming them). n_threads 0: the library's default.
  * Evaluation mode: no dropout. */
+QKV_API
 QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
                                                  const QkvTransformerConfig *config, gint max_rows,
                                                  gint64 src_len, gint max_len, gint n_threads,
@@ -124,6 +129,7 @@ QkvStepDecoder *qkv_step_decoder_new_transformer(QkvParams *params,
  * G_MAXUINT / 32 is refused (QKV_ERROR_INVALID_ARGUMENT naming src_len), as
  * are sizes whose buffers would not fit the address space
  * (QKV_ERROR_MEMORY). The same holds for Luong's decoder below. */
+QKV_API
 QkvStepDecoder *qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config,
                                               gint max_rows, gint64 src_len, gint max_len,
                                               gint n_threads, GError **error);
@@ -132,27 +138,32 @@ QkvStepDecoder *qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq
  * GRU's layers on the state the previous step left (and ã_{t-1} with input
  * feeding), attention and the output layers; local-m's window is centred on
  * the step. */
+QKV_API
 QkvStepDecoder *qkv_step_decoder_new_luong(QkvParams *params, const QkvLuongConfig *config,
                                            gint max_rows, gint64 src_len, gint max_len,
                                            gint n_threads, GError **error);
+QKV_API
 void qkv_step_decoder_free(QkvStepDecoder *decoder);
 
 /* Encode a batch of sentences: src i32 (n, src_len) or narrower (the rest is
  * padded), src_valid i32 (n), and repeat each sentence's encoding on
  * rows_per_sentence rows (the beam size), n · rows_per_sentence ≤ max_rows.
  * Resets the step count. */
+QKV_API
 gboolean qkv_step_decoder_start(QkvStepDecoder *decoder, const QkvTensor *src,
                                 const QkvTensor *src_valid, gint rows_per_sentence, GError **error);
 /* A QkvDecodeStepFunc with user_data the decoder: n_rows must be what
  * qkv_step_decoder_start() set up, step the number of steps since (one call
  * per step, in order), step < max_len. parents may be NULL (each row its
  * own). logits gets (n_rows, vocab). */
+QKV_API
 gboolean qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens,
                                const gint32 *parents, gint n_rows, float *logits, GError **error);
 /* Encode src and search (qkv_step_decoder_start(), then qkv_beam_search()
  * with options->beam_size rows per sentence). QKV_ERROR_INVALID_ARGUMENT,
  * before anything runs, when options' vocab is not the decoder's, max_len
  * is above the decoder's, or bos or eos is not a token id below vocab. */
+QKV_API
 gboolean qkv_step_decoder_translate(QkvStepDecoder *decoder, const QkvTensor *src,
                                     const QkvTensor *src_valid, const QkvBeamOptions *options,
                                     gint32 *out_tokens, gint *out_lengths, double *out_scores,
@@ -162,8 +173,10 @@ gboolean qkv_step_decoder_translate(QkvStepDecoder *decoder, const QkvTensor *sr
  * (max_rows, heads, src_len) for the Transformer, (max_rows, 1, src_len) for
  * Bahdanau and Luong.
  * Valid until the next step; NULL before the first step or for a bad layer. */
+QKV_API
 const QkvTensor *qkv_step_decoder_cross_weights(QkvStepDecoder *decoder, gint layer);
 /* The vocabulary size (columns of the logits). */
+QKV_API
 gint64 qkv_step_decoder_vocab(const QkvStepDecoder *decoder);
 
 /* ---- sampling and generation ----------------------------------------------
@@ -199,6 +212,7 @@ typedef struct {
 } QkvSampleOptions;
 
 /* temperature 1, top_k 0, top_p 1 (plain sampling from the softmax), seed 0. */
+QKV_API
 QkvSampleOptions qkv_sample_options_default(void);
 
 /* One token per row of logits (n_rows × vocab floats, row after row) into
@@ -221,6 +235,7 @@ QkvSampleOptions qkv_sample_options_default(void);
  * that top-k and top-p work on (4 · vocab bytes, allocated once per call,
  * only with either of them on) cannot be had. tokens_out is not written
  * then. Single-threaded. */
+QKV_API
 gboolean qkv_sample_logits(const QkvSampleOptions *options, const float *logits, gint n_rows,
                            gint64 vocab, guint64 step, const guint64 *row_ids, gint32 *tokens_out,
                            GError **error);
@@ -241,6 +256,7 @@ typedef struct {
 
 /* The default sampling options (qkv_sample_options_default()), vocab 0
  * (set it), no bos and no eos (-1). */
+QKV_API
 QkvGenerateOptions qkv_generate_options_default(void);
 
 /* Continue batch prompts. prompt holds the prompts one after another (row
@@ -276,6 +292,7 @@ QkvGenerateOptions qkv_generate_options_default(void);
  * QKV_ERROR_MEMORY when the buffers cannot be had; or the callback's error
  * (QKV_ERROR_INVALID_ARGUMENT naming the step if it returned FALSE without
  * one). The outputs are partly written then. */
+QKV_API
 gboolean qkv_generate(const QkvGenerateOptions *options, gint batch, const gint32 *prompt,
                       const gint *prompt_lens, gint max_new_tokens, QkvDecodeStepFunc step,
                       gpointer user_data, gint32 *out_tokens, gint *out_lens, GError **error);

@@ -51,6 +51,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-optim.h"
 #include "qkv-params.h"
@@ -71,6 +72,7 @@ typedef enum {
                                * it, and the message names who left, why, and where the
                                * others were */
 } QkvDistError;
+QKV_API
 GQuark qkv_dist_error_quark(void);
 
 typedef struct _QkvDist QkvDist;
@@ -92,20 +94,24 @@ typedef struct {
 } QkvDistStats;
 
 /* Whether this qkv was built with MPI. */
+QKV_API
 gboolean qkv_dist_available(void);
 
 /* Join the job this process was started in (mpirun): initialises MPI if no
  * one has (argc and argv may be NULL) and works on a duplicate of
  * MPI_COMM_WORLD. A process started without mpirun is a job of one.
  * QKV_DIST_ERROR_UNAVAILABLE without MPI. */
+QKV_API
 QkvDist *qkv_dist_init(int *argc, char ***argv, GError **error);
 /* The same on a duplicate of an existing communicator; mpi_comm points to an
  * MPI_Comm (a pointer keeps MPI's types out of this header). MPI must be
  * initialised by the caller, with at least MPI_THREAD_FUNNELED. */
+QKV_API
 QkvDist *qkv_dist_new_for_comm(const void *mpi_comm, GError **error);
 /* Free the group: leaves it first if this rank has not (qkv_dist_leave()
  * with the reason "its process group was freed"), then finalizes MPI if
  * qkv_dist_init() initialised it and the group is not broken. */
+QKV_API
 void qkv_dist_free(QkvDist *dist);
 
 /* This rank takes part in no more collectives: tell the others, and why
@@ -118,14 +124,19 @@ void qkv_dist_free(QkvDist *dist);
  * (collective 57)"). Either way the group has ended: leaving again does
  * nothing and returns TRUE, other collectives fail with
  * QKV_DIST_ERROR_BROKEN. */
+QKV_API
 gboolean qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error);
 
+QKV_API
 gint qkv_dist_rank(const QkvDist *dist);
+QKV_API
 gint qkv_dist_world_size(const QkvDist *dist);
 /* Ranks on this machine (this one included): the cores here are shared
  * among them. */
+QKV_API
 gint qkv_dist_local_size(const QkvDist *dist);
 /* Rank 0: the one that prints and writes checkpoints. */
+QKV_API
 gboolean qkv_dist_is_root(const QkvDist *dist);
 
 #define QKV_DIST_DEFAULT_TIMEOUT 60.0
@@ -138,10 +149,13 @@ gboolean qkv_dist_is_root(const QkvDist *dist);
  * 0 for none; qkv_dist_init() refuses other text) when set. A rank that
  * is slow but alive — writing a large checkpoint while the others wait at
  * the next step — must finish within it: raise it for such programs. */
+QKV_API
 void qkv_dist_set_timeout(QkvDist *dist, double seconds);
+QKV_API
 double qkv_dist_get_timeout(const QkvDist *dist);
 /* Largest all-reduce call in bytes (default 64 MiB): the gradients go out in
  * as few calls as this allows. */
+QKV_API
 void qkv_dist_set_bucket_bytes(QkvDist *dist, gsize bytes);
 
 /* The sampler: rows [*offset, *offset + *count) of a global batch of n rows
@@ -151,9 +165,11 @@ void qkv_dist_set_bucket_bytes(QkvDist *dist, gsize bytes);
  * zero gradients. This is qkv_split_range(n, world, rank) (qkv-optim.h): one
  * process accumulating the same parts (QkvGradAccumulator) computes what the
  * ranks compute. */
+QKV_API
 void qkv_dist_shard(const QkvDist *dist, gint64 n, gint64 *offset, gint64 *count);
 /* QKV_DIST_ERROR_MISMATCH unless every rank can get at least one row of a
  * global batch of batch_size rows. */
+QKV_API
 gboolean qkv_dist_check_batch(const QkvDist *dist, gint64 batch_size, GError **error);
 
 /* Make every rank's parameters (and, with optimizer non-NULL, its state
@@ -162,6 +178,7 @@ gboolean qkv_dist_check_batch(const QkvDist *dist, gint64 batch_size, GError **e
  * QKV_DIST_ERROR_MISMATCH naming the first rank and parameter that differ,
  * and nothing is changed. State tensors rank 0 has and another rank lacks
  * are created there. */
+QKV_API
 gboolean qkv_dist_broadcast_params(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer,
                                    GError **error);
 
@@ -170,12 +187,15 @@ gboolean qkv_dist_broadcast_params(QkvDist *dist, QkvParams *params, QkvOptimize
  * buffer and is reduced with the same op (a step's loss and token count
  * cost no further call). Parameters are packed into one flat buffer and
  * reduced in calls of at most the bucket size. */
+QKV_API
 gboolean qkv_dist_allreduce_grads(QkvDist *dist, QkvParams *params, QkvDistReduce op, float *extra,
                                   guint n_extra, GError **error);
 /* Reduce n doubles across ranks, in place. */
+QKV_API
 gboolean qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduce op,
                             GError **error);
 /* Wait for every rank (with the same failure detection as the reductions). */
+QKV_API
 gboolean qkv_dist_barrier(QkvDist *dist, GError **error);
 
 /* Check that every rank holds the same value for what (an option, a
@@ -186,6 +206,7 @@ gboolean qkv_dist_barrier(QkvDist *dist, GError **error);
  * the group stays usable. Every rank must agree on the same things in the
  * same order: a rank agreeing on another what fails as ranks at different
  * collectives do. */
+QKV_API
 gboolean qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error);
 
 /* When a rank dies, mpirun (Open MPI's default) stops the others with
@@ -195,9 +216,12 @@ gboolean qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GE
  * gone (or, if none is, that the launcher stopped this rank) and exits
  * with status 143. It replaces any SIGTERM handler the program had; one
  * QkvDist at a time. */
+QKV_API
 void qkv_dist_report_sigterm(QkvDist *dist, const gchar *prefix);
 
+QKV_API
 void qkv_dist_get_stats(const QkvDist *dist, QkvDistStats *stats);
+QKV_API
 void qkv_dist_reset_stats(QkvDist *dist);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvDist, qkv_dist_free)

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 
 G_BEGIN_DECLS
@@ -39,6 +40,7 @@ typedef enum {
   QKV_ERROR_INDEX,
 } QkvError;
 
+QKV_API
 GQuark qkv_error_quark(void);
 
 G_END_DECLS

@@ -14,6 +14,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-tensor.h"
 #include "qkv-params.h"
@@ -50,6 +51,7 @@ typedef enum {
  * qkv_values_present() is that check, for your own functions: TRUE when all n
  * values are non-NULL; otherwise FALSE, setting QKV_ERROR_INVALID_ARGUMENT
  * ("what: value i is NULL") only when error holds nothing yet. */
+QKV_API
 gboolean qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError **error);
 /* Return NULL from the calling function unless every value given is non-NULL. */
 #define QKV_RETURN_IF_MISSING(what, error, ...)                                                    \
@@ -61,10 +63,13 @@ gboolean qkv_values_present(const gchar *what, QkvValue *const *values, guint n,
   }                                                                                                \
   G_STMT_END
 
+QKV_API
 QkvGraph *qkv_graph_new(void);
+QKV_API
 void qkv_graph_free(QkvGraph *graph);
 
 /* A named placeholder; its tensor is bound when a plan runs. */
+QKV_API
 QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
                           GError **error);
 /* State: a value whose buffer belongs to each plan compiled from the graph
@@ -78,50 +83,72 @@ QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, co
  * contents left by the previous run unless it reads the writer's output.
  * One writer per state per graph. Names are unique among a graph's states.
  * F32 or I32; NULL with QKV_ERROR_EXISTS, _DTYPE or _SHAPE. */
+QKV_API
 QkvValue *qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype,
                           const QkvShape *shape, GError **error);
 /* The parameter of that name in params. The store must outlive the graph and
  * every plan compiled from it. Adding the same name twice returns the same value. */
+QKV_API
 QkvValue *qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **error);
 /* A constant holding a copy of tensor. */
+QKV_API
 QkvValue *qkv_graph_constant(QkvGraph *graph, const QkvTensor *tensor, GError **error);
 /* An f32 scalar constant. */
+QKV_API
 QkvValue *qkv_graph_scalar(QkvGraph *graph, float value);
 
 /* The generic path: add a node running the registered op op_name on inputs.
  * attrs is a GVariant of type a{sv} (or NULL); a floating reference is sunk.
  * Returns the node, or NULL with a QKV_ERROR and the graph unchanged. */
+QKV_API
 QkvNode *qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs,
                             guint n_inputs, GVariant *attrs, GError **error);
 /* Same as qkv_graph_add_node() and returns output 0. */
+QKV_API
 QkvValue *qkv_graph_op(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs,
                        guint n_inputs, GVariant *attrs, GError **error);
 
+QKV_API
 guint qkv_node_n_outputs(const QkvNode *node);
+QKV_API
 QkvValue *qkv_node_output(QkvNode *node, guint index);
+QKV_API
 const gchar *qkv_node_name(const QkvNode *node);
+QKV_API
 const gchar *qkv_node_op_name(const QkvNode *node);
 
+QKV_API
 QkvGraph *qkv_value_graph(const QkvValue *value);
+QKV_API
 const QkvShape *qkv_value_shape(const QkvValue *value);
+QKV_API
 QkvDType qkv_value_dtype(const QkvValue *value);
+QKV_API
 QkvValueKind qkv_value_kind(const QkvValue *value);
 /* The producing node for QKV_VALUE_OP values, else NULL. */
+QKV_API
 QkvNode *qkv_value_node(const QkvValue *value);
 /* A readable name: the input or parameter name, or "node:output". */
+QKV_API
 const gchar *qkv_value_name(const QkvValue *value);
 /* Mark a graph input as needing a gradient from qkv_graph_backward(). */
+QKV_API
 void qkv_value_set_requires_grad(QkvValue *value, gboolean requires_grad);
 
 /* Look up an input by name, or NULL. */
+QKV_API
 QkvValue *qkv_graph_lookup_input(QkvGraph *graph, const gchar *name);
+QKV_API
 guint qkv_graph_n_nodes(const QkvGraph *graph);
+QKV_API
 guint qkv_graph_n_values(const QkvGraph *graph);
 
 /* Prefix for the names of nodes added from now on ("encoder.blks.block0");
  * NULL or "" clears it. */
+QKV_API
 void qkv_graph_set_scope(QkvGraph *graph, const gchar *scope);
 /* The current prefix, or NULL; owned by the graph until the next change. */
+QKV_API
 const gchar *qkv_graph_get_scope(const QkvGraph *graph);
 
 /* A point to roll a graph back to, for all-or-nothing construction: take a
@@ -139,6 +166,7 @@ typedef struct {
 } QkvGraphMark;
 
 /* Record in *mark what the graph holds now. */
+QKV_API
 void qkv_graph_mark(QkvGraph *graph, QkvGraphMark *mark);
 /* Remove every value and node added since mark was taken (they are freed:
  * pointers to them become invalid), including the gradient nodes of a
@@ -154,7 +182,9 @@ void qkv_graph_mark(QkvGraph *graph, QkvGraphMark *mark);
  * stale mark with QKV_ERROR_INVALID_ARGUMENT and leaves the graph as it is;
  * qkv_graph_rollback() does the same silently (it has no way to report:
  * check marks you are unsure of with the _checked variant). */
+QKV_API
 void qkv_graph_rollback(QkvGraph *graph, const QkvGraphMark *mark);
+QKV_API
 gboolean qkv_graph_rollback_checked(QkvGraph *graph, const QkvGraphMark *mark, GError **error);
 
 /* Append to the graph the nodes that compute d loss / d v for every parameter
@@ -164,14 +194,18 @@ gboolean qkv_graph_rollback_checked(QkvGraph *graph, const QkvGraphMark *mark, G
  * a second call is refused with QKV_ERROR_INVALID_ARGUMENT naming the loss
  * that already has gradients (and the new one); for the gradient of several
  * losses, backward their sum, or give each loss its own graph. */
+QKV_API
 gboolean qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error);
 /* After qkv_graph_backward(): the gradient value of a parameter or input, or
  * NULL if none flows to it from the loss. */
+QKV_API
 QkvValue *qkv_graph_gradient(QkvGraph *graph, QkvValue *value);
 
 /* A text listing, one line per node; free with g_free(). */
+QKV_API
 gchar *qkv_graph_to_string(QkvGraph *graph);
 /* The graph in Graphviz DOT; free with g_free(). */
+QKV_API
 gchar *qkv_graph_to_dot(QkvGraph *graph);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvGraph, qkv_graph_free)

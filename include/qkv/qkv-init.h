@@ -15,40 +15,53 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-tensor.h"
 
 G_BEGIN_DECLS
 
 /* fan_in and fan_out of a weight of this shape; FALSE for rank < 2. */
+QKV_API
 gboolean qkv_init_compute_fans(const QkvShape *shape, gint64 *fan_in, gint64 *fan_out,
                                GError **error);
 /* A seed for one parameter derived from a base seed and its name, so that a
  * model's initial values do not depend on the order its params are added. */
+QKV_API
 guint64 qkv_init_seed_for_name(guint64 seed, const gchar *name);
 
 /* Fill with 0, 1, or value. */
+QKV_API
 gboolean qkv_init_zeros(QkvTensor *tensor, GError **error);
+QKV_API
 gboolean qkv_init_ones(QkvTensor *tensor, GError **error);
+QKV_API
 gboolean qkv_init_constant(QkvTensor *tensor, double value, GError **error);
 
 /* U(low, high); low < high. */
+QKV_API
 gboolean qkv_init_uniform(QkvTensor *tensor, double low, double high, guint64 seed, GError **error);
 /* N(mean, std²); std >= 0. */
+QKV_API
 gboolean qkv_init_normal(QkvTensor *tensor, double mean, double std, guint64 seed, GError **error);
 /* Glorot: U(±gain·√(6/(fan_in+fan_out))), variance gain²·2/(fan_in+fan_out). */
+QKV_API
 gboolean qkv_init_xavier_uniform(QkvTensor *tensor, double gain, guint64 seed, GError **error);
 /* Glorot: N(0, gain²·2/(fan_in+fan_out)). */
+QKV_API
 gboolean qkv_init_xavier_normal(QkvTensor *tensor, double gain, guint64 seed, GError **error);
 /* He, fan_in mode, leaky-ReLU gain √(2/(1+a²)): U(±gain·√(3/fan_in)).
  * a = 0 is the ReLU rule; a = √5 is what nn.Linear uses (bound 1/√fan_in). */
+QKV_API
 gboolean qkv_init_kaiming_uniform(QkvTensor *tensor, double a, guint64 seed, GError **error);
 
 /* PyTorch's default for nn.Linear: weight (out, in) Kaiming-uniform with
  * a = √5, i.e. U(±1/√in); bias (out) U(±1/√in). bias may be NULL. The bias
  * draws from a seed derived from seed, so one seed covers the layer. */
+QKV_API
 gboolean qkv_init_linear(QkvTensor *weight, QkvTensor *bias, guint64 seed, GError **error);
 /* PyTorch's default for nn.Embedding: N(0, 1). */
+QKV_API
 gboolean qkv_init_embedding(QkvTensor *weight, guint64 seed, GError **error);
 
 /* An initialiser chosen as data, for the builders (qkv-builders.h:

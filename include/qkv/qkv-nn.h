@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-graph.h"
 
@@ -46,9 +47,11 @@ typedef enum {
  * get -1e6 before the softmax, as the book does (a row of valid length 0
  * comes out uniform). causal masks keys after the query's position the same
  * way. */
+QKV_API
 QkvValue *qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error);
 /* The same with a mask (may be NULL) of the given kind (see QkvMaskKind). The
  * op's inputs are x, then valid_lens and mask where given. */
+QKV_API
 QkvValue *qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *mask,
                                   QkvMaskKind kind, gboolean causal, GError **error);
 
@@ -62,11 +65,13 @@ QkvValue *qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *m
  * O(n_q + n_k) per batch element instead of O(n_q·n_k); same masks, same
  * dropout draws, the same values up to float rounding.
  * QKV_FLASH_ATTENTION=1 takes it at every size, =0 never. */
+QKV_API
 QkvValue *qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
                                     gboolean causal, double dropout, QkvValue **weights,
                                     GError **error);
 /* The same with a mask (may be NULL) of the given kind, broadcasting to the
  * scores (B, n_q, n_k) (see QkvMaskKind). */
+QKV_API
 QkvValue *qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v,
                                            QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
                                            gboolean causal, double dropout, QkvValue **weights,
@@ -77,6 +82,7 @@ QkvValue *qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v
  * q (B, n_q, q_size), k (B, n_k, k_size), v (B, n_k, v_size),
  * w_q (h, q_size), w_k (h, k_size), w_v (1, h) → (B, n_q, v_size).
  * *weights (may be NULL) receives (B, n_q, n_k). */
+QKV_API
 QkvValue *qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *w_q,
                                  QkvValue *w_k, QkvValue *w_v, QkvValue *valid_lens, double dropout,
                                  QkvValue **weights, GError **error);
@@ -90,6 +96,7 @@ QkvValue *qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
  * *weights (may be NULL) receives the per-head weights (B, num_heads, n_q, n_k).
  * With weights NULL the memory-efficient kernel runs as for
  * qkv_dot_product_attention (weights of 4 MiB or more; QKV_FLASH_ATTENTION). */
+QKV_API
 QkvValue *qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values,
                                    QkvValue *w_q, QkvValue *w_k, QkvValue *w_v, QkvValue *w_o,
                                    QkvValue *const *biases, gint num_heads, QkvValue *valid_lens,
@@ -97,6 +104,7 @@ QkvValue *qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *
                                    GError **error);
 /* The same with a mask (may be NULL) of the given kind, broadcasting to the
  * per-head scores (B, num_heads, n_q, n_k) (see QkvMaskKind for the shapes). */
+QKV_API
 QkvValue *qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *values,
                                           QkvValue *w_q, QkvValue *w_k, QkvValue *w_v,
                                           QkvValue *w_o, QkvValue *const *biases, gint num_heads,
@@ -106,10 +114,12 @@ QkvValue *qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, Qkv
 
 /* "layer_norm" {eps: d}: normalise over the last axis, then · gamma + beta
  * (both of the last axis' size). */
+QKV_API
 QkvValue *qkv_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, double eps, GError **error);
 
 /* "position_wise_ffn": dense (w1 (F, D), b1 (F)), ReLU, dense (w2 (D, F),
  * b2 (D)) over the last axis of x (…, D). */
+QKV_API
 QkvValue *qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2, QkvValue *b2,
                                 GError **error);
 
@@ -117,18 +127,21 @@ QkvValue *qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValu
  * P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(pos / 10000^(2i/d)),
  * for any T and d, then dropout. The attribute offset (default 0) shifts the
  * positions, for decoding one step at a time. */
+QKV_API
 QkvValue *qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error);
 /* The same with a second input, positions i32 (B) for x (B, T, d) or (1) for
  * x (T, d): batch element b's rows are positions offset + positions[b] …
  * offset + positions[b] + T - 1. A decode-step graph binds the step number
  * there, so one compiled plan gives every token its true position. No
  * gradient reaches positions. */
+QKV_API
 QkvValue *qkv_positional_encoding_at(QkvValue *x, QkvValue *positions, double dropout,
                                      gint64 offset, GError **error);
 
 /* "dropout" {p: d}: in plans compiled for training, zero each element with
  * probability p and scale the rest by 1/(1-p); the identity in evaluation.
  * Masks come from a counter-based generator keyed by (seed, step, node). */
+QKV_API
 QkvValue *qkv_dropout(QkvValue *x, double p, GError **error);
 
 G_END_DECLS

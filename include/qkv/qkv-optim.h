@@ -28,6 +28,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-params.h"
 
@@ -63,8 +64,11 @@ typedef struct {
 /* PyTorch's defaults: SGD momentum 0, dampening 0, weight decay 0;
  * Adam betas (0.9, 0.999), eps 1e-8, weight decay 0; AdamW the same with
  * weight decay 1e-2. */
+QKV_API
 QkvOptimConfig qkv_optim_config_sgd(double lr);
+QKV_API
 QkvOptimConfig qkv_optim_config_adam(double lr);
+QKV_API
 QkvOptimConfig qkv_optim_config_adamw(double lr);
 
 /* Selects params: TRUE to include param. */
@@ -74,24 +78,33 @@ typedef gboolean (*QkvParamFilter)(QkvParam *param, gpointer user_data);
  * narrow it with qkv_optimizer_select_*(). NULL and QKV_ERROR_INVALID_ARGUMENT
  * for an invalid config (negative lr, beta outside [0, 1), ...). The store
  * must outlive the optimizer. */
+QKV_API
 QkvOptimizer *qkv_optimizer_new_sgd(QkvParams *params, const QkvOptimConfig *config,
                                     GError **error);
+QKV_API
 QkvOptimizer *qkv_optimizer_new_adam(QkvParams *params, const QkvOptimConfig *config,
                                      GError **error);
+QKV_API
 QkvOptimizer *qkv_optimizer_new_adamw(QkvParams *params, const QkvOptimConfig *config,
                                       GError **error);
+QKV_API
 QkvOptimizer *qkv_optimizer_new(QkvOptimizerKind kind, QkvParams *params,
                                 const QkvOptimConfig *config, GError **error);
+QKV_API
 void qkv_optimizer_free(QkvOptimizer *opt);
 
 /* Update only these params (a NULL-terminated list of names, fixed now);
  * QKV_ERROR_NOT_FOUND naming the first unknown name, and no change. */
+QKV_API
 gboolean qkv_optimizer_select_names(QkvOptimizer *opt, const gchar *const *names, GError **error);
 /* Update only the params filter accepts, asked at every step. */
+QKV_API
 void qkv_optimizer_select_filter(QkvOptimizer *opt, QkvParamFilter filter, gpointer user_data);
 /* Back to every param in the store. */
+QKV_API
 void qkv_optimizer_select_all(QkvOptimizer *opt);
 /* Whether opt updates param (ignoring frozen). */
+QKV_API
 gboolean qkv_optimizer_includes(QkvOptimizer *opt, QkvParam *param);
 
 /* Parameter groups, as PyTorch's param_groups: params updated with their own
@@ -122,6 +135,7 @@ gboolean qkv_optimizer_includes(QkvOptimizer *opt, QkvParam *param);
 /* A QkvParamFilter accepting params of rank 2 or more (weight matrices,
  * embedding tables, convolution kernels), not vectors or scalars (biases,
  * norm gains); user_data is unused. */
+QKV_API
 gboolean qkv_param_filter_matrices(QkvParam *param, gpointer user_data);
 /* Add a group holding the params whose name matches pattern (a GPatternSpec
  * glob: '*' any string, '.' included, '?' any character; NULL: any name) and
@@ -130,31 +144,40 @@ gboolean qkv_param_filter_matrices(QkvParam *param, gpointer user_data);
  * 0. Returns the group's number, 1 for the first added, or 0 with
  * QKV_ERROR_INVALID_ARGUMENT (nothing added) for a bad value, no pattern and
  * no filter, or a pattern that is not UTF-8. */
+QKV_API
 guint qkv_optimizer_add_group(QkvOptimizer *opt, const gchar *pattern, QkvParamFilter filter,
                               gpointer user_data, double lr_factor, double weight_decay,
                               GError **error);
 /* The number of groups, the default group 0 included (1 when none was
  * added); valid group numbers are 0 to that minus 1. */
+QKV_API
 guint qkv_optimizer_get_n_groups(const QkvOptimizer *opt);
 /* The group param is in now (0: the default group). */
+QKV_API
 guint qkv_optimizer_group_of(const QkvOptimizer *opt, QkvParam *param);
 /* A group's pattern as given (NULL if none; always NULL for group 0). */
+QKV_API
 const gchar *qkv_optimizer_get_group_pattern(const QkvOptimizer *opt, guint group);
 /* A group's filter (NULL if none; always NULL for group 0), its user_data in
  * *user_data if that is not NULL. */
+QKV_API
 QkvParamFilter qkv_optimizer_get_group_filter(const QkvOptimizer *opt, guint group,
                                               gpointer *user_data);
 /* A group's lr factor (1 for group 0). */
+QKV_API
 double qkv_optimizer_get_group_lr_factor(const QkvOptimizer *opt, guint group);
 /* A group's weight decay (group 0: the config's). */
+QKV_API
 double qkv_optimizer_get_group_weight_decay(const QkvOptimizer *opt, guint group);
 /* The lr a group's params are updated with now: the config's lr times the
  * group's factor (at most G_MAXDOUBLE). */
+QKV_API
 double qkv_optimizer_get_group_lr(const QkvOptimizer *opt, guint group);
 /* Change an added group's lr factor and weight decay (checked as by
  * add_group). QKV_ERROR_INVALID_ARGUMENT, nothing changed, for a bad value or
  * for a group that was not added: 0 (the default group's settings are the
  * config's: qkv_optimizer_set_config()) or one past the last. */
+QKV_API
 gboolean qkv_optimizer_set_group_settings(QkvOptimizer *opt, guint group, double lr_factor,
                                           double weight_decay, GError **error);
 
@@ -164,8 +187,10 @@ gboolean qkv_optimizer_set_group_settings(QkvOptimizer *opt, guint group, double
  * i32 state is advanced in 64-bit arithmetic and cannot count further), when
  * the optimizer's own count is G_MAXINT64, and (QKV_ERROR_MEMORY) when missing
  * state cannot be allocated. */
+QKV_API
 gboolean qkv_optimizer_step(QkvOptimizer *opt, GError **error);
 /* Zero the gradients of the selected params. */
+QKV_API
 void qkv_optimizer_zero_grad(QkvOptimizer *opt);
 /* How clipping scales gradients whose global L2 norm ‖g‖ is above max_norm θ. */
 typedef enum {
@@ -177,6 +202,7 @@ typedef enum {
 
 /* qkv_clip_grad_norm() over the selected params (-1 for a bad max_norm or
  * rule, nothing scaled). */
+QKV_API
 double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm, QkvClipRule rule);
 /* qkv_optimizer_clip_grad_norm() and qkv_optimizer_step() in one pass over
  * the parameter state: the update uses the clipped gradients, with the same
@@ -185,22 +211,33 @@ double qkv_optimizer_clip_grad_norm(QkvOptimizer *opt, double max_norm, QkvClipR
  * A max_norm or rule that qkv_clip_grad_norm() refuses is refused with
  * QKV_ERROR_INVALID_ARGUMENT: nothing updated, the step count unchanged,
  * *norm set to -1. */
+QKV_API
 gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule,
                                     double *norm, GError **error);
 
+QKV_API
 void qkv_optimizer_set_lr(QkvOptimizer *opt, double lr);
+QKV_API
 double qkv_optimizer_get_lr(const QkvOptimizer *opt);
 /* The live hyper-parameters; change them with set_config or set_lr. */
+QKV_API
 const QkvOptimConfig *qkv_optimizer_get_config(const QkvOptimizer *opt);
 /* Replace the hyper-parameters (validated as by new). */
+QKV_API
 gboolean qkv_optimizer_set_config(QkvOptimizer *opt, const QkvOptimConfig *config, GError **error);
 /* Updates made so far (restored by qkv_checkpoint_load()). */
+QKV_API
 gint64 qkv_optimizer_get_step(const QkvOptimizer *opt);
+QKV_API
 void qkv_optimizer_set_step(QkvOptimizer *opt, gint64 step);
+QKV_API
 QkvOptimizerKind qkv_optimizer_get_kind(const QkvOptimizer *opt);
+QKV_API
 QkvParams *qkv_optimizer_get_params(const QkvOptimizer *opt);
 /* "sgd", "adam", "adamw"; and back (FALSE if unknown). */
+QKV_API
 const gchar *qkv_optimizer_kind_name(QkvOptimizerKind kind);
+QKV_API
 gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind);
 
 /* The L2 norm of all the gradients of the non-frozen params filter accepts
@@ -214,6 +251,7 @@ gboolean qkv_optimizer_kind_from_name(const gchar *name, QkvOptimizerKind *kind)
  * and rule one of the two above: for a NaN or negative max_norm or another
  * rule it returns -1, which no norm is, and leaves the gradients as they
  * are. */
+QKV_API
 double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
                           double max_norm, QkvClipRule rule);
 
@@ -240,16 +278,20 @@ typedef struct _QkvGradAccumulator QkvGradAccumulator;
 /* An accumulator for the non-frozen params of the store as it is now; its
  * buffers are allocated here (QKV_ERROR_MEMORY naming the bytes if they
  * cannot be had), so adding and storing allocate nothing. */
+QKV_API
 QkvGradAccumulator *qkv_grad_accumulator_new(QkvParams *params, GError **error);
+QKV_API
 void qkv_grad_accumulator_free(QkvGradAccumulator *acc);
 /* Add the current gradient buffers to the sum (the first add after creation
  * or a store copies them). */
+QKV_API
 void qkv_grad_accumulator_add(QkvGradAccumulator *acc);
 /* Write the sum into the gradient buffers (zeros if nothing was added) and
  * start a new sum. Returns the number of adds the sum held.
  * After a qkv_params_rollback() that removed a parameter of the store as it
  * was at creation, the accumulator is dead: add does nothing and store
  * writes nothing and returns G_MAXUINT; free it and make a new one. */
+QKV_API
 guint qkv_grad_accumulator_store(QkvGradAccumulator *acc);
 
 /* Part index of n items split into parts as evenly as possible, the first
@@ -257,6 +299,7 @@ guint qkv_grad_accumulator_store(QkvGradAccumulator *acc);
  * *count (0 when parts > n leaves it empty). qkv_dist_shard() splits a batch
  * over ranks this way. Returns FALSE, with *offset and *count 0, when n is
  * negative, parts below 1 or index outside [0, parts). */
+QKV_API
 gboolean qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint64 *count);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvGradAccumulator, qkv_grad_accumulator_free)
@@ -297,20 +340,28 @@ typedef enum {
  * return NULL for it without a message. */
 
 /* lr at every step. */
+QKV_API
 QkvSchedule *qkv_schedule_new_constant(double lr);
+QKV_API
 QkvSchedule *qkv_schedule_try_new_constant(double lr, GError **error);
 /* torch.optim.lr_scheduler.StepLR: lr·gamma^⌊(step-1)/step_size⌋. A gamma
  * above 1 grows the lr until it stops at G_MAXDOUBLE (never inf). */
+QKV_API
 QkvSchedule *qkv_schedule_new_step(double lr, gint64 step_size, double gamma);
+QKV_API
 QkvSchedule *qkv_schedule_try_new_step(double lr, gint64 step_size, double gamma, GError **error);
 /* CosineAnnealingLR's closed form with t = step-1, held at min_lr after
  * t_max: min_lr + (lr - min_lr)·(1 + cos(π·t/t_max))/2. */
+QKV_API
 QkvSchedule *qkv_schedule_new_cosine(double lr, gint64 t_max, double min_lr);
+QKV_API
 QkvSchedule *qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr, GError **error);
 /* "Attention is all you need" warm-up:
  * factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), peaking at
  * step = warmup. */
+QKV_API
 QkvSchedule *qkv_schedule_new_warmup(double factor, gint64 d_model, gint64 warmup);
+QKV_API
 QkvSchedule *qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup,
                                          GError **error);
 /* Hugging Face transformers' get_cosine_schedule_with_warmup,
@@ -332,24 +383,33 @@ QkvSchedule *qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 w
  * checked). Besides the common rules, warmup_steps must be at most
  * total_steps and min_lr at most peak_lr; decay one of the three. Kinds:
  * QKV_SCHEDULE_WARMUP_COSINE, _LINEAR, _CONSTANT. */
+QKV_API
 QkvSchedule *qkv_schedule_new_warmup_decay(QkvDecay decay, gint64 warmup_steps, gint64 total_steps,
                                            double peak_lr, double min_lr);
+QKV_API
 QkvSchedule *qkv_schedule_try_new_warmup_decay(QkvDecay decay, gint64 warmup_steps,
                                                gint64 total_steps, double peak_lr, double min_lr,
                                                GError **error);
+QKV_API
 void qkv_schedule_free(QkvSchedule *schedule);
 
 /* The lr for update number step (steps below 1 count as 1). */
+QKV_API
 double qkv_schedule_lr_at(const QkvSchedule *schedule, gint64 step);
 /* Advance the position by one (it stays at G_MAXINT64 once there) and return
  * lr_at(position); if opt is not NULL, also qkv_optimizer_set_lr(opt, that lr). */
+QKV_API
 double qkv_schedule_step(QkvSchedule *schedule, QkvOptimizer *opt);
+QKV_API
 gint64 qkv_schedule_get_position(const QkvSchedule *schedule);
 /* A negative position counts as 0 (a new schedule's). */
+QKV_API
 void qkv_schedule_set_position(QkvSchedule *schedule, gint64 position);
+QKV_API
 QkvScheduleKind qkv_schedule_get_kind(const QkvSchedule *schedule);
 /* "constant", "step", "cosine", "warmup", "warmup_cosine", "warmup_linear",
  * "warmup_constant". */
+QKV_API
 const gchar *qkv_schedule_kind_name(QkvScheduleKind kind);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvOptimizer, qkv_optimizer_free)

@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include "qkv-tensor.h"
 
@@ -23,49 +24,70 @@ G_BEGIN_DECLS
 typedef struct _QkvParams QkvParams;
 typedef struct _QkvParam QkvParam;
 
+QKV_API
 QkvParams *qkv_params_new(void);
+QKV_API
 void qkv_params_free(QkvParams *params);
 
 /* Add a zero-initialised f32 parameter; QKV_ERROR_EXISTS if the name is taken,
  * QKV_ERROR_SHAPE for an invalid shape, QKV_ERROR_MEMORY (naming the param and
  * the bytes) if its value and gradient cannot be allocated. */
+QKV_API
 QkvParam *qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape,
                          GError **error);
 /* The parameter of that name, or NULL. */
+QKV_API
 QkvParam *qkv_params_lookup(QkvParams *params, const gchar *name);
 /* Number of parameters (tensors), and the i-th in insertion order. */
+QKV_API
 guint qkv_params_size(QkvParams *params);
+QKV_API
 QkvParam *qkv_params_nth(QkvParams *params, guint index);
 /* Total number of scalar elements over all parameters. */
+QKV_API
 gint64 qkv_params_numel(QkvParams *params);
 /* Scalar elements over the parameters that are not frozen. */
+QKV_API
 gint64 qkv_params_numel_trainable(QkvParams *params);
 /* Set every gradient buffer to zero. */
+QKV_API
 void qkv_params_zero_grad(QkvParams *params);
 
+QKV_API
 const gchar *qkv_param_name(const QkvParam *param);
+QKV_API
 QkvTensor *qkv_param_value(QkvParam *param);
+QKV_API
 QkvTensor *qkv_param_grad(QkvParam *param);
+QKV_API
 const QkvShape *qkv_param_shape(const QkvParam *param);
 /* A frozen parameter gets no gradient from qkv_graph_backward() and is
  * skipped by optimizers. */
+QKV_API
 void qkv_param_set_frozen(QkvParam *param, gboolean frozen);
+QKV_API
 gboolean qkv_param_get_frozen(const QkvParam *param);
 /* Named optimizer state ("exp_avg", "momentum_buffer", ...): created zeroed
  * with the parameter's shape on first use. */
+QKV_API
 QkvTensor *qkv_param_state(QkvParam *param, const gchar *name);
 /* Named state of a given dtype and shape (e.g. a scalar step count), created
  * zeroed on first use; NULL (with a critical warning) if a state of that name
  * exists with another dtype or shape. */
+QKV_API
 QkvTensor *qkv_param_state_full(QkvParam *param, const gchar *name, QkvDType dtype,
                                 const QkvShape *shape);
 /* Drop the named state tensor; FALSE if there was none. */
+QKV_API
 gboolean qkv_param_remove_state(QkvParam *param, const gchar *name);
 /* The state tensor if it exists, else NULL. */
+QKV_API
 QkvTensor *qkv_param_lookup_state(QkvParam *param, const gchar *name);
 /* The state tensors in creation order: count, and the i-th name (owned by
  * param) with its tensor stored in *tensor if not NULL. */
+QKV_API
 guint qkv_param_n_states(QkvParam *param);
+QKV_API
 const gchar *qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor);
 
 /* A point to roll a store back to (see QkvGraphMark): what
@@ -78,6 +100,7 @@ typedef struct {
 } QkvParamsMark;
 
 /* Record in *mark which parameters the store holds now. */
+QKV_API
 void qkv_params_mark(QkvParams *params, QkvParamsMark *mark);
 /* Remove (and free) the parameters added since mark was taken; those there
  * before keep their values. Nothing may use a removed parameter any more: roll
@@ -87,7 +110,9 @@ void qkv_params_mark(QkvParams *params, QkvParamsMark *mark);
  * (one taken before a rollback removed a parameter it counted) is refused by
  * qkv_params_rollback_checked() with QKV_ERROR_INVALID_ARGUMENT and ignored
  * silently by qkv_params_rollback(); the store is unchanged then. */
+QKV_API
 void qkv_params_rollback(QkvParams *params, const QkvParamsMark *mark);
+QKV_API
 gboolean qkv_params_rollback_checked(QkvParams *params, const QkvParamsMark *mark, GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvParams, qkv_params_free)

@@ -21,6 +21,8 @@
  */
 #pragma once
 
+#include "qkv-api.h"
+
 #include <glib.h>
 #include "qkv-graph.h"
 
@@ -71,14 +73,17 @@ typedef struct {
 } QkvPlanOptions;
 
 /* The defaults: evaluation, global thread count, seed 0, fp32. */
+QKV_API
 QkvPlanOptions qkv_plan_options_default(void);
 
 /* Compile graph for the outputs given (values of this graph). All memory a run
  * needs is allocated here (runs allocate nothing); if it cannot be had, or
  * the layout would exceed the address space (huge shapes, a plugin's huge
  * scratch_size), NULL with QKV_ERROR_MEMORY naming the largest request. */
+QKV_API
 QkvPlan *qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
                            const QkvPlanOptions *options, GError **error);
+QKV_API
 void qkv_plan_free(QkvPlan *plan);
 
 /* Bind a tensor to the graph input of that name. The plan borrows it: keep it
@@ -100,6 +105,7 @@ void qkv_plan_free(QkvPlan *plan);
  * Reductions (mean, cross_entropy's "mean") divide by the bound sizes.
  * Numbers a builder computed from shapes at build time and stored as
  * attributes (a scale by 1/T, an expand to a fixed size) stay as built. */
+QKV_API
 gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
 /* Run once. Every input the plan needs must be bound. A kernel that finds
  * its inputs unusable (QKV_ERROR_INDEX: a cross_entropy target, an embedding
@@ -113,18 +119,23 @@ gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor
  * the top of this file). A thread binding its own tensors then running can
  * still find another thread's tensors bound in between: share a plan between
  * threads only under a lock of your own, or give each thread its own plan. */
+QKV_API
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
 /* Requested output i, valid until the next run (from any thread) or
  * qkv_plan_free(). */
+QKV_API
 const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
 /* The plan's buffer of the state called name (qkv_graph_state()), borrowed:
  * valid until qkv_plan_free(); its contents change with each run. NULL when
  * the graph has no such state. */
+QKV_API
 const QkvTensor *qkv_plan_state(QkvPlan *plan, const gchar *name);
 /* Zero the state called name, or every state when name is NULL; FALSE with
  * QKV_ERROR_NOT_FOUND for an unknown name, QKV_ERROR_BUSY while it runs. */
+QKV_API
 gboolean qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error);
 /* Requested output i as a float (element 0). */
+QKV_API
 float qkv_plan_output_scalar(QkvPlan *plan, guint index);
 
 /* One-shot evaluation, for looking at values: compile graph for outputs in
@@ -135,43 +146,60 @@ float qkv_plan_output_scalar(QkvPlan *plan, guint index);
  * left out; a name the graph lacks is QKV_ERROR_NOT_FOUND. On failure every
  * results[i] is NULL. A NULL among outputs (an earlier call failed) returns
  * FALSE and keeps the error already set, as typed ops do. */
+QKV_API
 gboolean qkv_graph_eval(QkvGraph *graph, const gchar *const *input_names, QkvTensor *const *inputs,
                         guint n_inputs, QkvValue *const *outputs, QkvTensor **results,
                         guint n_outputs, GError **error);
 
 /* Bytes of the arena that holds all intermediates. */
+QKV_API
 gsize qkv_plan_arena_size(const QkvPlan *plan);
 /* Sum of the bytes of every intermediate, as if none shared memory. */
+QKV_API
 gsize qkv_plan_intermediates_size(const QkvPlan *plan);
 /* Number of nodes the plan runs. */
+QKV_API
 guint qkv_plan_n_steps(const QkvPlan *plan);
 
 /* Profiling: while enabled, each run adds the wall time of every node's
  * kernel to a per-node total (two clock reads per node). The report sums them
  * by op and lists ms per run and share, largest first; free it with g_free. */
+QKV_API
 void qkv_plan_set_profiling(QkvPlan *plan, gboolean enable);
+QKV_API
 void qkv_plan_profile_reset(QkvPlan *plan);
+QKV_API
 gchar *qkv_plan_profile_report(const QkvPlan *plan);
 
 /* Threads for later runs; capped at the larger of the compile-time count and
  * the number of cores, which kernels' scratch memory was sized for. */
+QKV_API
 void qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads);
+QKV_API
 gint qkv_plan_get_n_threads(const QkvPlan *plan);
 /* The precision of later runs' matrix products (see QkvPrecision). */
+QKV_API
 void qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision);
+QKV_API
 QkvPrecision qkv_plan_get_precision(const QkvPlan *plan);
 /* The dropout generator draws from (seed, step, node); step counts runs and
  * goes up by one after each run. */
+QKV_API
 void qkv_plan_set_seed(QkvPlan *plan, guint64 seed);
+QKV_API
 void qkv_plan_set_step(QkvPlan *plan, guint64 step);
+QKV_API
 guint64 qkv_plan_get_step(const QkvPlan *plan);
 
 /* Global default thread count for new plans (initially the OpenMP maximum). */
+QKV_API
 void qkv_set_num_threads(gint n_threads);
+QKV_API
 gint qkv_get_num_threads(void);
 
 /* Allocations made by qkv's tensor and arena allocator since start; a test
  * can check that running a plan makes none. */
+QKV_API
 guint64 qkv_alloc_count(void);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvPlan, qkv_plan_free)

@@ -18,6 +18,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include <glib.h>
 #include <gmodule.h>
 #include "qkv-tensor.h"
@@ -55,13 +56,19 @@ typedef struct {
  * Lookups are by name and allocate nothing. */
 typedef struct _QkvAttrs QkvAttrs;
 
+QKV_API
 gint64 qkv_attrs_get_int(const QkvAttrs *attrs, const gchar *name);
+QKV_API
 double qkv_attrs_get_float(const QkvAttrs *attrs, const gchar *name);
+QKV_API
 gboolean qkv_attrs_get_bool(const QkvAttrs *attrs, const gchar *name);
 /* The array and its length; the array is owned by attrs. */
+QKV_API
 const gint64 *qkv_attrs_get_ints(const QkvAttrs *attrs, const gchar *name, guint *n);
+QKV_API
 const gchar *qkv_attrs_get_string(const QkvAttrs *attrs, const gchar *name);
 /* TRUE if the attribute was given explicitly when the node was added. */
+QKV_API
 gboolean qkv_attrs_has(const QkvAttrs *attrs, const gchar *name);
 
 /* What a shape rule sees and fills in. */
@@ -82,6 +89,7 @@ typedef struct {
 
 /* Report a shape-rule failure: the message is prefixed with the op and node
  * names and suffixed with the input shapes. Always returns FALSE. */
+QKV_API
 gboolean qkv_shape_error(const QkvShapeCtx *ctx, GError **error, QkvError code, const gchar *format,
                          ...) G_GNUC_PRINTF(4, 5);
 
@@ -126,6 +134,7 @@ typedef struct {
  * formatted one prefixed with "run: node 'NAME' (OP): ". Kernels may call it
  * from any thread of their parallel loops, as often as they like; the first
  * call of a run wins and the later ones are dropped. */
+QKV_API
 void qkv_kernel_fail(const QkvKernelCtx *ctx, QkvError code, const gchar *format, ...)
     G_GNUC_PRINTF(3, 4);
 
@@ -229,12 +238,16 @@ typedef struct _QkvOpDef {
  * points to must stay valid while the op is registered). Fails with
  * QKV_ERROR_EXISTS for a taken name and QKV_ERROR_INVALID_ARGUMENT for an
  * incomplete or incompatible definition. */
+QKV_API
 gboolean qkv_op_register(const QkvOpDef *def, GError **error);
 /* The op of that name, or NULL. */
+QKV_API
 const QkvOpDef *qkv_op_lookup(const gchar *name);
 /* Where the op came from: "built-in" or the plugin file path. */
+QKV_API
 const gchar *qkv_op_origin(const gchar *name);
 /* Names of every registered op, sorted; free with g_strfreev(). */
+QKV_API
 gchar **qkv_op_list(void);
 
 /* Run body(begin, end, thread_index, user_data) over [0, n) split into
@@ -242,18 +255,22 @@ gchar **qkv_op_list(void);
  * pool. Chunk i is [n·i/t, n·(i+1)/t) for t chunks, so results that depend on
  * the split depend only on the thread count. */
 typedef void (*QkvRangeFunc)(gint64 begin, gint64 end, gint thread_index, gpointer user_data);
+QKV_API
 void qkv_kernel_parallel_for(const QkvKernelCtx *ctx, gint64 n, QkvRangeFunc body,
                              gpointer user_data);
 /* The same with an explicit thread count (≤ 1: on the calling thread). Loops
  * started from inside a pool chunk, or while another thread's loop holds the
  * pool, run on the calling thread. Idle pool threads spin for at most
  * QKV_SPIN_US microseconds (default 50) and then sleep. */
+QKV_API
 void qkv_parallel_for(gint n_threads, gint64 n, QkvRangeFunc body, gpointer user_data);
 /* How many of ctx->n_threads a loop of work units (about one simple float
  * operation each) should use: 1 below the size where waking a thread costs
  * more than it saves, so that small kernels never fork. */
+QKV_API
 gint qkv_kernel_threads(const QkvKernelCtx *ctx, gint64 work);
 /* The same for a thread budget of n_threads. */
+QKV_API
 gint qkv_work_threads(gint n_threads, gint64 work);
 
 /* c = alpha·op(a)·op(b) + beta·c, row-major, through the GEMM backend below
@@ -263,6 +280,7 @@ gint qkv_work_threads(gint n_threads, gint64 work);
  * running on this thread, else qkv_get_num_threads()). Inside a parallel
  * region it always runs on the calling thread. lda, ldb, ldc are the stored
  * rows' lengths. */
+QKV_API
 void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
                float *c, gint64 ldc, gint n_threads);
@@ -272,9 +290,11 @@ void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, g
  * products under 64×64×64 multiply-adds, where its per-call cost dominates,
  * still go to OpenBLAS) or "openblas" (the fallback; QKV_GEMM=openblas forces
  * it). */
+QKV_API
 const gchar *qkv_gemm_backend(void);
 /* The kernels that backend runs: "jit avx512_core" and the like for oneDNN,
  * OpenBLAS's core type (e.g. "Haswell") for OpenBLAS. */
+QKV_API
 const gchar *qkv_gemm_kernel(void);
 /* Whether bf16 products (QKV_PRECISION_BF16, qkv-plan.h) run on the CPU's
  * bf16 instructions: TRUE where qkv was built with oneDNN, the GEMM backend
@@ -282,18 +302,24 @@ const gchar *qkv_gemm_kernel(void);
  * them (rounds the operands to bf16 and multiplies in float32). *why (if
  * why is not NULL) gets a static phrase saying what decided it, e.g.
  * "oneDNN avx512_core_amx" or "the CPU has no AVX512_BF16". */
+QKV_API
 gboolean qkv_bf16_native(const gchar **why);
 /* Picks the backend by name, as QKV_GEMM does: "auto", "openblas" or
  * "onednn". FALSE with QKV_ERROR_INVALID_ARGUMENT for an unknown name or one
  * this build lacks. Call it while no product runs (benchmarks, tests). */
+QKV_API
 gboolean qkv_set_gemm_backend(const gchar *name, GError **error);
 
 /* Vector math over n floats (dst may equal src), through SLEEF's widest
  * vector functions the CPU supports, with a scalar fallback. */
+QKV_API
 void qkv_vec_exp(float *dst, const float *src, gsize n);
+QKV_API
 void qkv_vec_tanh(float *dst, const float *src, gsize n);
+QKV_API
 void qkv_vec_erf(float *dst, const float *src, gsize n);
 /* The ISA picked at run time: "avx512f", "avx2" or "scalar". */
+QKV_API
 const gchar *qkv_vec_isa(void);
 
 /* Sparse backward: whether backward kernels may run their products over the
@@ -308,16 +334,21 @@ typedef enum {
   QKV_SPARSE_BACKWARD_AUTO,
   QKV_SPARSE_BACKWARD_ALWAYS,
 } QkvSparseBackward;
+QKV_API
 void qkv_set_sparse_backward(QkvSparseBackward mode);
+QKV_API
 QkvSparseBackward qkv_get_sparse_backward(void);
 
 /* Counter-based random numbers: a uniform float in [0, 1) for (key, counter). */
+QKV_API
 float qkv_random_uniform(guint64 key, guint64 counter);
 /* A dropout mask for counters first .. first + n - 1: mask[j] is 0 where
  * qkv_random_uniform(key, first + j) < p, else 1/(1-p). Vectorised; the same
  * numbers as the scalar draws. */
+QKV_API
 void qkv_random_dropout_mask(guint64 key, guint64 first, gsize n, float p, float *mask);
 /* Mix seed, step and node id into one key. */
+QKV_API
 guint64 qkv_random_key(guint64 seed, guint64 step, guint32 node_id);
 
 /* ---------------------------------------------------------------------------
@@ -387,23 +418,34 @@ typedef struct _QkvPlugin QkvPlugin;
  * that is already loaded (the same file, by its resolved path) does nothing
  * and returns the plugin loaded before; a different file with the name of a
  * loaded plugin is an error. */
+QKV_API
 const QkvPlugin *qkv_plugin_load(const gchar *path, GError **error);
 /* The loaded plugins in load order, those found at initialisation first. */
+QKV_API
 guint qkv_plugin_count(void);
+QKV_API
 const QkvPlugin *qkv_plugin_nth(guint index);
 /* The loaded plugin of that name, or NULL. */
+QKV_API
 const QkvPlugin *qkv_plugin_lookup(const gchar *name);
+QKV_API
 const gchar *qkv_plugin_get_name(const QkvPlugin *plugin);
+QKV_API
 const gchar *qkv_plugin_get_version(const QkvPlugin *plugin);
+QKV_API
 const gchar *qkv_plugin_get_license(const QkvPlugin *plugin);
+QKV_API
 const gchar *qkv_plugin_get_description(const QkvPlugin *plugin);
 /* The module's absolute path. */
+QKV_API
 const gchar *qkv_plugin_get_path(const QkvPlugin *plugin);
 /* The names of the ops it registered, sorted, NULL-terminated. */
+QKV_API
 const gchar *const *qkv_plugin_get_ops(const QkvPlugin *plugin);
 /* The directories searched at initialisation, in order, NULL-terminated:
  * those of QKV_PLUGIN_PATH (colon-separated), then the installed plugin
  * directory (QKV_PLUGIN_SYSTEM_PATH replaces it; set it empty for none). */
+QKV_API
 const gchar *const *qkv_plugin_search_path(void);
 
 G_END_DECLS

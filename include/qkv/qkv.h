@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include "qkv-api.h"
 #include "qkv-version.h"
 #include "qkv-error.h"
 #include "qkv-tensor.h"
@@ -28,8 +29,10 @@ G_BEGIN_DECLS
  * found in the directories of QKV_PLUGIN_PATH and in the installed plugin
  * directory (a plugin that fails to load is a warning). Every entry point
  * calls it on demand; calling it again is harmless. */
+QKV_API
 void qkv_init(void);
 /* The library version, "MAJOR.MINOR.PATCH". */
+QKV_API
 const gchar *qkv_version(void);
 
 G_END_DECLS
