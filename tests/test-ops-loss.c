@@ -44,7 +44,7 @@ build_ce_ignoring(QkvGraph *graph, QkvValue *const *in, gpointer user_data, GErr
   g_variant_builder_add(&attrs, "{sv}", "label_smoothing",
                         g_variant_new_double(s->label_smoothing));
   g_variant_builder_add(&attrs, "{sv}", "ignore_index", g_variant_new_int32(spec->ignore_index));
-  QkvValue *inputs[] = {in[0], in[1], in[2]};
+  QkvValue *inputs[] = {in[0], in[1], s->weighted ? in[2] : NULL};
   return qkv_graph_op(graph, "cross_entropy", inputs, s->weighted ? 3 : 2,
                       g_variant_builder_end(&attrs), error);
 }

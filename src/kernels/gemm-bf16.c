@@ -29,7 +29,9 @@
 #include <omp.h>
 #include <string.h>
 /* outside any target region, so that each intrinsic keeps its own ISA */
+#ifdef QKV_ARCH_X86
 #include <immintrin.h>
+#endif
 
 #ifdef QKV_HAVE_ONEDNN
 #include <dnnl.h>
@@ -104,6 +106,7 @@ round_f32_scalar(float *dst, const float *src, gsize n)
 DEFINE_CONVERT_ROWS(from_rows_scalar, from_f32_scalar, guint16)
 DEFINE_CONVERT_ROWS(round_rows_scalar, round_f32_scalar, float)
 
+#ifdef QKV_ARCH_X86
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 
@@ -177,18 +180,23 @@ cpu_has_avx512_bf16(void)
   }
   return has == 2;
 }
+#endif /* QKV_ARCH_X86 */
 
 /* The fastest conversion here (the portable code while emulation is
  * forced, so that tests compare the two). */
 static ConvertRows
 convert_rows_for(gboolean to_bf16)
 {
+#ifdef QKV_ARCH_X86
   if (!qkv_use_avx512())
     return to_bf16 ? from_rows_scalar : round_rows_scalar;
   if (!to_bf16)
     return round_rows_avx512;
   return cpu_has_avx512_bf16() && !g_atomic_int_get(&force_emulation) ? from_rows_bf16
                                                                       : from_rows_avx512;
+#else
+  return to_bf16 ? from_rows_scalar : round_rows_scalar;
+#endif
 }
 
 void
