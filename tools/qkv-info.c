@@ -225,10 +225,14 @@ main(int argc, char **argv)
   /* whether plans in bf16 precision run on bf16 instructions or emulate them */
   const gchar *bf16_why;
   gboolean bf16_native = qkv_bf16_native(&bf16_why);
+#if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
+  const gchar *cpu_bf16 = __builtin_cpu_supports("avx512bf16") ? "has" : "has no";
+#else
+  const gchar *cpu_bf16 = "(not x86) has no";
+#endif
   say("bf16 products (precision bf16): %s, %s; the CPU %s AVX512_BF16\n",
-      bf16_native ? "native" : "emulated", bf16_why,
-      __builtin_cpu_supports("avx512bf16") ? "has" : "has no");
+      bf16_native ? "native" : "emulated", bf16_why, cpu_bf16);
   const gchar *const *dirs = qkv_plugin_search_path();
   say("plugin search path:%s\n", dirs[0] ? "" : " (empty)");
   for (guint i = 0; dirs[i] != NULL; i++)
