@@ -86,6 +86,9 @@ def parse_args():
                         "(fraction over 1 s; waits up to 15 min)")
     p.add_argument("--precisions", action="store_true",
                    help="qkv and PyTorch each in fp32 and bf16 (autocast), no ceiling")
+    p.add_argument("--impls", nargs="+", default=["qkv", "qkvbf16", "torch", "torchbf16"],
+                   help="with --precisions: which of the four runs (to split a long session "
+                        "into shorter ones)")
     p.add_argument("--summarize", nargs="+", default=None, metavar="DIR",
                    help="only print the table of the runs kept in these DIRs, together")
     return p.parse_args()
@@ -202,6 +205,8 @@ def measure_precisions(args, outdir):
                 common = ["--config", cfg, "--threads", str(t), "--steps", str(steps),
                           "--warmup", str(warmup)]
                 for impl, is_qkv, extra in PRECISION_RUNS:
+                    if impl not in args.impls:
+                        continue
                     cmd = ([args.qkv] if is_qkv else
                            ["/usr/bin/python3", args.peer, "--blas", "openmp"]) + common + extra
                     path = os.path.join(outdir, "%s_%s_t%d_r%d.json" % (impl, cfg, t, rep))
@@ -218,7 +223,7 @@ def measure_precisions(args, outdir):
 def precision_table(runs):
     """Median step times of the four runs and the ratios the bf16 targets name."""
     order = {"S": 0, "M": 1, "L": 2}
-    cells = sorted({(c, t) for (i, c, t) in runs if i == "qkvbf16"},
+    cells = sorted({(c, t) for (i, c, t) in runs if i in ("qkvbf16", "torchbf16")},
                    key=lambda ct: (order.get(ct[0], 9), ct[1]))
 
     def med(impl, cfg, t, key="median_step_s"):
@@ -240,7 +245,7 @@ def precision_table(runs):
         losses = " / ".join(fmt(med(i, cfg, t, "final_loss"), "%.4f")
                             for i, _q, _e in PRECISION_RUNS)
         lines.append("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s |" % (
-            cfg, t, len(runs[("qkvbf16", cfg, t)]), fmt(q, "%.4g"), fmt(qb, "%.4g"),
+            cfg, t, len(runs.get(("qkvbf16", cfg, t), [])), fmt(q, "%.4g"), fmt(qb, "%.4g"),
             fmt(p, "%.4g"), fmt(pb, "%.4g"), ratio(qb, q), ratio(qb, p), ratio(qb, pb),
             fmt(med("qkv", cfg, t, "peak_rss_mib"), "%.0f"),
             fmt(med("qkvbf16", cfg, t, "peak_rss_mib"), "%.0f"), losses))
@@ -332,7 +337,7 @@ def main():
     args = parse_args()
     if args.summarize:
         runs = load(*args.summarize)
-        print(precision_table(runs) if any(i == "qkvbf16" for (i, _c, _t) in runs)
+        print(precision_table(runs) if any(i.endswith("bf16") for (i, _c, _t) in runs)
               else table(runs))
         return
     for cfg in args.configs:
