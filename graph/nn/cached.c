@@ -1,0 +1,132 @@
+/* cached.c: a builder's cached mode (QkvBuilderCache, qkv-builders.h):
+ * causal self-attention over key/value caches kept in graph states, and the
+ * token positions that position embeddings read. The attention is written
+ * with plain ops (projections, kv_cache_append, scores, masked softmax)
+ * rather than the fused multi_head_attention op, because its keys and
+ * values come from the cache, not from its inputs. */
+#include <math.h>
+#include <qkv/qkv.h>
+
+#include "nn/builder-checks.h"
+#include "nn/builder-internal.h"
+
+/* FALSE with QKV_ERROR_INVALID_ARGUMENT naming me unless b's cache has
+ * positions and max_len ≥ 1. */
+static gboolean
+check_cache(const QkvBuilder *b, const gchar *me, GError **error)
+{
+  if (b->cache->positions != NULL && b->cache->max_len >= 1)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: b->cache needs positions (i32 (B)) and max_len ≥ 1 (got %s, %" G_GINT64_FORMAT
+              ")",
+              me, b->cache->positions != NULL ? "positions" : "NULL", b->cache->max_len);
+  return FALSE;
+}
+
+QkvValue *
+qkv_build_positions(QkvBuilder *b, QkvValue *tokens, GError **error)
+{
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (tokens == NULL)
+    return NULL;
+  if (b->cache == NULL)
+    return qkv_positions(tokens, NULL, 0, error);
+  if (!check_cache(b, "qkv_build_positions", error))
+    return NULL;
+  return qkv_positions(tokens, b->cache->positions, 0, error);
+}
+
+gboolean
+builder_caches_attention(const QkvBuilder *b, QkvValue *queries, QkvValue *keys, QkvValue *values,
+                         const QkvMhaOptions *o)
+{
+  return b->cache != NULL && o->causal && queries == keys && keys == values;
+}
+
+gboolean
+builder_check_cached_attention(const QkvBuilder *b, const QkvMhaOptions *o, GError **error)
+{
+  if (!check_cache(b, "qkv_build_mha", error))
+    return FALSE;
+  if (o->valid_lens == NULL && o->mask == NULL)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "qkv_build_mha: a cached causal self-attention masks by position; valid_lens and "
+              "a mask are not supported in cached mode");
+  return FALSE;
+}
+
+/* x · wᵀ (+ bias) */
+static QkvValue *
+project(QkvValue *x, QkvValue *w, QkvValue *bias, GError **error)
+{
+  QkvValue *y = qkv_matmul(x, w, FALSE, TRUE, error);
+  return bias != NULL ? qkv_add(y, bias, error) : y;
+}
+
+/* (B, t, heads · dh) → (B, heads, t, dh); one token is a reshape. */
+static QkvValue *
+split_heads(QkvValue *y, gint64 B, gint64 t, gint heads, gint64 dh, GError **error)
+{
+  if (t == 1) {
+    QkvShape s = QKV_SHAPE(B, heads, 1, dh);
+    return qkv_reshape(y, &s, error);
+  }
+  QkvShape s = QKV_SHAPE(B, t, heads, dh);
+  const gint perm[] = {0, 2, 1, 3};
+  return qkv_permute(qkv_reshape(y, &s, error), perm, 4, error);
+}
+
+/* (B, heads, t, dh) → (B, t, heads · dh) */
+static QkvValue *
+merge_heads(QkvValue *y, gint64 B, gint64 t, gint64 d, GError **error)
+{
+  QkvShape s = QKV_SHAPE(B, t, d);
+  if (t == 1)
+    return qkv_reshape(y, &s, error);
+  const gint perm[] = {0, 2, 1, 3};
+  return qkv_reshape(qkv_permute(y, perm, 4, error), &s, error);
+}
+
+/* The state "<scope>.<what>" of shape. */
+static QkvValue *
+cache_state(QkvBuilder *b, const gchar *what, const QkvShape *shape, GError **error)
+{
+  if (error != NULL && *error != NULL)
+    return NULL;
+  g_autofree gchar *name = qkv_builder_scoped_name(b, what);
+  return qkv_graph_state(b->graph, name, QKV_F32, shape, error);
+}
+
+QkvValue *
+builder_cached_self_attention(QkvBuilder *b, QkvValue *x, gint64 num_hiddens, gint heads,
+                              QkvValue *const *w, QkvValue *const *bias, QkvValue **weights,
+                              GError **error)
+{
+  const QkvShape *xs = qkv_value_shape(x);
+  if (xs->rank != 3) {
+    g_autofree gchar *shape = qkv_shape_to_string(xs);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "qkv_build_mha: cached self-attention takes x (B, t, d), got %s", shape);
+    return NULL;
+  }
+  const gint64 B = xs->dims[0], t = xs->dims[1], dh = num_hiddens / heads;
+  QkvShape cs = QKV_SHAPE(B, heads, b->cache->max_len, dh);
+  QkvValue *pos = b->cache->positions;
+  QkvValue *q = split_heads(project(x, w[0], bias ? bias[0] : NULL, error), B, t, heads, dh, error);
+  QkvValue *k = split_heads(project(x, w[1], bias ? bias[1] : NULL, error), B, t, heads, dh, error);
+  QkvValue *v = split_heads(project(x, w[2], bias ? bias[2] : NULL, error), B, t, heads, dh, error);
+  QkvValue *keys = qkv_kv_cache_append(cache_state(b, "k_cache", &cs, error), k, pos, NULL, error);
+  QkvValue *values =
+      qkv_kv_cache_append(cache_state(b, "v_cache", &cs, error), v, pos, NULL, error);
+  /* query i of row b sits at pos[b] + i and sees the slots before pos[b] + i + 1 */
+  QkvValue *lens = qkv_positions(x, pos, 1, error);
+  QkvValue *s = qkv_scale(qkv_matmul(q, keys, FALSE, TRUE, error), 1.0 / sqrt((double)dh), error);
+  QkvValue *p = qkv_masked_softmax(s, lens, FALSE, error);
+  QkvValue *a = merge_heads(qkv_matmul(p, values, FALSE, FALSE, error), B, t, num_hiddens, error);
+  QkvValue *out = project(a, w[3], bias ? bias[3] : NULL, error);
+  if (out != NULL && weights != NULL)
+    *weights = p;
+  return out;
+}
