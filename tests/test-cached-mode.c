@@ -521,6 +521,31 @@ test_cached_builder(void)
   g_assert_no_error(error);
   QkvShape ws = QKV_SHAPE(2, HEADS, 1, 4);
   g_assert_true(qkv_shape_equal(qkv_value_shape(w), &ws));
+
+  /* cross_inputs: a cross-attention reads its projected keys and values
+   * from inputs named from the scope, as qkv_build_mha_keys_values()
+   * projects them (the Transformer step decoder's tests compare the
+   * results); keys of the wrong rank are refused */
+  QkvValue *src = qkv_test_input(cg, "src", QKV_F32, QKV_SHAPE(2, 5, D));
+  QkvBuilderCache cross = {.max_len = 4, .positions = pos, .cross_inputs = TRUE};
+  b.cache = &cross;
+  o.causal = FALSE;
+  y = qkv_build_mha_full(&b, "cross", x, src, src, D, HEADS, &o, &w, &error);
+  g_assert_no_error(error);
+  QkvShape cw = QKV_SHAPE(2, HEADS, 1, 5);
+  g_assert_true(qkv_shape_equal(qkv_value_shape(w), &cw));
+  QkvValue *kin = qkv_graph_lookup_input(cg, "cross.keys");
+  g_assert_nonnull(kin);
+  g_assert_nonnull(qkv_graph_lookup_input(cg, "cross.values"));
+  QkvValue *pv = NULL;
+  QkvValue *pk = qkv_build_mha_keys_values(&b, "cross", src, src, D, HEADS, &o, &pv, &error);
+  g_assert_no_error(error);
+  g_assert_true(qkv_shape_equal(qkv_value_shape(pk), qkv_value_shape(kin)));
+  g_assert_true(qkv_shape_equal(qkv_value_shape(pv), qkv_value_shape(kin)));
+  QkvValue *flat = qkv_test_input(cg, "flat", QKV_F32, QKV_SHAPE(5, D));
+  g_assert_null(qkv_build_mha_keys_values(&b, "cross", flat, flat, D, HEADS, &o, &pv, &error));
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_assert_null(pv);
 }
 
 int

@@ -34,7 +34,8 @@ struct _QkvStepDecoder {
   QkvTensor *positions;  /* Transformer: (max_rows), the step */
   QkvTensor *target_pos; /* Luong local-m: f32 (max_rows, 1, 1), the step */
   /* Transformer: no self (the step plan keeps its caches as graph states),
-   * cross[0] the encoder outputs (max_rows, src_len, d).
+   * cross the encoder-decoder keys and values per block, k then v
+   * (max_rows, heads, src_len, d_head).
    * Bahdanau and Luong: self[0] the GRU state (L, max_rows, H), cross[0]
    * the encoder outputs (max_rows, src_len, H); Luong with input feeding:
    * self[1] the last attentional vector (1, max_rows, H). */

@@ -3,8 +3,9 @@
  * parameters the training graph uses:
  *
  *  - an encoder plan, run once per batch of sentences, on rows (each
- *    sentence repeated for its beam slots): the Transformer's encoder
- *    outputs; the GRU encoder's outputs and state;
+ *    sentence repeated for its beam slots): the Transformer's encoder and,
+ *    for every decoder block, the encoder-decoder attention's keys and
+ *    values; the GRU encoder's outputs and state;
  *  - a step plan, run once per emitted token, taking one token per row.
  *
  * The Transformer's step plan is the full decoder's builder
@@ -15,9 +16,11 @@
  * (kv_cache_append) and attends over the filled part, so a step costs one
  * token's projections and a pass over max_len cached keys however long the
  * output has grown; beam search moves the caches' rows to their parents
- * (qkv_plan_reorder_states). The encoder-decoder attention projects the
- * encoder outputs to its keys and values at every step, as the full
- * decoder does. The same builder as training: one mechanism for any model.
+ * (qkv_plan_reorder_states). The encoder-decoder attention's keys and
+ * values, which the full decoder recomputes at every step, are projected
+ * once per sentence by the encoder plan (qkv_build_mha_keys_values) and
+ * bound to the step plan (QkvBuilderCache.cross_inputs). The same builder
+ * as training: one mechanism for any model.
  *
  * Every shape is fixed when compiled (max_rows, src_len, max_len): a smaller
  * batch runs on padded rows, a shorter source on padded columns that the
@@ -110,25 +113,39 @@ decode_bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n, GErro
 
 /* ---- the Transformer ---------------------------------------------------- */
 
-/* The encoder plan: src (R, S), src_valid (R) → the encoder's outputs
- * (R, S, d). */
+/* The encoder plan: src (R, S), src_valid (R) → per block the keys then
+ * the values of attention2 (R, heads, S, d_head), projected once per
+ * source (qkv_build_mha_keys_values). */
 static gboolean
 transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **error)
 {
+  const QkvTransformerConfig *c = &d->tc;
   QkvShape rs = QKV_SHAPE(d->max_rows, d->src_len), r = QKV_SHAPE(d->max_rows);
   QkvValue *src = qkv_graph_input(b->graph, "src", QKV_I32, &rs, error);
   QkvValue *valid = src ? qkv_graph_input(b->graph, "src_valid", QKV_I32, &r, error) : NULL;
-  QkvValue *enc = valid ? qkv_build_transformer_encoder(b, &d->tc, src, valid, error) : NULL;
+  QkvValue *enc = valid ? qkv_build_transformer_encoder(b, c, src, valid, error) : NULL;
+  g_autofree QkvValue **outs = g_new0(QkvValue *, 2 * c->num_layers);
+  QkvMhaOptions o = {.bias = c->attention_bias};
+  for (gint i = 0; enc != NULL && i < c->num_layers; i++) {
+    qkv_builder_push_printf(b, error, "decoder.blks.block%d", i);
+    outs[2 * i] = qkv_build_mha_keys_values(b, "attention2", enc, enc, c->num_hiddens, c->num_heads,
+                                            &o, &outs[2 * i + 1], error);
+    qkv_builder_pop(b);
+    if (outs[2 * i] == NULL)
+      return FALSE;
+  }
   if (enc == NULL)
     return FALSE;
-  d->enc_plan = decode_compile(b->graph, &enc, 1, n_threads, error);
+  d->enc_plan = decode_compile(b->graph, outs, 2 * c->num_layers, n_threads, error);
   return d->enc_plan != NULL;
 }
 
 /* The step plan: the full decoder's builder in cached mode
- * (QkvBuilderCache) on one token per row at "positions", over the encoder
- * outputs "cross_kv0" (R, S, d). Outputs: 0 logits (R, V), then per block
- * the cross-attention weights (R, heads, 1, S). */
+ * (QkvBuilderCache) on one token per row at "positions"; attention2 takes
+ * the encoder plan's keys and values as the inputs
+ * "decoder.blks.block<i>.attention2.keys" and ".values" (cross_inputs).
+ * Outputs: 0 logits (R, V), then per block the cross-attention weights
+ * (R, heads, 1, S). */
 static gboolean
 transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **error)
 {
@@ -140,9 +157,10 @@ transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError *
   QkvShape logits_shape = QKV_SHAPE(d->max_rows, c->tgt_vocab);
   QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &r1, error);
   QkvValue *positions = tokens ? qkv_graph_input(g, "positions", QKV_I32, &r, error) : NULL;
-  QkvValue *enc = positions ? qkv_graph_input(g, "cross_kv0", QKV_F32, &es, error) : NULL;
+  /* the encoder outputs' shape only: cross_inputs reads no more of them */
+  QkvValue *enc = positions ? qkv_graph_input(g, "enc", QKV_F32, &es, error) : NULL;
   QkvValue *src_valid = enc ? qkv_graph_input(g, "src_valid", QKV_I32, &r, error) : NULL;
-  QkvBuilderCache cache = {.max_len = d->max_len, .positions = positions};
+  QkvBuilderCache cache = {.max_len = d->max_len, .positions = positions, .cross_inputs = TRUE};
   QkvBuilder cached = *b; /* no scope pushed: a copy is a builder */
   cached.cache = &cache;
   g_autofree QkvValue **outs = g_new0(QkvValue *, 1 + L);
@@ -211,20 +229,26 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
   d->positions = decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error);
   if (d->positions == NULL)
     return NULL;
-  d->n_cross = 1;
-  d->cross = g_new0(QkvTensor *, 1);
-  d->cross[0] =
-      decode_new_tensor(QKV_F32, QKV_SHAPE(max_rows, src_len, config->num_hiddens), error);
-  if (d->cross[0] == NULL)
-    return NULL;
+  const gint L = d->num_layers, H = config->num_heads;
+  d->n_cross = 2 * L;
+  d->cross = g_new0(QkvTensor *, 2 * L);
+  for (gint i = 0; i < 2 * L; i++)
+    if ((d->cross[i] = decode_new_tensor(
+             QKV_F32, QKV_SHAPE(max_rows, H, src_len, config->num_hiddens / H), error)) == NULL)
+      return NULL;
   QkvPlan *sp = d->step_plan, *ep = d->enc_plan;
   if (!qkv_plan_bind(ep, "src", d->src, error) ||
       !qkv_plan_bind(ep, "src_valid", d->src_valid, error) ||
       !qkv_plan_bind(sp, "tokens", d->tokens, error) ||
       !qkv_plan_bind(sp, "positions", d->positions, error) ||
-      !qkv_plan_bind(sp, "src_valid", d->row_valid, error) ||
-      !decode_bind_all(sp, "cross_kv", d->cross, 1, error))
+      !qkv_plan_bind(sp, "src_valid", d->row_valid, error))
     return NULL;
+  for (gint i = 0; i < 2 * L; i++) {
+    g_autofree gchar *name =
+        g_strdup_printf("decoder.blks.block%d.attention2.%s", i / 2, i % 2 ? "values" : "keys");
+    if (!qkv_plan_bind(sp, name, d->cross[i], error))
+      return NULL;
+  }
   return g_steal_pointer(&d);
 }
 

@@ -34,3 +34,14 @@ G_GNUC_INTERNAL QkvValue *builder_cached_self_attention(QkvBuilder *b, QkvValue 
                                                         gint64 num_hiddens, gint heads,
                                                         QkvValue *const *w, QkvValue *const *bias,
                                                         QkvValue **weights, GError **error);
+/* Attention of queries (B, t, ·) over the projected keys and values that
+ * the caller binds to the inputs "<scope>.keys" and "<scope>.values" (B,
+ * heads, n_k, d_head), n_k from keys' shape (QkvBuilderCache.cross_inputs),
+ * masked as options say (not causal): (B, t, num_hiddens). Only w[0], w[3]
+ * and their biases are used. Call it under the layer's scope. */
+G_GNUC_INTERNAL QkvValue *builder_cross_attention_inputs(QkvBuilder *b, QkvValue *queries,
+                                                         QkvValue *keys, gint64 num_hiddens,
+                                                         gint heads, QkvValue *const *w,
+                                                         QkvValue *const *bias,
+                                                         const QkvMhaOptions *o,
+                                                         QkvValue **weights, GError **error);

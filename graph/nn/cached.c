@@ -130,3 +130,98 @@ builder_cached_self_attention(QkvBuilder *b, QkvValue *x, gint64 num_hiddens, gi
     *weights = p;
   return out;
 }
+
+/* The input "<scope>.<what>" of shape. */
+static QkvValue *
+scoped_input(QkvBuilder *b, const gchar *what, const QkvShape *shape, GError **error)
+{
+  if (error != NULL && *error != NULL)
+    return NULL;
+  g_autofree gchar *name = qkv_builder_scoped_name(b, what);
+  return qkv_graph_input(b->graph, name, QKV_F32, shape, error);
+}
+
+QkvValue *
+builder_cross_attention_inputs(QkvBuilder *b, QkvValue *queries, QkvValue *keys, gint64 num_hiddens,
+                               gint heads, QkvValue *const *w, QkvValue *const *bias,
+                               const QkvMhaOptions *o, QkvValue **weights, GError **error)
+{
+  const QkvShape *qs = qkv_value_shape(queries), *ks = qkv_value_shape(keys);
+  if (qs->rank != 3 || ks->rank != 3 || ks->dims[0] != qs->dims[0]) {
+    g_autofree gchar *a = qkv_shape_to_string(qs);
+    g_autofree gchar *k = qkv_shape_to_string(ks);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "qkv_build_mha: a cross-attention with projected inputs takes queries (B, t, d) "
+                "and keys (B, n_k, d), got %s and %s",
+                a, k);
+    return NULL;
+  }
+  const gint64 B = qs->dims[0], t = qs->dims[1], dh = num_hiddens / heads;
+  QkvShape kv = QKV_SHAPE(B, heads, ks->dims[1], dh);
+  QkvValue *kp = scoped_input(b, "keys", &kv, error);
+  QkvValue *vp = scoped_input(b, "values", &kv, error);
+  QkvValue *q =
+      split_heads(project(queries, w[0], bias ? bias[0] : NULL, error), B, t, heads, dh, error);
+  QkvValue *s = qkv_scale(qkv_matmul(q, kp, FALSE, TRUE, error), 1.0 / sqrt((double)dh), error);
+  QkvValue *p = qkv_masked_softmax_full(s, o->valid_lens, o->mask, o->mask_kind, FALSE, error);
+  QkvValue *a = merge_heads(qkv_matmul(p, vp, FALSE, FALSE, error), B, t, num_hiddens, error);
+  QkvValue *out = project(a, w[3], bias ? bias[3] : NULL, error);
+  if (out != NULL && weights != NULL)
+    *weights = p;
+  return out;
+}
+
+/* The projection of x (B, n, ·) by "<name>.<proj>" (D, ·) (and its bias),
+ * split into heads. */
+static QkvValue *
+project_param(QkvBuilder *b, const gchar *proj, QkvValue *x, gint64 num_hiddens, gint heads,
+              gboolean with_bias, GError **error)
+{
+  const QkvShape *xs = qkv_value_shape(x);
+  gint64 in = xs->dims[xs->rank - 1];
+  QkvShape ws = QKV_SHAPE(num_hiddens, in), bs = QKV_SHAPE(num_hiddens);
+  g_autofree gchar *wname = g_strconcat(proj, ".weight", NULL);
+  g_autofree gchar *bname = g_strconcat(proj, ".bias", NULL);
+  QkvValue *w = qkv_build_param(b, wname, &ws, "linear_weight", in, error);
+  QkvValue *bias = with_bias ? qkv_build_param(b, bname, &bs, "linear_bias", in, error) : NULL;
+  if (with_bias && bias == NULL)
+    return NULL;
+  return split_heads(project(x, w, bias, error), xs->dims[0], xs->dims[1], heads,
+                     num_hiddens / heads, error);
+}
+
+QkvValue *
+qkv_build_mha_keys_values(QkvBuilder *b, const gchar *name, QkvValue *keys, QkvValue *values,
+                          gint64 num_hiddens, gint num_heads, const QkvMhaOptions *options,
+                          QkvValue **projected_values, GError **error)
+{
+  g_return_val_if_fail(name != NULL && projected_values != NULL, NULL);
+  *projected_values = NULL;
+  BUILDER_RETURN_IF_INVALID(b, error);
+  if (keys == NULL || values == NULL)
+    return NULL;
+  if (!builder_check_heads("qkv_build_mha_keys_values", "num_heads", num_heads, "num_hiddens",
+                           num_hiddens, error))
+    return NULL;
+  const QkvShape *ks = qkv_value_shape(keys), *vs = qkv_value_shape(values);
+  if (ks->rank != 3 || vs->rank != 3 || ks->dims[0] != vs->dims[0] || ks->dims[1] != vs->dims[1]) {
+    g_autofree gchar *k = qkv_shape_to_string(ks);
+    g_autofree gchar *v = qkv_shape_to_string(vs);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
+                "qkv_build_mha_keys_values: keys and values must be (B, n_k, ·), got %s and %s", k,
+                v);
+    return NULL;
+  }
+  gboolean with_bias = options != NULL && options->bias;
+  QkvBuilderMark mark;
+  qkv_builder_begin(b, &mark);
+  qkv_builder_push(b, name, error);
+  QkvValue *k = project_param(b, "W_k", keys, num_hiddens, num_heads, with_bias, error);
+  QkvValue *v =
+      k ? project_param(b, "W_v", values, num_hiddens, num_heads, with_bias, error) : NULL;
+  qkv_builder_pop(b);
+  k = qkv_builder_end(b, &mark, v != NULL ? k : NULL);
+  if (k != NULL)
+    *projected_values = v;
+  return k;
+}

@@ -53,7 +53,13 @@ typedef struct {
  *    Dropout does not apply (a cached graph is for inference); valid_lens
  *    and a mask are refused (QKV_ERROR_INVALID_ARGUMENT). Other attentions
  *    (not causal, or keys that are not the queries: cross-attention) run as
- *    without a cache, on their whole inputs every run;
+ *    without a cache, on their whole inputs every run, unless cross_inputs
+ *    is set: then every cross-attention (keys that are not its queries)
+ *    takes its keys and values already projected, as the graph inputs
+ *    "<scope>.<name>.keys" and ".values" (B, heads, n_k, num_hiddens /
+ *    heads) that the caller binds, made once per source by
+ *    qkv_build_mha_keys_values() (in an encoder's plan, say), instead of
+ *    projecting the same keys at every step (only their shape is read);
  *  - qkv_build_positions() gives the rows' token positions, and the
  *    Transformer decoder (qkv_build_transformer_decoder()) encodes its
  *    tokens at them.
@@ -66,6 +72,7 @@ typedef struct {
 typedef struct {
   gint64 max_len;      /* T_max: the positions each cache holds, ≥ 1 */
   QkvValue *positions; /* i32 (B): where each row's new tokens start */
+  gboolean cross_inputs; /* cross-attention keys and values come projected */
   gpointer reserved[2];
 } QkvBuilderCache;
 
@@ -279,6 +286,19 @@ QKV_API
 QkvValue *qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                              QkvValue *values, gint64 num_hiddens, gint num_heads,
                              const QkvMhaOptions *options, QkvValue **weights, GError **error);
+
+/* The keys and values of the attention "<name>" projected and split into
+ * heads as it projects them (its W_k, W_v and, with options->bias, their
+ * biases; parameters created if missing, as qkv_build_mha_full() would):
+ * keys (B, n_k, ·) and values (B, n_k, ·) → (B, heads, n_k, num_hiddens /
+ * heads), the projected keys returned and the values in *projected_values.
+ * What a cached builder's cross-attention takes with
+ * QkvBuilderCache.cross_inputs. On failure NULL and *projected_values NULL. */
+QKV_API
+QkvValue *qkv_build_mha_keys_values(QkvBuilder *b, const gchar *name, QkvValue *keys,
+                                    QkvValue *values, gint64 num_hiddens, gint num_heads,
+                                    const QkvMhaOptions *options, QkvValue **projected_values,
+                                    GError **error);
 
 /* The i32 positions of tokens (B, T): (T) 0 … T − 1 (torch.arange(T)),
  * or in cached mode (b->cache) row b's positions[b] … positions[b] + T − 1
