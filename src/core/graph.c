@@ -238,6 +238,29 @@ qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError *
   return TRUE;
 }
 
+/* Where the plugin that might have defined an unknown op would have been
+ * found, for the error: the rule of the loader's search path (src/plugin/,
+ * qkv_plugin_search_path()), told from the environment and the build's
+ * default directory, since core does not call into the plugin layer. */
+static gchar *
+plugin_search_description(void)
+{
+  const gchar *user = g_getenv("QKV_PLUGIN_PATH");
+  const gchar *system = g_getenv("QKV_PLUGIN_SYSTEM_PATH");
+  g_autofree gchar *user_part = user != NULL ? g_strdup_printf("QKV_PLUGIN_PATH (\"%s\")", user)
+                                             : g_strdup("QKV_PLUGIN_PATH (not set)");
+  g_autofree gchar *system_part =
+      system != NULL ? g_strdup_printf("QKV_PLUGIN_SYSTEM_PATH (\"%s\"), which replaces the "
+                                       "default plugin directory %s",
+                                       system, QKV_PLUGIN_DIR)
+                     : g_strdup_printf("the default plugin directory %s (QKV_PLUGIN_SYSTEM_PATH "
+                                       "replaces it)",
+                                       QKV_PLUGIN_DIR);
+  return g_strdup_printf("plugins are loaded at initialisation from the directories of %s, then "
+                         "of %s, or by qkv_plugin_load()",
+                         user_part, system_part);
+}
+
 QkvNode *
 qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs, guint n_inputs,
                    GVariant *attrs, GError **error)
@@ -254,8 +277,10 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
 
   const QkvOpDef *op = qkv_op_lookup(op_name);
   if (op == NULL) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_UNKNOWN_OP, "unknown op '%s' (node %s)", op_name,
-                node_name);
+    g_autofree gchar *where = plugin_search_description();
+    g_set_error(error, QKV_ERROR, QKV_ERROR_UNKNOWN_OP,
+                "unknown op '%s' (node %s): no built-in op or loaded plugin has that name; %s",
+                op_name, node_name, where);
     return NULL;
   }
   if (n_inputs < op->min_inputs || (op->max_inputs >= 0 && n_inputs > (guint)op->max_inputs)) {
