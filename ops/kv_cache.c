@@ -8,6 +8,7 @@
 #include "ops-common.h"
 
 #include <string.h>
+#include "error-private.h"
 
 static gboolean
 kv_cache_shape(QkvShapeCtx *ctx, GError **error)
@@ -81,6 +82,9 @@ QkvValue *
 qkv_kv_cache_append(QkvValue *cache, QkvValue *fresh, QkvValue *positions, QkvValue **lengths,
                     GError **error)
 {
+  if (lengths != NULL) /* a failure leaves out-values NULL */
+    *lengths = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("kv_cache_append", error, cache, fresh, positions);
   if (qkv_value_kind(cache) != QKV_VALUE_STATE) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,

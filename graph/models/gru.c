@@ -5,6 +5,7 @@
 
 #include "nn/builder-checks.h"
 #include "models/gru-internal.h"
+#include "error-private.h"
 
 gboolean
 gru_layer_params(QkvBuilder *b, const gchar *name, gint k, gint64 in, gint64 hidden,
@@ -106,6 +107,9 @@ QkvValue *
 qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
               gint num_layers, double dropout, QkvValue **h_n, GError **error)
 {
+  if (h_n != NULL) /* a failure leaves out-values NULL */
+    *h_n = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   if (h_n != NULL)
     *h_n = NULL;
@@ -224,6 +228,9 @@ qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvVal
                            QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
                            GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
@@ -257,6 +264,7 @@ qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, Q
 {
   if (taps != NULL)
     *taps = (QkvSeq2SeqTaps){0};
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL || src_valid == NULL || dec_in == NULL)

@@ -9,6 +9,7 @@
 #include "nn/builder-checks.h"
 #include "models/gru-internal.h"
 #include "models/luong-internal.h"
+#include "error-private.h"
 
 static gboolean
 check_attention_config(const gchar *me, const gchar *field, const QkvLuongAttentionConfig *cfg,
@@ -188,6 +189,9 @@ qkv_build_luong_attention(QkvBuilder *b, const gchar *name, const QkvLuongAttent
                           QkvValue *queries, QkvValue *source, QkvValue *src_valid,
                           gint64 first_position, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL && cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
@@ -227,6 +231,7 @@ QkvValue *
 qkv_build_luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context, QkvValue *h,
                             GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   g_return_val_if_fail(name != NULL, NULL);
   if (context == NULL || h == NULL)
@@ -322,6 +327,9 @@ QkvValue *
 qkv_build_luong_seq2seq(QkvBuilder *b, const QkvLuongConfig *cfg, QkvValue *src,
                         QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;

@@ -1,6 +1,7 @@
 /* nw.c: Nadaraya-Watson attention pooling with a learned kernel width. */
 #include <qkv/qkv.h>
 #include <qkv/qkv-builders.h>
+#include "error-private.h"
 
 static QkvValue *
 nw_regression(QkvGraph *graph, QkvParams *params, const gchar *w_name, QkvValue *queries,
@@ -35,6 +36,9 @@ qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
                         QkvValue *keys, QkvValue *values, guint64 seed, QkvValue **weights,
                         GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_nw_regression_masked(graph, params, prefix, queries, keys, values, NULL, seed,
                                         weights, error);
 }
@@ -44,6 +48,9 @@ qkv_build_nw_regression_masked(QkvGraph *graph, QkvParams *params, const gchar *
                                QkvValue *queries, QkvValue *keys, QkvValue *values, QkvValue *mask,
                                guint64 seed, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL && params != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
