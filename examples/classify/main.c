@@ -354,11 +354,9 @@ train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
   if (opt_precision != NULL && g_str_equal(opt_precision, "bf16"))
     opts.precision = QKV_PRECISION_BF16;
   g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &opts, error);
-  if (plan == NULL)
-    return FALSE;
   QkvOptimConfig adam = qkv_optim_config_adam(opt_lr);
-  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &adam, error);
-  if (opt == NULL)
+  g_autoptr(QkvOptimizer) opt = plan ? qkv_optimizer_new_adam(params, &adam, error) : NULL;
+  if (opt == NULL) /* errors chain: the first failure is in error */
     return FALSE;
   g_autoptr(GRand) rng = g_rand_new_with_seed((guint32)opt_seed + 17);
   g_autofree gint *order = g_new(gint, batches->len);
@@ -633,7 +631,8 @@ run(GError **error)
   double mean_s = (g_get_monotonic_time() - t0) / 1e6;
   double acc_majority = (double)held_counts[majority] / data.held_out.n;
   if (opt_plot != NULL) {
-    if (!run_log_plot(run_log, opt_plot, "qkv-classify: attention, hard attention and mean pooling", error))
+    if (!run_log_plot(run_log, opt_plot, "qkv-classify: attention, hard attention and mean pooling",
+                      error))
       goto out;
     if (!opt_quiet)
       printf("plot written to %s\n", opt_plot);

@@ -54,35 +54,33 @@ prepare(QkvBuilder *b, const QkvLuongAttentionConfig *cfg, QkvValue *source, Qkv
     a->v_a = qkv_build_param(b, "v_a.weight", &vh, "linear_weight", H, error);
     a->w_query = qkv_slice(w_a, -1, 0, H, error);
     a->keys = qkv_matmul(source, qkv_slice(w_a, -1, H, 2 * H, error), FALSE, TRUE, error);
-    if (a->v_a == NULL)
-      return FALSE;
     break;
   }
   }
-  if (a->keys == NULL)
-    return FALSE;
-  if (cfg->align == QKV_LUONG_GLOBAL)
-    return TRUE;
-
   if (cfg->align == QKV_LUONG_LOCAL_P) {
     a->w_p = qkv_build_param(b, "W_p.weight", &hh, "linear_weight", H, error);
     a->v_p = qkv_build_param(b, "v_p.weight", &vh, "linear_weight", H, error);
   }
-  /* S: each sentence's valid length, (B, 1, 1) against scores (B, n, S) */
-  a->length =
-      src_valid
-          ? qkv_unsqueeze(qkv_unsqueeze(qkv_cast(src_valid, QKV_F32, error), -1, error), -1, error)
-          : qkv_graph_scalar(b->graph, (float)S);
-  g_autofree float *pos = g_new(float, S);
-  for (gint64 s = 0; s < S; s++)
-    pos[s] = (float)s;
-  QkvShape ps = QKV_SHAPE(S);
-  g_autoptr(QkvTensor) pt = qkv_tensor_new_f32(&ps, pos);
-  a->positions = qkv_graph_constant(b->graph, pt, error);
-  a->window = qkv_graph_scalar(b->graph, (float)cfg->window);
-  return qkv_values_present("qkv_build_luong_attention",
-                            (QkvValue *[]){a->length, a->positions, a->window}, 3, error) &&
-         (cfg->align != QKV_LUONG_LOCAL_P || (a->w_p != NULL && a->v_p != NULL));
+  const gboolean local = cfg->align != QKV_LUONG_GLOBAL;
+  if (local) {
+    /* S: each sentence's valid length, (B, 1, 1) against scores (B, n, S) */
+    a->length = src_valid
+                    ? qkv_unsqueeze(qkv_unsqueeze(qkv_cast(src_valid, QKV_F32, error), -1, error),
+                                    -1, error)
+                    : qkv_graph_scalar(b->graph, (float)S);
+    g_autofree float *pos = g_new(float, S);
+    for (gint64 s = 0; s < S; s++)
+      pos[s] = (float)s;
+    QkvShape ps = QKV_SHAPE(S);
+    g_autoptr(QkvTensor) pt = qkv_tensor_new_f32(&ps, pos);
+    a->positions = qkv_graph_constant(b->graph, pt, error);
+    a->window = qkv_graph_scalar(b->graph, (float)cfg->window);
+  }
+  /* errors chain, so one check of what this configuration uses (the rest
+   * stays NULL): luong_attend() would read a missing window or mask as none */
+  return a->keys && (cfg->score != QKV_LUONG_CONCAT || a->v_a) &&
+         (!local || (a->length && a->positions && a->window)) &&
+         (cfg->align != QKV_LUONG_LOCAL_P || (a->w_p && a->v_p));
 }
 
 gboolean
