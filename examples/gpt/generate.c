@@ -29,13 +29,16 @@ recompute_step(gpointer data, gint step, const gint32 *tokens, const gint32 *par
 
 gboolean
 gpt_generate(QkvParams *params, const GptConfig *cfg, const gint32 *prompt, gint n_prompt,
-             gint length, const QkvSampleOptions *sample, gint32 *out, gint *n_out, GError **error)
+             gint length, const QkvSampleOptions *sample, QkvPrecision precision, gint32 *out,
+             gint *n_out, GError **error)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvBuilder b = {.graph = g, .params = params, .inits = &gpt_inits};
   QkvShape window = QKV_SHAPE(1, cfg->block);
   QkvValue *logits = gpt_logits(&b, cfg, qkv_graph_input(g, "x", QKV_I32, &window, error), error);
-  g_autoptr(QkvPlan) plan = logits ? qkv_graph_compile(g, &logits, 1, NULL, error) : NULL;
+  QkvPlanOptions po = qkv_plan_options_default();
+  po.precision = precision;
+  g_autoptr(QkvPlan) plan = logits ? qkv_graph_compile(g, &logits, 1, &po, error) : NULL;
   g_autoptr(QkvTensor) x = qkv_tensor_new(QKV_I32, &window);
   QkvGenerateOptions options = {.sample = *sample, .vocab = cfg->vocab, .bos = -1, .eos = -1};
   return plan && qkv_plan_bind(plan, "x", x, error) &&
