@@ -122,8 +122,8 @@ main(int argc, char **argv)
   for (gint rep = -1; rep < opt_reps; rep++) { /* rep -1: the warm-up */
     gint n_out = 0;
     gint64 start = g_get_monotonic_time();
-    if (!gpt_generate(params, &cfg, prompt, opt_prompt, opt_tokens, &greedy, cached_out, &n_out,
-                      &error))
+    if (!gpt_generate(params, &cfg, prompt, opt_prompt, opt_tokens, &greedy, QKV_PRECISION_FP32,
+                      cached_out, &n_out, &error))
       break;
     gint64 mid = g_get_monotonic_time();
     if (!recompute_generate(params, &cfg, prompt, opt_prompt, opt_tokens, recompute_out, &error))

@@ -12,6 +12,10 @@
  *   qkv        qkv_sgemm() with the backend qkv picks (qkv_gemm_backend(),
  *              QKV_GEMM overrides it) on --threads threads of qkv's pool.
  *
+ * Beside the FMA peak, the bf16 ceiling (bf16-peak.c): the VDPBF16PS peak
+ * on the same threads (AVX512_BF16; 0 without it) and oneDNN's bf16 matmul
+ * at BF16_SHAPE³ (0 without oneDNN), each also per core.
+ *
  * With --candidates every GEMM backend qkv can use is timed too, each on one
  * thread per call and split over qkv's pool as qkv_sgemm() splits products:
  * qkv:openblas and qkv:onednn (qkv_set_gemm_backend()), and BLIS when
@@ -47,6 +51,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "bf16-peak.h"
+
+/* the square shape of the oneDNN bf16 matmul figure: large enough that
+ * packing and threading are a small part of each call */
+#define BF16_SHAPE 2048
 
 static gchar *opt_config = NULL;
 static gint opt_threads = 1;
@@ -487,6 +497,16 @@ main(int argc, char **argv)
   double peak = fma_peak(opt_threads);
   const char *width = cpu_has_avx512() ? "zmm" : "ymm";
 
+  const gchar *dot_isa = NULL, *dnnl_impl = NULL;
+  double dot_peak = bf16_dot_peak(opt_threads, &dot_isa);
+  double dnnl_bf16 =
+      bf16_onednn_matmul(opt_threads, BF16_SHAPE, BF16_SHAPE, BF16_SHAPE, opt_seconds, &dnnl_impl);
+  fprintf(stderr,
+          "per core: FMA peak (%s) %.1f GFLOP/s; bf16 dot-product peak (%s) %.1f GFLOP/s; oneDNN "
+          "bf16 matmul %d^3 (%s) %.1f GFLOP/s\n",
+          width, peak / opt_threads, dot_isa, dot_peak / opt_threads, BF16_SHAPE, dnnl_impl,
+          dnnl_bf16 / opt_threads);
+
   const gint tokens = cfg->batch * cfg->num_steps;
   fprintf(stderr,
           "config %s (%d tokens), %d threads; FMA peak (%s) %.1f GFLOP/s; OpenBLAS %s (%s); qkv "
@@ -497,8 +517,15 @@ main(int argc, char **argv)
   GArray *rates = g_array_new(FALSE, FALSE, sizeof(double));
   GString *json = g_string_new(NULL);
   g_string_append_printf(json,
-                         "{\"config\": \"%s\", \"threads\": %d, \"seconds\": %g, \"shapes\": [",
-                         cfg->name, opt_threads, opt_seconds);
+                         "{\"config\": \"%s\", \"threads\": %d, \"seconds\": %g, "
+                         "\"fma_peak_gflops_per_core\": %.2f, \"bf16_dot_peak_gflops\": %.2f, "
+                         "\"bf16_dot_peak_gflops_per_core\": %.2f, \"bf16_dot_isa\": \"%s\", "
+                         "\"onednn_bf16_matmul_shape\": %d, \"onednn_bf16_matmul_gflops\": %.2f, "
+                         "\"onednn_bf16_matmul_gflops_per_core\": %.2f, "
+                         "\"onednn_bf16_matmul_impl\": \"%s\", \"shapes\": [",
+                         cfg->name, opt_threads, opt_seconds, peak / opt_threads, dot_peak,
+                         dot_peak / opt_threads, dot_isa, BF16_SHAPE, dnnl_bf16,
+                         dnnl_bf16 / opt_threads, dnnl_impl);
   time_shapes(cfg, tokens, cands, n_cands, json, rates);
   finish_report(json, cands, n_cands, rates, peak, width, qkv_backend, qkv_kernel);
   g_array_unref(rates);

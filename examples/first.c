@@ -96,21 +96,20 @@ run(GError **error)
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.training = TRUE;
   g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &opts, error);
-  if (plan == NULL) /* the one check: error holds the first failure */
-    return FALSE;
+
+  /* Adam under a cosine schedule; made only when the plan was */
+  const gint steps_per_epoch = N_TRAIN / BATCH;
+  QkvOptimConfig adam = qkv_optim_config_adam(0.02);
+  g_autoptr(QkvOptimizer) opt = plan ? qkv_optimizer_new_adam(params, &adam, error) : NULL;
+  g_autoptr(QkvSchedule) schedule =
+      opt ? qkv_schedule_try_new_cosine(0.02, (gint64)EPOCHS * steps_per_epoch, 0.001, error)
+          : NULL;
 
   /* the batch tensors are bound once; each step refills them */
   g_autoptr(QkvTensor) x_batch = qkv_tensor_new(QKV_F32, &bxs);
   g_autoptr(QkvTensor) y_batch = qkv_tensor_new(QKV_I32, &bys);
-  if (!qkv_plan_bind(plan, "x", x_batch, error) || !qkv_plan_bind(plan, "y", y_batch, error))
-    return FALSE;
-
-  const gint steps_per_epoch = N_TRAIN / BATCH;
-  QkvOptimConfig adam = qkv_optim_config_adam(0.02);
-  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &adam, error);
-  g_autoptr(QkvSchedule) schedule =
-      qkv_schedule_new_cosine(0.02, (gint64)EPOCHS * steps_per_epoch, 0.001);
-  if (opt == NULL)
+  if (schedule == NULL || /* the one check: error holds the first failure */
+      !qkv_plan_bind(plan, "x", x_batch, error) || !qkv_plan_bind(plan, "y", y_batch, error))
     return FALSE;
 
   g_autofree gint *order = g_new(gint, N_TRAIN);
@@ -131,9 +130,8 @@ run(GError **error)
         qkv_tensor_i32(y_batch)[k] = qkv_tensor_i32(y_train)[i];
       }
       qkv_schedule_step(schedule, opt); /* sets the lr for this update */
-      if (!qkv_plan_run(plan, error))   /* forward, and d loss / d params */
-        return FALSE;
-      if (!qkv_optimizer_step(opt, error))
+      if (!qkv_plan_run(plan, error) || /* forward, and d loss / d params */
+          !qkv_optimizer_step(opt, error))
         return FALSE;
       last_loss = qkv_plan_output_scalar(plan, 0);
     }

@@ -18,6 +18,7 @@
 #include "ops-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* Elements per block: a multiple of 16 floats, so that threads, which get
  * whole blocks, never write to the same cache line. */
@@ -418,6 +419,7 @@ approximate_attrs(const gchar *approximate)
 QkvValue *
 qkv_gelu(QkvValue *x, const gchar *approximate, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("gelu", error, x);
   return qkv_op_call("gelu", &x, 1, approximate_attrs(approximate), error);
 }
@@ -425,6 +427,7 @@ qkv_gelu(QkvValue *x, const gchar *approximate, GError **error)
 QkvValue *
 qkv_gelu_backward(QkvValue *dy, QkvValue *x, const gchar *approximate, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("gelu_backward", error, dy, x);
   QkvValue *inputs[] = {dy, x};
   return qkv_op_call("gelu_backward", inputs, 2, approximate_attrs(approximate), error);
@@ -433,6 +436,7 @@ qkv_gelu_backward(QkvValue *dy, QkvValue *x, const gchar *approximate, GError **
 QkvValue *
 qkv_silu(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("silu", error, x);
   return qkv_op_call("silu", &x, 1, NULL, error);
 }
@@ -440,6 +444,7 @@ qkv_silu(QkvValue *x, GError **error)
 QkvValue *
 qkv_silu_backward(QkvValue *dy, QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("silu_backward", error, dy, x);
   QkvValue *inputs[] = {dy, x};
   return qkv_op_call("silu_backward", inputs, 2, NULL, error);

@@ -15,6 +15,7 @@
  * (B, n_q, n_k, h), and, when dropout > 0, 3 the dropout mask (B, n_q, n_k).
  */
 #include "attention-common.h"
+#include "error-private.h"
 
 /* The inputs: q, k, v, w_q, w_k, w_v, then valid_lens. */
 enum { AA_VALID_LENS = 6, AA_MAX_INPUTS };
@@ -610,6 +611,9 @@ qkv_additive_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *w_q, Qkv
                        QkvValue *w_v, QkvValue *valid_lens, double dropout, QkvValue **weights,
                        GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("additive_attention", error, q, k, v);
   QKV_RETURN_IF_MISSING("additive_attention", error, w_q, w_k, w_v);
   GVariantBuilder attrs;

@@ -9,6 +9,7 @@
  * gradient of gather); indices have none.
  */
 #include "ops-common.h"
+#include "error-private.h"
 
 /* Columns scanned per task: stack accumulators this wide stay in L1 and the
  * inner loop vectorises. */
@@ -258,18 +259,25 @@ values_call(const gchar *op_name, QkvValue *x, gint axis, gboolean keepdims, Qkv
 QkvValue *
 qkv_max(QkvValue *x, gint axis, gboolean keepdims, QkvValue **indices, GError **error)
 {
+  if (indices != NULL) /* a failure leaves out-values NULL */
+    *indices = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return values_call("max", x, axis, keepdims, indices, error);
 }
 
 QkvValue *
 qkv_min(QkvValue *x, gint axis, gboolean keepdims, QkvValue **indices, GError **error)
 {
+  if (indices != NULL) /* a failure leaves out-values NULL */
+    *indices = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return values_call("min", x, axis, keepdims, indices, error);
 }
 
 QkvValue *
 qkv_argmax(QkvValue *x, gint axis, gboolean keepdims, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL;
   return qkv_op_call("argmax", &x, 1, arg_attrs_new(axis, keepdims), error);
@@ -278,6 +286,7 @@ qkv_argmax(QkvValue *x, gint axis, gboolean keepdims, GError **error)
 QkvValue *
 qkv_argmin(QkvValue *x, gint axis, gboolean keepdims, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL;
   return qkv_op_call("argmin", &x, 1, arg_attrs_new(axis, keepdims), error);

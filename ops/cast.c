@@ -10,6 +10,7 @@
  * (i32 values never take gradients).
  */
 #include "ops-common.h"
+#include "error-private.h"
 
 /* The dtype an attribute string names; FALSE if none. */
 static gboolean
@@ -110,6 +111,7 @@ const QkvOpDef qkv_ops_cast[] = {
 QkvValue *
 qkv_cast(QkvValue *x, QkvDType dtype, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL;
   GVariantBuilder attrs;

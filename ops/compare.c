@@ -15,6 +15,7 @@
  * whole gradient, as in PyTorch too.
  */
 #include "broadcast-common.h"
+#include "error-private.h"
 
 typedef enum {
   CMP_EQ,
@@ -222,47 +223,55 @@ binary_call(const gchar *op_name, QkvValue *a, QkvValue *b, GError **error)
 QkvValue *
 qkv_eq(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("eq", a, b, error);
 }
 
 QkvValue *
 qkv_ne(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("ne", a, b, error);
 }
 
 QkvValue *
 qkv_lt(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("lt", a, b, error);
 }
 
 QkvValue *
 qkv_le(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("le", a, b, error);
 }
 
 QkvValue *
 qkv_gt(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("gt", a, b, error);
 }
 
 QkvValue *
 qkv_ge(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("ge", a, b, error);
 }
 
 QkvValue *
 qkv_maximum(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("maximum", a, b, error);
 }
 
 QkvValue *
 qkv_minimum(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("minimum", a, b, error);
 }

@@ -6,6 +6,7 @@
  * Batches of small products run in parallel, one product per thread.
  */
 #include "flash-attention.h"
+#include "error-private.h"
 
 /* ---- where the optional inputs sit -----------------------------------------
  *
@@ -479,6 +480,9 @@ QkvValue *
 qkv_dot_product_attention(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue *valid_lens,
                           gboolean causal, double dropout, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_dot_product_attention_masked(q, k, v, valid_lens, NULL, QKV_MASK_BOOLEAN, causal,
                                           dropout, weights, error);
 }
@@ -488,6 +492,9 @@ qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
                                  QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
                                  QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("dot_product_attention", error, q, k, v);
   QkvAttnSlots in = qkv_attn_slots(DOT_FIRST_OPTIONAL, valid_lens != NULL, mask != NULL);
   QkvValue *inputs[DOT_MAX_INPUTS] = {q, k, v};

@@ -9,6 +9,7 @@
  * op has a single output.
  */
 #include "attention-common.h"
+#include "error-private.h"
 
 /* Elements per parallel chunk. */
 #define DROPOUT_CHUNK 4096
@@ -123,6 +124,7 @@ const QkvOpDef qkv_ops_dropout[] = {
 QkvValue *
 qkv_dropout(QkvValue *x, double p, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("dropout", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

@@ -11,6 +11,7 @@
 #include "broadcast-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* Chunks start on a multiple of this many floats (a 64-byte cache line), so
  * threads never write to the same line and SLEEF sees aligned starts. */
@@ -695,30 +696,35 @@ unary_call(const gchar *op_name, QkvValue *x, GError **error)
 QkvValue *
 qkv_add(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("add", a, b, error);
 }
 
 QkvValue *
 qkv_sub(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("sub", a, b, error);
 }
 
 QkvValue *
 qkv_mul(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("mul", a, b, error);
 }
 
 QkvValue *
 qkv_div(QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("div", a, b, error);
 }
 
 QkvValue *
 qkv_scale(QkvValue *x, double factor, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("scale", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
@@ -729,53 +735,62 @@ qkv_scale(QkvValue *x, double factor, GError **error)
 QkvValue *
 qkv_neg(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("neg", x, error);
 }
 
 QkvValue *
 qkv_relu(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("relu", x, error);
 }
 
 QkvValue *
 qkv_sigmoid(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("sigmoid", x, error);
 }
 
 QkvValue *
 qkv_tanh(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("tanh", x, error);
 }
 
 QkvValue *
 qkv_exp(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("exp", x, error);
 }
 
 QkvValue *
 qkv_log(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("log", x, error);
 }
 
 QkvValue *
 qkv_relu_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("relu_backward", dy, y, error);
 }
 
 QkvValue *
 qkv_sigmoid_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("sigmoid_backward", dy, y, error);
 }
 
 QkvValue *
 qkv_tanh_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return binary_call("tanh_backward", dy, y, error);
 }

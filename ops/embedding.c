@@ -7,6 +7,7 @@
  * skips such ids. Neither reads or writes out of bounds.
  */
 #include "ops-common.h"
+#include "error-private.h"
 
 static gboolean
 embedding_shape(QkvShapeCtx *ctx, GError **error)
@@ -184,6 +185,7 @@ const QkvOpDef qkv_ops_embedding[] = {
 QkvValue *
 qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("embedding", error, ids, weight);
   QkvValue *inputs[] = {ids, weight};
   return qkv_op_call("embedding", inputs, 2, NULL, error);
@@ -192,6 +194,7 @@ qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error)
 QkvValue *
 qkv_embedding_backward(QkvValue *dy, QkvValue *ids, gint64 num_embeddings, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("embedding_backward", error, dy, ids);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

@@ -11,6 +11,7 @@
 #include "ops-common.h"
 
 #include <cblas.h>
+#include "error-private.h"
 
 /* The sizes of one FFN: N rows of D inputs, F hidden units, O outputs. */
 typedef struct {
@@ -285,6 +286,7 @@ QkvValue *
 qkv_position_wise_ffn(QkvValue *x, QkvValue *w1, QkvValue *b1, QkvValue *w2, QkvValue *b2,
                       GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("position_wise_ffn", error, x, w1, b1, w2, b2);
   QkvValue *inputs[] = {x, w1, b1, w2, b2};
   return qkv_op_call("position_wise_ffn", inputs, 5, NULL, error);

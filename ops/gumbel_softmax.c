@@ -35,6 +35,7 @@
  * row with no valid position picks nothing: its y and s are all zeros.
  */
 #include "attention-common.h"
+#include "error-private.h"
 
 /* The inputs: logits, then the optional valid lengths. */
 #define FIRST_OPTIONAL 1
@@ -320,6 +321,7 @@ QkvValue *
 qkv_gumbel_softmax(QkvValue *logits, QkvValue *valid_lens, double tau, gboolean hard, gint axis,
                    GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("gumbel_softmax", error, logits);
   QkvValue *inputs[2] = {logits, valid_lens};
   GVariantBuilder attrs;

@@ -14,6 +14,7 @@
  * and each element sums its terms in index order, whatever the thread count.
  */
 #include "ops-common.h"
+#include "error-private.h"
 
 /* Columns per task: a block of the positions after the axis. */
 #define INDEX_COL_BLOCK 256
@@ -580,6 +581,7 @@ axis_attrs_new(gint axis)
 QkvValue *
 qkv_gather(QkvValue *x, QkvValue *index, gint axis, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL || index == NULL)
     return NULL;
   QkvValue *inputs[] = {x, index};
@@ -590,6 +592,7 @@ QkvValue *
 qkv_gather_backward(QkvValue *dy, QkvValue *index, const QkvShape *input_shape, gint axis,
                     GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (dy == NULL || index == NULL || input_shape == NULL)
     return NULL;
   GVariantBuilder attrs;
@@ -604,6 +607,7 @@ qkv_gather_backward(QkvValue *dy, QkvValue *index, const QkvShape *input_shape, 
 QkvValue *
 qkv_index_select(QkvValue *x, QkvValue *index, gint axis, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL || index == NULL)
     return NULL;
   QkvValue *inputs[] = {x, index};
@@ -613,6 +617,7 @@ qkv_index_select(QkvValue *x, QkvValue *index, gint axis, GError **error)
 QkvValue *
 qkv_index_select_backward(QkvValue *dy, QkvValue *index, gint64 size, gint axis, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (dy == NULL || index == NULL)
     return NULL;
   GVariantBuilder attrs;

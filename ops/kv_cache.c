@@ -10,6 +10,7 @@
 #include "ops-common.h"
 
 #include <string.h>
+#include "error-private.h"
 
 static gboolean
 kv_cache_shape(QkvShapeCtx *ctx, GError **error)
@@ -130,6 +131,9 @@ QkvValue *
 qkv_kv_cache_append(QkvValue *cache, QkvValue *fresh, QkvValue *positions, QkvValue **lengths,
                     GError **error)
 {
+  if (lengths != NULL) /* a failure leaves out-values NULL */
+    *lengths = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("kv_cache_append", error, cache, fresh, positions);
   if (qkv_value_kind(cache) != QKV_VALUE_STATE) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
@@ -149,6 +153,7 @@ qkv_kv_cache_append(QkvValue *cache, QkvValue *fresh, QkvValue *positions, QkvVa
 QkvValue *
 qkv_positions(QkvValue *x, QkvValue *starts, gint64 offset, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("positions", error, x);
   QkvValue *inputs[] = {x, starts};
   GVariantBuilder attrs;

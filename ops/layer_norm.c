@@ -10,6 +10,7 @@
 #include "ops-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* The shape of x without its last axis: one entry per row. */
 static QkvShape
@@ -253,6 +254,7 @@ const QkvOpDef qkv_ops_layer_norm[] = {
 QkvValue *
 qkv_layer_norm(QkvValue *x, QkvValue *gamma, QkvValue *beta, double eps, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("layer_norm", error, x, gamma, beta);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

@@ -20,6 +20,7 @@
 #include "ops-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* cross_entropy's inputs are logits, targets and the optional weight, in
  * fixed slots; cross_entropy_backward's are dloss and the same three. */
@@ -609,6 +610,7 @@ qkv_cross_entropy_ignore(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                          QkvReduction reduction, double label_smoothing, gint64 ignore_index,
                          GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {logits, targets, weight};
@@ -620,6 +622,7 @@ QkvValue *
 qkv_cross_entropy_smoothed(QkvValue *logits, QkvValue *targets, QkvValue *weight,
                            QkvReduction reduction, double label_smoothing, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_cross_entropy_ignore(logits, targets, weight, reduction, label_smoothing,
                                   CE_IGNORE_INDEX, error);
 }
@@ -628,6 +631,7 @@ QkvValue *
 qkv_cross_entropy(QkvValue *logits, QkvValue *targets, QkvValue *weight, QkvReduction reduction,
                   GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_cross_entropy_smoothed(logits, targets, weight, reduction, 0.0, error);
 }
 
@@ -636,6 +640,7 @@ qkv_cross_entropy_backward_ignore(QkvValue *dloss, QkvValue *logits, QkvValue *t
                                   QkvValue *weight, QkvReduction reduction, double label_smoothing,
                                   gint64 ignore_index, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {dloss, logits, targets, weight};
@@ -649,6 +654,7 @@ qkv_cross_entropy_backward_smoothed(QkvValue *dloss, QkvValue *logits, QkvValue 
                                     QkvValue *weight, QkvReduction reduction,
                                     double label_smoothing, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_cross_entropy_backward_ignore(dloss, logits, targets, weight, reduction,
                                            label_smoothing, CE_IGNORE_INDEX, error);
 }
@@ -658,6 +664,7 @@ qkv_cross_entropy_weight_backward(QkvValue *dloss, QkvValue *logits, QkvValue *t
                                   QkvReduction reduction, double label_smoothing,
                                   gint64 ignore_index, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("cross_entropy_weight_backward", error, dloss, logits, targets);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {dloss, logits, targets};
@@ -669,12 +676,14 @@ QkvValue *
 qkv_cross_entropy_backward(QkvValue *dloss, QkvValue *logits, QkvValue *targets, QkvValue *weight,
                            QkvReduction reduction, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_cross_entropy_backward_smoothed(dloss, logits, targets, weight, reduction, 0.0, error);
 }
 
 QkvValue *
 qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("mse", error, pred, target);
   g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
   QkvValue *inputs[] = {pred, target};

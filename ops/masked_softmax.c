@@ -7,6 +7,7 @@
  * are replaced by -1e6 before the softmax (see attention-common.h).
  */
 #include "attention-common.h"
+#include "error-private.h"
 
 #define BLOCK_ELEMENTS 1024
 
@@ -234,6 +235,7 @@ const QkvOpDef qkv_ops_masked_softmax[] = {
 QkvValue *
 qkv_masked_softmax(QkvValue *x, QkvValue *valid_lens, gboolean causal, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_masked_softmax_full(x, valid_lens, NULL, QKV_MASK_BOOLEAN, causal, error);
 }
 
@@ -241,6 +243,7 @@ QkvValue *
 qkv_masked_softmax_full(QkvValue *x, QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
                         gboolean causal, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("masked_softmax", error, x);
   QkvAttnSlots in = qkv_attn_slots(FIRST_OPTIONAL, valid_lens != NULL, mask != NULL);
   QkvValue *inputs[3] = {x};

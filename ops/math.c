@@ -11,6 +11,7 @@
 
 #include <float.h>
 #include <math.h>
+#include "error-private.h"
 
 typedef enum {
   MATH_ABS,
@@ -435,30 +436,35 @@ unary_call(const gchar *op_name, QkvValue *x, GVariant *attrs, GError **error)
 QkvValue *
 qkv_abs(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("abs", x, NULL, error);
 }
 
 QkvValue *
 qkv_sign(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("sign", x, NULL, error);
 }
 
 QkvValue *
 qkv_sqrt(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("sqrt", x, NULL, error);
 }
 
 QkvValue *
 qkv_square(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return unary_call("square", x, NULL, error);
 }
 
 QkvValue *
 qkv_pow(QkvValue *x, double exponent, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL; /* before building attrs that nothing would free */
   GVariantBuilder attrs;
@@ -470,6 +476,7 @@ qkv_pow(QkvValue *x, double exponent, GError **error)
 QkvValue *
 qkv_pow_tensor(QkvValue *x, QkvValue *exponent, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("pow_tensor", error, x, exponent);
   QkvValue *inputs[] = {x, exponent};
   return qkv_op_call("pow_tensor", inputs, 2, NULL, error);

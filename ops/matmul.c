@@ -7,6 +7,7 @@
 #include "ops-common.h"
 
 #include <cblas.h>
+#include "error-private.h"
 
 /* Below this many multiply-adds per product, splitting each product costs
  * more than it gains, so batches of such products are split across the pool
@@ -224,6 +225,7 @@ const QkvOpDef qkv_ops_matmul[] = {
 QkvValue *
 qkv_matmul(QkvValue *a, QkvValue *b, gboolean transpose_a, gboolean transpose_b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("matmul", error, a, b);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

@@ -11,6 +11,7 @@
  * by the heads of a batch element (the book's repeat_interleave).
  */
 #include "mha-internal.h"
+#include "error-private.h"
 
 /* ---- where the optional inputs sit (mha-internal.h) --------------------- */
 
@@ -361,6 +362,9 @@ qkv_multi_head_attention(QkvValue *queries, QkvValue *keys, QkvValue *values, Qk
                          gint num_heads, QkvValue *valid_lens, gboolean causal, double dropout,
                          QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_multi_head_attention_masked(queries, keys, values, w_q, w_k, w_v, w_o, biases,
                                          num_heads, valid_lens, NULL, QKV_MASK_BOOLEAN, causal,
                                          dropout, weights, error);
@@ -373,6 +377,9 @@ qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *val
                                 QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
                                 QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("multi_head_attention", error, queries, keys, values);
   QKV_RETURN_IF_MISSING("multi_head_attention", error, w_q, w_k, w_v, w_o);
   if (biases != NULL)

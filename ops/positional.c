@@ -20,6 +20,7 @@
 #include "attention-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* The optional positions input sits in a fixed slot after x. */
 #define PE_POSITIONS 1
@@ -203,6 +204,7 @@ const QkvOpDef qkv_ops_positional[] = {
 QkvValue *
 qkv_positional_encoding(QkvValue *x, double dropout, gint64 offset, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("positional_encoding", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
@@ -215,6 +217,7 @@ QkvValue *
 qkv_positional_encoding_at(QkvValue *x, QkvValue *positions, double dropout, gint64 offset,
                            GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("positional_encoding", error, x, positions);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);

@@ -10,6 +10,7 @@
 #include "ops-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* At most this many parts for a total (its partial sums live on the stack). */
 #define REDUCE_MAX_PARTS 64
@@ -654,18 +655,21 @@ shape_call(const gchar *op_name, QkvValue *x, const QkvShape *shape, GError **er
 QkvValue *
 qkv_sum(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return reduce_call("sum", x, axes, n_axes, keepdims, error);
 }
 
 QkvValue *
 qkv_mean(QkvValue *x, const gint *axes, guint n_axes, gboolean keepdims, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return reduce_call("mean", x, axes, n_axes, keepdims, error);
 }
 
 QkvValue *
 qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   /* the shape rule lets x be smaller than the target, for plans run at a
    * smaller batch; a node is only added where the target broadcasts to x */
   if (x != NULL && shape != NULL && qkv_value_dtype(x) == QKV_F32 &&
@@ -683,5 +687,6 @@ qkv_sum_to(QkvValue *x, const QkvShape *shape, GError **error)
 QkvValue *
 qkv_broadcast_to(QkvValue *x, const QkvShape *shape, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return shape_call("broadcast_to", x, shape, error);
 }

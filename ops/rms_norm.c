@@ -11,6 +11,7 @@
 
 #include <float.h>
 #include <math.h>
+#include "error-private.h"
 
 /* The shape of x without its last axis: one entry per row. */
 static QkvShape
@@ -276,6 +277,7 @@ const QkvOpDef qkv_ops_rms_norm[] = {
 QkvValue *
 qkv_rms_norm(QkvValue *x, QkvValue *weight, double eps, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("rms_norm", error, x);
   /* a NULL weight means none, unless an earlier call failed */
   if (error != NULL && *error != NULL)

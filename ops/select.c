@@ -9,6 +9,7 @@
 #include "broadcast-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 static gboolean
 check_cond_dtype(QkvShapeCtx *ctx, guint i, const gchar *name, GError **error)
@@ -412,6 +413,7 @@ const QkvOpDef qkv_ops_select[] = {
 QkvValue *
 qkv_where(QkvValue *cond, QkvValue *a, QkvValue *b, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (cond == NULL || a == NULL || b == NULL)
     return NULL;
   QkvValue *inputs[] = {cond, a, b};
@@ -421,6 +423,7 @@ qkv_where(QkvValue *cond, QkvValue *a, QkvValue *b, GError **error)
 QkvValue *
 qkv_masked_fill(QkvValue *x, QkvValue *mask, double value, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL || mask == NULL)
     return NULL;
   GVariantBuilder attrs;
@@ -433,6 +436,7 @@ qkv_masked_fill(QkvValue *x, QkvValue *mask, double value, GError **error)
 QkvValue *
 qkv_sequence_mask(QkvValue *valid_lens, gint64 maxlen, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (valid_lens == NULL)
     return NULL;
   GVariantBuilder attrs;
@@ -444,6 +448,7 @@ qkv_sequence_mask(QkvValue *valid_lens, gint64 maxlen, GError **error)
 QkvValue *
 qkv_sequence_mask_like(QkvValue *valid_lens, QkvValue *like, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("sequence_mask", error, valid_lens, like);
   const QkvShape *s = qkv_value_shape(like);
   GVariantBuilder attrs;
@@ -467,6 +472,7 @@ bounds_attrs(double lo, double hi)
 QkvValue *
 qkv_clamp(QkvValue *x, double lo, double hi, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL;
   return qkv_op_call("clamp", &x, 1, bounds_attrs(lo, hi), error);
@@ -475,6 +481,7 @@ qkv_clamp(QkvValue *x, double lo, double hi, GError **error)
 QkvValue *
 qkv_clamp_backward(QkvValue *dy, QkvValue *x, double lo, double hi, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (dy == NULL || x == NULL)
     return NULL;
   QkvValue *inputs[] = {dy, x};

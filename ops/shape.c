@@ -5,6 +5,7 @@
  * their input's dtype.
  */
 #include "ops-common.h"
+#include "error-private.h"
 
 /* TRUE on overflow, like __builtin_mul_overflow. */
 static inline gboolean
@@ -595,6 +596,7 @@ const QkvOpDef qkv_ops_shape[] = {
 QkvValue *
 qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(shape != NULL, NULL);
   QKV_RETURN_IF_MISSING("reshape", error, x);
   GVariantBuilder attrs;
@@ -607,6 +609,7 @@ qkv_reshape(QkvValue *x, const QkvShape *shape, GError **error)
 QkvValue *
 qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(perm != NULL || n == 0, NULL);
   QKV_RETURN_IF_MISSING("permute", error, x);
   g_autofree gint64 *values = g_new(gint64, MAX(n, 1));
@@ -621,6 +624,7 @@ qkv_permute(QkvValue *x, const gint *perm, guint n, GError **error)
 QkvValue *
 qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("transpose", error, x);
   gint rank = qkv_value_shape(x)->rank;
   gint a0 = qkv_normalize_axis(axis0, rank), a1 = qkv_normalize_axis(axis1, rank);
@@ -641,6 +645,7 @@ qkv_transpose(QkvValue *x, gint axis0, gint axis1, GError **error)
 QkvValue *
 qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("slice", error, x);
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
@@ -653,6 +658,7 @@ qkv_slice(QkvValue *x, gint axis, gint64 start, gint64 end, GError **error)
 QkvValue *
 qkv_concat(QkvValue *const *xs, guint n, gint axis, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(xs != NULL && n > 0, NULL);
   if (!qkv_values_present("concat", xs, n, error))
     return NULL;
@@ -666,6 +672,7 @@ QkvValue *
 qkv_slice_backward(QkvValue *dy, const QkvShape *input_shape, gint axis, gint64 start,
                    GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(input_shape != NULL, NULL);
   QKV_RETURN_IF_MISSING("slice_backward", error, dy);
   GVariantBuilder attrs;

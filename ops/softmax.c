@@ -7,6 +7,7 @@
 #include "ops-common.h"
 
 #include <math.h>
+#include "error-private.h"
 
 static float
 row_max(const float *x, gint64 n)
@@ -247,6 +248,7 @@ const QkvOpDef qkv_ops_softmax[] = {
 QkvValue *
 qkv_softmax(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("softmax", error, x);
   return qkv_op_call("softmax", &x, 1, NULL, error);
 }
@@ -254,6 +256,7 @@ qkv_softmax(QkvValue *x, GError **error)
 QkvValue *
 qkv_log_softmax(QkvValue *x, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("log_softmax", error, x);
   return qkv_op_call("log_softmax", &x, 1, NULL, error);
 }
@@ -261,6 +264,7 @@ qkv_log_softmax(QkvValue *x, GError **error)
 QkvValue *
 qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("softmax_backward", error, dy, y);
   QkvValue *inputs[] = {dy, y};
   return qkv_op_call("softmax_backward", inputs, 2, NULL, error);
@@ -269,6 +273,7 @@ qkv_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 QkvValue *
 qkv_log_softmax_backward(QkvValue *dy, QkvValue *y, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("log_softmax_backward", error, dy, y);
   QkvValue *inputs[] = {dy, y};
   return qkv_op_call("log_softmax_backward", inputs, 2, NULL, error);

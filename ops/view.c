@@ -8,6 +8,7 @@
  * squeezing an axis whose size is not 1 is an error rather than a no-op.
  */
 #include "ops-common.h"
+#include "error-private.h"
 
 static gboolean
 check_dtype(QkvShapeCtx *ctx, GError **error)
@@ -291,6 +292,7 @@ const QkvOpDef qkv_ops_view[] = {
 QkvValue *
 qkv_unsqueeze(QkvValue *x, gint axis, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL;
   GVariantBuilder attrs;
@@ -302,6 +304,7 @@ qkv_unsqueeze(QkvValue *x, gint axis, GError **error)
 QkvValue *
 qkv_squeeze(QkvValue *x, const gint *axes, guint n_axes, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL)
     return NULL;
   GVariantBuilder axes_builder, attrs;
@@ -316,6 +319,7 @@ qkv_squeeze(QkvValue *x, const gint *axes, guint n_axes, GError **error)
 QkvValue *
 qkv_expand(QkvValue *x, const QkvShape *shape, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (x == NULL || shape == NULL)
     return NULL;
   GVariantBuilder attrs;

@@ -64,6 +64,12 @@ test_unknown_op(Fixture *f, gconstpointer data)
   g_autoptr(GError) error = NULL;
   g_assert_null(qkv_graph_op(f->graph, "frobnicate", &f->a, 1, NULL, &error));
   assert_error_names(error, QKV_ERROR_UNKNOWN_OP, "frobnicate");
+  /* where a plugin defining it would have been found: the variables and the
+   * default directory of the loader's search path (the suite runs with
+   * QKV_PLUGIN_SYSTEM_PATH set empty) */
+  assert_error_names(error, QKV_ERROR_UNKNOWN_OP, "QKV_PLUGIN_PATH");
+  assert_error_names(error, QKV_ERROR_UNKNOWN_OP, "QKV_PLUGIN_SYSTEM_PATH (\"\")");
+  assert_error_names(error, QKV_ERROR_UNKNOWN_OP, "default plugin directory " QKV_PLUGIN_DIR);
   assert_graph_usable(f, n);
 }
 
@@ -328,8 +334,8 @@ test_error_domain_names(void)
 static void
 test_version_macros(void)
 {
-  g_autofree gchar *headers = g_strdup_printf("%d.%d.%d", QKV_MAJOR_VERSION, QKV_MINOR_VERSION,
-                                              QKV_MICRO_VERSION);
+  g_autofree gchar *headers =
+      g_strdup_printf("%d.%d.%d", QKV_MAJOR_VERSION, QKV_MINOR_VERSION, QKV_MICRO_VERSION);
   g_assert_cmpstr(headers, ==, qkv_version());
   g_assert_cmpstr(QKV_VERSION_STRING, ==, qkv_version());
   g_assert_true(QKV_CHECK_VERSION(QKV_MAJOR_VERSION, QKV_MINOR_VERSION, QKV_MICRO_VERSION));

@@ -342,12 +342,12 @@ test_refused(void)
   bad[3].cfg.dropout = 1.0;
   QkvShape odd = QKV_SHAPE(97);
   for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_clear_error(&error);          /* errors are sticky: each case starts without one */
     if (i == G_N_ELEMENTS(bad) - 1) /* fails midway: everything before is rolled back */
       g_assert_nonnull(qkv_params_add(params, "decoder.attention.v_p.weight", &odd, &error));
     guint nodes = qkv_graph_n_nodes(g), values = qkv_graph_n_values(g);
     g_autofree gchar *names = param_names(params);
     QkvValue *w = x;
-    g_clear_error(&error);
     g_assert_null(qkv_build_luong_seq2seq(&b, &bad[i].cfg, src, valid, dec, &w, &error));
     g_assert_nonnull(error);
     g_test_message("%s", error->message);
@@ -360,9 +360,10 @@ test_refused(void)
     g_assert_cmpstr(after, ==, names);
   }
   /* a source of another width; f32 valid lengths */
+  g_clear_error(&error);
   QkvShape other = QKV_SHAPE(2, 5, 4);
   QkvValue *y = qkv_graph_input(g, "y", QKV_F32, &other, &error);
-  g_clear_error(&error);
+  g_assert_no_error(error);
   QkvLuongAttentionConfig dot = {.score = QKV_LUONG_DOT, .align = QKV_LUONG_GLOBAL};
   g_assert_null(qkv_build_luong_attention(&b, "a", &dot, x, y, NULL, 0, NULL, &error));
   g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);

@@ -337,8 +337,10 @@ test_refused_names(Fixture *f, gconstpointer data)
   /* errors chain: a push after a failure keeps the first error */
   g_set_error_literal(&error, QKV_ERROR, QKV_ERROR_SHAPE, "first");
   g_assert_false(qkv_builder_push(b, over, &error));
-  g_assert_true(qkv_builder_push(b, "fine", &error));
+  g_assert_false(qkv_builder_push(b, "fine", &error));
   g_assert_cmpstr(error->message, ==, "first");
+  /* the level is there for its pop, refused: it names nothing */
+  assert_refused(f, b);
   qkv_builder_pop(b);
   qkv_builder_pop(b);
   qkv_builder_pop(b);

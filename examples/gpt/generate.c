@@ -8,7 +8,8 @@
 
 gboolean
 gpt_generate(QkvParams *params, const GptConfig *cfg, const gint32 *prompt, gint n_prompt,
-             gint length, const QkvSampleOptions *sample, gint32 *out, gint *n_out, GError **error)
+             gint length, const QkvSampleOptions *sample, QkvPrecision precision, gint32 *out,
+             gint *n_out, GError **error)
 {
   g_autoptr(QkvGraph) g = qkv_graph_new();
   QkvShape one = QKV_SHAPE(1, 1), row = QKV_SHAPE(1);
@@ -17,7 +18,9 @@ gpt_generate(QkvParams *params, const GptConfig *cfg, const gint32 *prompt, gint
   QkvBuilder b = {.graph = g, .params = params, .inits = &gpt_inits, .cache = &cache};
   QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &one, error);
   QkvValue *logits = gpt_logits(&b, cfg, tokens, error);
-  g_autoptr(QkvPlan) plan = logits ? qkv_graph_compile(g, &logits, 1, NULL, error) : NULL;
+  QkvPlanOptions po = qkv_plan_options_default();
+  po.precision = precision;
+  g_autoptr(QkvPlan) plan = logits ? qkv_graph_compile(g, &logits, 1, &po, error) : NULL;
   g_autoptr(QkvPlanDecoder) step = plan ? qkv_plan_decoder_new(plan, 1, cfg->block, error) : NULL;
   QkvGenerateOptions options = {.sample = *sample, .vocab = cfg->vocab, .bos = -1, .eos = -1};
   return step && qkv_generate(&options, 1, prompt, &n_prompt, length, qkv_plan_decoder_step, step,

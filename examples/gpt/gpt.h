@@ -15,6 +15,7 @@ typedef struct {
   gint steps, warmup, batch, eval_every;
   double lr, weight_decay, clip; /* the lr decays to lr / 10 */
   guint64 seed;
+  QkvPrecision precision; /* of the training and evaluation plans' products */
 } GptTrainOptions;
 
 /* Token ids of a text, lines joined by '\n'. */
@@ -45,7 +46,8 @@ QkvValue *gpt_logits(QkvBuilder *b, const GptConfig *cfg, QkvValue *tokens, GErr
 gboolean gpt_train(QkvParams *params, const GptConfig *cfg, const GptCorpus *corpus,
                    const GptTrainOptions *opts, GError **error);
 
-/* generate.c: continue prompt (n_prompt ≥ 1 ids) by length sampled ids */
+/* generate.c: continue prompt (n_prompt ≥ 1 ids) by length sampled ids,
+ * the model's products in precision */
 gboolean gpt_generate(QkvParams *params, const GptConfig *cfg, const gint32 *prompt, gint n_prompt,
-                      gint length, const QkvSampleOptions *sample, gint32 *out, gint *n_out,
-                      GError **error);
+                      gint length, const QkvSampleOptions *sample, QkvPrecision precision,
+                      gint32 *out, gint *n_out, GError **error);

@@ -14,12 +14,17 @@ static gint64 opt_seed = 0;
 static gdouble opt_lr = 3e-3, opt_weight_decay = 0.1, opt_clip = 1.0;
 static gdouble opt_temperature = 0.8, opt_top_p = 1.0;
 static gchar *opt_save = NULL, *opt_load = NULL, *opt_prompt = NULL, *opt_data = NULL;
+static gchar *opt_precision = NULL, *opt_save_dtype = NULL;
+static QkvPrecision precision = QKV_PRECISION_FP32;
+static QkvCheckpointDType save_dtype = QKV_CHECKPOINT_DTYPE_F32;
 
 static GOptionEntry entries[] = {
     {"steps", 0, 0, G_OPTION_ARG_INT, &opt_steps, "Training steps, 0 to 1000000 (1000)", "N"},
     {"threads", 0, 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads, 1 to 256 (default: all)",
      "N"},
     {"save", 0, 0, G_OPTION_ARG_FILENAME, &opt_save, "Save the model here after training", "FILE"},
+    {"save-dtype", 0, 0, G_OPTION_ARG_STRING, &opt_save_dtype,
+     "Parameters saved as f32 (default) or bf16 (rounded to nearest even, half the size)", "DTYPE"},
     {"load", 0, 0, G_OPTION_ARG_FILENAME, &opt_load,
      "Start from this checkpoint (its model sizes and vocabulary)", "FILE"},
     {"prompt", 0, 0, G_OPTION_ARG_FILENAME, &opt_prompt, /* bytes as given: UTF-8 in any locale */
@@ -46,6 +51,10 @@ static GOptionEntry entries[] = {
      "Steps between reports, 1 to 1000000 (100)", "N"},
     {"max-lines", 0, 0, G_OPTION_ARG_INT, &opt_max_lines, "Read only the first N lines (0: all)",
      "N"},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &opt_precision,
+     "Matrix products in fp32 (default) or bf16 (operands rounded to bfloat16, float32 sums, as "
+     "PyTorch's autocast), in training and sampling",
+     "NAME"},
     {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data, "The tab-separated pairs (fra.txt.gz)",
      "FILE"},
     {NULL}};
@@ -88,6 +97,27 @@ check_options(GError **error)
                 "--heads %d does not divide --d-model %d", opt_heads, opt_d_model);
     return FALSE;
   }
+  if (opt_precision != NULL && !g_str_equal(opt_precision, "fp32") &&
+      !g_str_equal(opt_precision, "bf16")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --precision '%s' (fp32 or bf16)", opt_precision);
+    return FALSE;
+  }
+  if (opt_save_dtype != NULL && !g_str_equal(opt_save_dtype, "f32") &&
+      !g_str_equal(opt_save_dtype, "bf16")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --save-dtype '%s' (f32 or bf16)", opt_save_dtype);
+    return FALSE;
+  }
+  if (opt_save_dtype != NULL && opt_save == NULL) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--save-dtype is the dtype of the file --save writes; give --save too");
+    return FALSE;
+  }
+  if (opt_precision != NULL && g_str_equal(opt_precision, "bf16"))
+    precision = QKV_PRECISION_BF16;
+  if (opt_save_dtype != NULL && g_str_equal(opt_save_dtype, "bf16"))
+    save_dtype = QKV_CHECKPOINT_DTYPE_BF16;
   if (opt_load == NULL && opt_steps == 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--steps 0 without --load would sample from an untrained model");
@@ -141,7 +171,7 @@ save_model(QkvParams *params, const GptConfig *cfg, const GptCorpus *corpus, GEr
   g_hash_table_insert(md, "d_model", g_strdup_printf("%" G_GINT64_FORMAT, cfg->d_model));
   g_hash_table_insert(md, "layers", g_strdup_printf("%d", cfg->layers));
   g_hash_table_insert(md, "heads", g_strdup_printf("%d", cfg->heads));
-  return qkv_checkpoint_save(opt_save, params, NULL, NULL, md, error);
+  return qkv_checkpoint_save_full(opt_save, params, NULL, NULL, md, save_dtype, error);
 }
 
 /* Creates the parameters (initialised from the seed), or reads them from
@@ -178,7 +208,7 @@ sample(QkvParams *params, const GptConfig *cfg, const GptCorpus *corpus, GError 
     return FALSE;
   }
   gint n_out = 0;
-  if (!gpt_generate(params, cfg, prompt, n_prompt, opt_length, &so, out, &n_out, error))
+  if (!gpt_generate(params, cfg, prompt, n_prompt, opt_length, &so, precision, out, &n_out, error))
     return FALSE;
   g_autofree gchar *continuation = gpt_decode(corpus, out, n_out);
   printf("--- sample (temperature %g, top-k %d, top-p %g, seed %" G_GINT64_FORMAT ") ---\n%s%s\n",
@@ -223,7 +253,8 @@ run(GError **error)
                              .lr = opt_lr,
                              .weight_decay = opt_weight_decay,
                              .clip = opt_clip,
-                             .seed = (guint64)opt_seed};
+                             .seed = (guint64)opt_seed,
+                             .precision = precision};
     if (!gpt_train(params, &cfg, &corpus, &train, error))
       goto out;
   }

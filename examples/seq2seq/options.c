@@ -198,6 +198,10 @@ option_entries_new(Seq2seqOptions *o, NumericOptions *num)
       {"save", 0, 0, G_OPTION_ARG_FILENAME, &o->save,
        "Save the model, optimizer state and vocabularies to FILE (safetensors) after training",
        "FILE"},
+      {"save-dtype", 0, 0, G_OPTION_ARG_STRING, &o->save_dtype_name,
+       "f32 (default) or bf16: the parameters' dtype in the files --save and --save-best write; "
+       "bf16 rounds them to nearest even and halves their size (the optimizer state stays f32)",
+       "DTYPE"},
       {"resume", 0, 0, G_OPTION_ARG_FILENAME, &o->resume,
        "Start from a checkpoint written by --save (training continues up to --epochs)", "FILE"},
       {"translate", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->translate,
@@ -301,7 +305,8 @@ static const gchar *const data_group[] = {
     "valid-data", "test-data", "heldout",      "reverse-vocab", "reverse-size", NULL};
 static const gchar *const decoding_group[] = {
     "translate", "beam", "length-penalty", "heatmap", "heatmap-sentence", "heatmap-block", NULL};
-static const gchar *const checkpoint_group[] = {"save", "resume", "save-every", "save-best", NULL};
+static const gchar *const checkpoint_group[] = {"save",       "save-dtype", "resume",
+                                                "save-every", "save-best",  NULL};
 static const gchar *const distribution_group[] = {"distributed", NULL};
 
 static const struct {
@@ -566,6 +571,20 @@ check_options(Seq2seqOptions *o, GError **error)
                 "unknown --clip-rule '%s' (torch or d2l)", o->clip_rule);
     return FALSE;
   }
+  if (o->save_dtype_name != NULL && !g_str_equal(o->save_dtype_name, "f32") &&
+      !g_str_equal(o->save_dtype_name, "bf16")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --save-dtype '%s' (f32 or bf16)", o->save_dtype_name);
+    return FALSE;
+  }
+  o->save_dtype = o->save_dtype_name != NULL && g_str_equal(o->save_dtype_name, "bf16")
+                      ? QKV_CHECKPOINT_DTYPE_BF16
+                      : QKV_CHECKPOINT_DTYPE_F32;
+  if (o->save_dtype_name != NULL && o->save == NULL && o->save_best == NULL) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--save-dtype is the dtype of the file --save or --save-best writes; give one");
+    return FALSE;
+  }
   if (o->save_every > 0 && o->save == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--save-every saves to the file --save names; give --save too");
@@ -663,6 +682,7 @@ seq2seq_options_clear(Seq2seqOptions *o)
   g_clear_pointer(&o->step_losses, g_free);
   g_clear_pointer(&o->clip_rule, g_free);
   g_clear_pointer(&o->precision_name, g_free);
+  g_clear_pointer(&o->save_dtype_name, g_free);
   luong_options_clear(&o->luong);
   g_clear_pointer(&o->log, g_free);
   g_clear_pointer(&o->plot, g_free);

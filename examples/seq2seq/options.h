@@ -64,11 +64,13 @@ typedef struct {
   gboolean version;
   gboolean translate_stdin; /* --translate -: a filter from stdin to stdout */
   /* what --task and --model chose */
-  gchar *precision_name; /* --precision as given, or NULL */
+  gchar *precision_name;  /* --precision as given, or NULL */
+  gchar *save_dtype_name; /* --save-dtype as given, or NULL */
   /* what --task, --model and --precision chose */
   gboolean reverse;
   ModelKind kind;
   QkvPrecision precision;
+  QkvCheckpointDType save_dtype; /* of --save, --save-every and --save-best */
 } Seq2seqOptions;
 
 /* The defaults, as --help states them. */

@@ -24,7 +24,8 @@ trainer_save(Trainer *tr, const gchar *path, GError **error)
   g_hash_table_insert(meta, "seq2seq.num_steps", g_strdup_printf("%d", tr->opt->steps));
   g_hash_table_insert(meta, "seq2seq.src_vocab", vocab_join(tr->data.src_vocab));
   g_hash_table_insert(meta, "seq2seq.tgt_vocab", vocab_join(tr->data.tgt_vocab));
-  return qkv_checkpoint_save(path, tr->params, tr->optimizer, NULL, meta, error);
+  return qkv_checkpoint_save_full(path, tr->params, tr->optimizer, NULL, meta, tr->opt->save_dtype,
+                                  error);
 }
 
 /* An integer of the checkpoint's metadata, parsed in full and in range. */

@@ -56,6 +56,9 @@ ensure_decoder(Translator *t, const ModelConfig *cfg, QkvParams *params, GError 
     t->decoder = qkv_step_decoder_new_luong(params, &lc, rows, t->num_steps, t->num_steps,
                                             t->threads, error);
   }
+  /* decode as training's forward computed: bf16 products under --precision bf16 */
+  if (t->decoder != NULL)
+    qkv_step_decoder_set_precision(t->decoder, cfg->precision);
   return t->decoder != NULL;
 }
 

@@ -11,6 +11,7 @@
 #include "decode/decode-internal.h"
 #include "models/gru-internal.h"
 #include "models/luong-internal.h"
+#include "error-private.h"
 
 /* Outputs: 0 logits (R, V), 1 the new state (L, R, H), 2 the attention
  * weights (R, 1, S), 3 with input feeding ã_t (1, R, H). */
@@ -91,6 +92,7 @@ QkvStepDecoder *
 qkv_step_decoder_new_luong(QkvParams *params, const QkvLuongConfig *config, gint max_rows,
                            gint64 src_len, gint max_len, gint n_threads, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_luong";
   if ((guint)config->attention.score > QKV_LUONG_CONCAT ||

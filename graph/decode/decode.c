@@ -32,6 +32,7 @@
 
 #include "decode/decode-internal.h"
 #include "models/transformer-internal.h"
+#include "error-private.h"
 
 static void
 tensors_free(QkvTensor **t, gint n)
@@ -209,6 +210,7 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
                                  gint max_rows, gint64 src_len, gint max_len, gint n_threads,
                                  GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_transformer";
   if (!decode_check_transformer(me, config, max_rows, src_len, max_len, error))
@@ -349,6 +351,7 @@ QkvStepDecoder *
 qkv_step_decoder_new_bahdanau(QkvParams *params, const QkvGruSeq2SeqConfig *config, gint max_rows,
                               gint64 src_len, gint max_len, gint n_threads, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   const gchar *me = "qkv_step_decoder_new_bahdanau";
   g_autoptr(QkvStepDecoder) d = decode_new_gru(me, config, max_rows, src_len, max_len, error);
@@ -467,6 +470,7 @@ gboolean
 qkv_step_decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_valid,
                        gint rows_per_sentence, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(d != NULL && src != NULL && src_valid != NULL, FALSE);
   if (!decoder_acquire(d, "qkv_step_decoder_start", error))
     return FALSE;
@@ -562,6 +566,7 @@ gboolean
 qkv_step_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents,
                       gint n_rows, float *logits, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   QkvStepDecoder *d = decoder;
   g_return_val_if_fail(d != NULL && tokens != NULL && logits != NULL, FALSE);
   if (!decoder_acquire(d, "qkv_step_decoder_step", error))
@@ -588,6 +593,7 @@ qkv_step_decoder_translate(QkvStepDecoder *d, const QkvTensor *src, const QkvTen
                            const QkvBeamOptions *options, gint32 *out_tokens, gint *out_lengths,
                            double *out_scores, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(d != NULL && options != NULL, FALSE);
   if (options->vocab != d->vocab || options->max_len > d->max_len) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,

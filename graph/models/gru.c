@@ -5,6 +5,7 @@
 
 #include "nn/builder-checks.h"
 #include "models/gru-internal.h"
+#include "error-private.h"
 
 gboolean
 gru_layer_params(QkvBuilder *b, const gchar *name, gint k, gint64 in, gint64 hidden,
@@ -106,6 +107,9 @@ QkvValue *
 qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
               gint num_layers, double dropout, QkvValue **h_n, GError **error)
 {
+  if (h_n != NULL) /* a failure leaves out-values NULL */
+    *h_n = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   if (h_n != NULL)
     *h_n = NULL;
@@ -219,49 +223,15 @@ bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, Q
   return qkv_build_linear(b, "decoder.dense", dec_out, cfg->tgt_vocab, TRUE, error);
 }
 
-QkvValue *
-qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
-                           QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
-                           GError **error)
+/* The checks and the all-or-nothing step of both entry points: taps (may be
+ * NULL) receives the intermediates, the attention weights only when
+ * with_weights (they cost a node). */
+static QkvValue *
+bahdanau_checked(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src, QkvValue *src_valid,
+                 QkvValue *dec_in, gboolean with_weights, QkvSeq2SeqTaps *taps, GError **error)
 {
-  g_return_val_if_fail(cfg != NULL, NULL);
-  if (weights != NULL)
-    *weights = NULL;
   BUILDER_RETURN_IF_INVALID(b, error);
-  if (src == NULL || src_valid == NULL || dec_in == NULL)
-    return NULL;
-  if (!check_seq2seq_config(cfg, error))
-    return NULL;
-  const QkvShape *ds = qkv_value_shape(dec_in);
-  if (ds->rank != 2 || ds->dims[1] < 1) {
-    g_autofree gchar *sh = qkv_shape_to_string(ds);
-    g_set_error(error, QKV_ERROR, QKV_ERROR_SHAPE,
-                "qkv_build_bahdanau_seq2seq: dec_in must be (B, T) with T >= 1, got %s", sh);
-    return NULL;
-  }
-  QkvBuilderMark mark;
-  qkv_builder_begin(b, &mark);
-  QkvValue *attention_weights = NULL;
-  QkvValue *logits = bahdanau_seq2seq(b, cfg, src, src_valid, dec_in,
-                                      weights ? &attention_weights : NULL, NULL, error);
-  logits = qkv_builder_end(b, &mark, logits);
-  if (logits != NULL && weights != NULL)
-    *weights = attention_weights;
-  return logits;
-}
-
-QkvValue *
-qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
-                                QkvValue *src_valid, QkvValue *dec_in, QkvSeq2SeqTaps *taps,
-                                GError **error)
-{
-  if (taps != NULL)
-    *taps = (QkvSeq2SeqTaps){0};
-  g_return_val_if_fail(cfg != NULL, NULL);
-  BUILDER_RETURN_IF_INVALID(b, error);
-  if (src == NULL || src_valid == NULL || dec_in == NULL)
-    return NULL;
-  if (!check_seq2seq_config(cfg, error))
+  if (src == NULL || src_valid == NULL || dec_in == NULL || !check_seq2seq_config(cfg, error))
     return NULL;
   const QkvShape *ds = qkv_value_shape(dec_in);
   if (ds->rank != 2 || ds->dims[1] < 1) {
@@ -273,11 +243,41 @@ qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, Q
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
   QkvSeq2SeqTaps found = {0};
-  QkvValue *logits = bahdanau_seq2seq(b, cfg, src, src_valid, dec_in,
-                                      taps ? &found.attention_weights : NULL, &found, error);
+  QkvValue *logits =
+      bahdanau_seq2seq(b, cfg, src, src_valid, dec_in,
+                       with_weights ? &found.attention_weights : NULL, &found, error);
   logits = qkv_builder_end(b, &mark, logits);
   /* on failure the values found were rolled back with the rest */
   if (logits != NULL && taps != NULL)
     *taps = found;
   return logits;
+}
+
+QkvValue *
+qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
+                           QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
+                           GError **error)
+{
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
+  g_return_val_if_fail(cfg != NULL, NULL);
+  QkvSeq2SeqTaps taps = {0};
+  QkvValue *logits =
+      bahdanau_checked(b, cfg, src, src_valid, dec_in, weights != NULL, &taps, error);
+  if (weights != NULL)
+    *weights = taps.attention_weights;
+  return logits;
+}
+
+QkvValue *
+qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConfig *cfg, QkvValue *src,
+                                QkvValue *src_valid, QkvValue *dec_in, QkvSeq2SeqTaps *taps,
+                                GError **error)
+{
+  if (taps != NULL)
+    *taps = (QkvSeq2SeqTaps){0};
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
+  g_return_val_if_fail(cfg != NULL, NULL);
+  return bahdanau_checked(b, cfg, src, src_valid, dec_in, taps != NULL, taps, error);
 }

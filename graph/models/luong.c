@@ -9,6 +9,7 @@
 #include "nn/builder-checks.h"
 #include "models/gru-internal.h"
 #include "models/luong-internal.h"
+#include "error-private.h"
 
 static gboolean
 check_attention_config(const gchar *me, const gchar *field, const QkvLuongAttentionConfig *cfg,
@@ -53,35 +54,33 @@ prepare(QkvBuilder *b, const QkvLuongAttentionConfig *cfg, QkvValue *source, Qkv
     a->v_a = qkv_build_param(b, "v_a.weight", &vh, "linear_weight", H, error);
     a->w_query = qkv_slice(w_a, -1, 0, H, error);
     a->keys = qkv_matmul(source, qkv_slice(w_a, -1, H, 2 * H, error), FALSE, TRUE, error);
-    if (a->v_a == NULL)
-      return FALSE;
     break;
   }
   }
-  if (a->keys == NULL)
-    return FALSE;
-  if (cfg->align == QKV_LUONG_GLOBAL)
-    return TRUE;
-
   if (cfg->align == QKV_LUONG_LOCAL_P) {
     a->w_p = qkv_build_param(b, "W_p.weight", &hh, "linear_weight", H, error);
     a->v_p = qkv_build_param(b, "v_p.weight", &vh, "linear_weight", H, error);
   }
-  /* S: each sentence's valid length, (B, 1, 1) against scores (B, n, S) */
-  a->length =
-      src_valid
-          ? qkv_unsqueeze(qkv_unsqueeze(qkv_cast(src_valid, QKV_F32, error), -1, error), -1, error)
-          : qkv_graph_scalar(b->graph, (float)S);
-  g_autofree float *pos = g_new(float, S);
-  for (gint64 s = 0; s < S; s++)
-    pos[s] = (float)s;
-  QkvShape ps = QKV_SHAPE(S);
-  g_autoptr(QkvTensor) pt = qkv_tensor_new_f32(&ps, pos);
-  a->positions = qkv_graph_constant(b->graph, pt, error);
-  a->window = qkv_graph_scalar(b->graph, (float)cfg->window);
-  return qkv_values_present("qkv_build_luong_attention",
-                            (QkvValue *[]){a->length, a->positions, a->window}, 3, error) &&
-         (cfg->align != QKV_LUONG_LOCAL_P || (a->w_p != NULL && a->v_p != NULL));
+  const gboolean local = cfg->align != QKV_LUONG_GLOBAL;
+  if (local) {
+    /* S: each sentence's valid length, (B, 1, 1) against scores (B, n, S) */
+    a->length = src_valid
+                    ? qkv_unsqueeze(qkv_unsqueeze(qkv_cast(src_valid, QKV_F32, error), -1, error),
+                                    -1, error)
+                    : qkv_graph_scalar(b->graph, (float)S);
+    g_autofree float *pos = g_new(float, S);
+    for (gint64 s = 0; s < S; s++)
+      pos[s] = (float)s;
+    QkvShape ps = QKV_SHAPE(S);
+    g_autoptr(QkvTensor) pt = qkv_tensor_new_f32(&ps, pos);
+    a->positions = qkv_graph_constant(b->graph, pt, error);
+    a->window = qkv_graph_scalar(b->graph, (float)cfg->window);
+  }
+  /* errors chain, so one check of what this configuration uses (the rest
+   * stays NULL): luong_attend() would read a missing window or mask as none */
+  return a->keys && (cfg->score != QKV_LUONG_CONCAT || a->v_a) &&
+         (!local || (a->length && a->positions && a->window)) &&
+         (cfg->align != QKV_LUONG_LOCAL_P || (a->w_p && a->v_p));
 }
 
 gboolean
@@ -188,6 +187,9 @@ qkv_build_luong_attention(QkvBuilder *b, const gchar *name, const QkvLuongAttent
                           QkvValue *queries, QkvValue *source, QkvValue *src_valid,
                           gint64 first_position, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL && cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
@@ -227,6 +229,7 @@ QkvValue *
 qkv_build_luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context, QkvValue *h,
                             GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   g_return_val_if_fail(name != NULL, NULL);
   if (context == NULL || h == NULL)
@@ -322,6 +325,9 @@ QkvValue *
 qkv_build_luong_seq2seq(QkvBuilder *b, const QkvLuongConfig *cfg, QkvValue *src,
                         QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;

@@ -1,6 +1,7 @@
 /* nw.c: Nadaraya-Watson attention pooling with a learned kernel width. */
 #include <qkv/qkv.h>
 #include <qkv/qkv-builders.h>
+#include "error-private.h"
 
 static QkvValue *
 nw_regression(QkvGraph *graph, QkvParams *params, const gchar *w_name, QkvValue *queries,
@@ -35,6 +36,9 @@ qkv_build_nw_regression(QkvGraph *graph, QkvParams *params, const gchar *prefix,
                         QkvValue *keys, QkvValue *values, guint64 seed, QkvValue **weights,
                         GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_nw_regression_masked(graph, params, prefix, queries, keys, values, NULL, seed,
                                         weights, error);
 }
@@ -44,6 +48,9 @@ qkv_build_nw_regression_masked(QkvGraph *graph, QkvParams *params, const gchar *
                                QkvValue *queries, QkvValue *keys, QkvValue *values, QkvValue *mask,
                                guint64 seed, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL && params != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
@@ -57,20 +64,17 @@ qkv_build_nw_regression_masked(QkvGraph *graph, QkvParams *params, const gchar *
                 "qkv_build_nw_regression: queries must have shape (n), got %s", sh);
     return NULL;
   }
+  /* prefix is glued on, not a scope: "nw." gives "nw.w", "" gives "w" */
   g_autofree gchar *w_name = g_strconcat(prefix ? prefix : "", "w", NULL);
-  /* All or nothing, as the QkvBuilder builders (it has no QkvBuilder). */
-  QkvGraphMark graph_mark;
-  QkvParamsMark params_mark;
-  qkv_graph_mark(graph, &graph_mark);
-  qkv_params_mark(params, &params_mark);
+  /* all or nothing, as every builder: a builder step over graph and params */
+  QkvBuilder b = {.graph = graph, .params = params};
+  QkvBuilderMark mark;
+  qkv_builder_begin(&b, &mark);
   QkvValue *attention = NULL;
-  QkvValue *out =
-      nw_regression(graph, params, w_name, queries, keys, values, mask, seed, &attention, error);
-  if (out == NULL) {
-    qkv_graph_rollback(graph, &graph_mark);
-    qkv_params_rollback(params, &params_mark);
-  } else if (weights != NULL) {
+  QkvValue *out = qkv_builder_end(
+      &b, &mark,
+      nw_regression(graph, params, w_name, queries, keys, values, mask, seed, &attention, error));
+  if (out != NULL && weights != NULL)
     *weights = attention;
-  }
   return out;
 }

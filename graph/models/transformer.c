@@ -7,6 +7,7 @@
 
 #include "nn/builder-checks.h"
 #include "models/transformer-internal.h"
+#include "error-private.h"
 
 /* The fields both halves use; vocab is src_vocab or tgt_vocab. */
 static gboolean
@@ -142,6 +143,7 @@ QkvValue *
 qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
                               QkvValue *valid_lens, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL)
@@ -169,8 +171,10 @@ QkvValue *
 qkv_build_transformer_encoder_taps(QkvBuilder *b, const QkvTransformerConfig *cfg, QkvValue *src,
                                    QkvValue *valid_lens, QkvTransformerTaps *taps, GError **error)
 {
+  if (cfg != NULL) /* a failure leaves the taps NULL */
+    taps_clear(taps, cfg->num_layers);
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
-  taps_clear(taps, cfg->num_layers);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (src == NULL)
     return NULL;
@@ -242,6 +246,9 @@ qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg, Qk
                               QkvValue *enc_outputs, QkvValue *enc_valid_lens,
                               QkvValue **cross_weights, GError **error)
 {
+  if (cross_weights != NULL) /* a failure leaves out-values NULL */
+    *cross_weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (cross_weights != NULL)
     *cross_weights = NULL;
@@ -266,8 +273,10 @@ qkv_build_transformer_decoder_taps(QkvBuilder *b, const QkvTransformerConfig *cf
                                    QkvValue *enc_outputs, QkvValue *enc_valid_lens,
                                    QkvTransformerTaps *taps, GError **error)
 {
+  if (cfg != NULL) /* a failure leaves the taps NULL */
+    taps_clear(taps, cfg->num_layers);
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
-  taps_clear(taps, cfg->num_layers);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (tgt == NULL || enc_outputs == NULL)
     return NULL;

@@ -77,11 +77,15 @@ qkv_builder_push(QkvBuilder *b, const gchar *name, GError **error)
   ScopeLevel level = {.refused = top != NULL && top->refused};
   if (b->graph != NULL)
     level.graph_scope = g_strdup(qkv_graph_get_scope(b->graph));
-  g_autofree gchar *refusal = push_refusal(parent, name);
-  if (refusal != NULL) {
+  /* Errors are sticky, but a push always adds a level (each push has its
+   * pop): after an earlier failure the level is a refused one, the first
+   * error is kept and the push returns FALSE, as every call does then. */
+  gboolean sticky = error != NULL && *error != NULL;
+  g_autofree gchar *refusal = sticky ? NULL : push_refusal(parent, name);
+  if (sticky || refusal != NULL) {
     level.refused = TRUE;
     level.path = g_strdup(parent);
-    if (error == NULL || *error == NULL)
+    if (refusal != NULL)
       g_set_error_literal(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, refusal);
   } else {
     level.path = join_names(parent, name);
@@ -91,7 +95,7 @@ qkv_builder_push(QkvBuilder *b, const gchar *name, GError **error)
     }
   }
   g_array_append_val(b->scopes->levels, level);
-  return refusal == NULL;
+  return !sticky && refusal == NULL;
 }
 
 gboolean

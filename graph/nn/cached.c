@@ -9,6 +9,7 @@
 
 #include "nn/builder-checks.h"
 #include "nn/builder-internal.h"
+#include "error-private.h"
 
 /* FALSE with QKV_ERROR_INVALID_ARGUMENT naming me unless b's cache has
  * positions and max_len ≥ 1. */
@@ -27,6 +28,7 @@ check_cache(const QkvBuilder *b, const gchar *me, GError **error)
 QkvValue *
 qkv_build_positions(QkvBuilder *b, QkvValue *tokens, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (tokens == NULL)
     return NULL;
@@ -195,8 +197,10 @@ qkv_build_mha_keys_values(QkvBuilder *b, const gchar *name, QkvValue *keys, QkvV
                           gint64 num_hiddens, gint num_heads, const QkvMhaOptions *options,
                           QkvValue **projected_values, GError **error)
 {
+  if (projected_values != NULL) /* a failure leaves out-values NULL */
+    *projected_values = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL && projected_values != NULL, NULL);
-  *projected_values = NULL;
   BUILDER_RETURN_IF_INVALID(b, error);
   if (keys == NULL || values == NULL)
     return NULL;

@@ -6,6 +6,7 @@
 
 #include "nn/builder-checks.h"
 #include "nn/builder-internal.h"
+#include "error-private.h"
 
 static gint64
 last_dim(QkvValue *x)
@@ -36,6 +37,7 @@ qkv_build_linear_init(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_
                       gboolean bias, const QkvInit *weight_init, const QkvInit *bias_init,
                       GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
@@ -52,6 +54,7 @@ QkvValue *
 qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features, gboolean bias,
                  GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_linear_init(b, name, x, out_features, bias, NULL, NULL, error);
 }
 
@@ -59,6 +62,7 @@ QkvValue *
 qkv_build_embedding_init(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num, gint64 dim,
                          const QkvInit *init, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (ids == NULL)
@@ -79,6 +83,7 @@ QkvValue *
 qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num, gint64 dim,
                     GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_embedding_init(b, name, ids, num, dim, NULL, error);
 }
 
@@ -87,6 +92,9 @@ qkv_build_mha(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *key
               gint64 num_hiddens, gint num_heads, QkvValue *valid_lens, gboolean causal,
               double dropout, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_mha_masked(b, name, queries, keys, values, num_hiddens, num_heads, valid_lens,
                               NULL, QKV_MASK_BOOLEAN, causal, dropout, weights, error);
 }
@@ -97,6 +105,9 @@ qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvVal
                      QkvValue *mask, QkvMaskKind kind, gboolean causal, double dropout,
                      QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   QkvMhaOptions options = {
       .valid_lens = valid_lens,
       .mask = mask,
@@ -113,6 +124,9 @@ qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue
                    QkvValue *values, gint64 num_hiddens, gint num_heads,
                    const QkvMhaOptions *options, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;
@@ -170,6 +184,7 @@ QkvValue *
 qkv_build_ffn(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
               gint64 out_features, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_ffn_activation(b, name, x, ffn_hiddens, out_features, QKV_ACTIVATION_RELU,
                                   error);
 }
@@ -195,6 +210,7 @@ QkvValue *
 qkv_build_ffn_activation(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 ffn_hiddens,
                          gint64 out_features, QkvActivation act, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
@@ -230,6 +246,7 @@ QkvValue *
 qkv_build_addnorm(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *y, double dropout,
                   GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL || y == NULL)
@@ -276,6 +293,7 @@ QkvValue *
 qkv_build_seq2seq_loss_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *mask,
                                 double label_smoothing, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (logits == NULL || labels == NULL || mask == NULL)
     return NULL;
   return seq2seq_loss(logits, labels, mask, label_smoothing, NULL, error);
@@ -284,6 +302,7 @@ qkv_build_seq2seq_loss_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *ma
 QkvValue *
 qkv_build_seq2seq_loss(QkvValue *logits, QkvValue *labels, QkvValue *mask, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_seq2seq_loss_smoothed(logits, labels, mask, 0.0, error);
 }
 
@@ -291,6 +310,9 @@ QkvValue *
 qkv_build_seq2seq_loss_lens(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
                             QkvValue **per_seq, GError **error)
 {
+  if (per_seq != NULL) /* a failure leaves out-values NULL */
+    *per_seq = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_build_seq2seq_loss_lens_smoothed(logits, labels, valid_lens, 0.0, per_seq, error);
 }
 
@@ -298,6 +320,9 @@ QkvValue *
 qkv_build_seq2seq_loss_lens_smoothed(QkvValue *logits, QkvValue *labels, QkvValue *valid_lens,
                                      double label_smoothing, QkvValue **per_seq, GError **error)
 {
+  if (per_seq != NULL) /* a failure leaves out-values NULL */
+    *per_seq = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (logits == NULL || labels == NULL || valid_lens == NULL)
     return NULL;
   QkvGraph *graph = qkv_value_graph(logits);

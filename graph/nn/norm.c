@@ -4,6 +4,7 @@
 
 #include "nn/builder-checks.h"
 #include "nn/builder-internal.h"
+#include "error-private.h"
 
 static gint64
 last_dim(QkvValue *x)
@@ -41,6 +42,7 @@ QkvValue *
 qkv_build_layer_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
                      gboolean elementwise_affine, gboolean bias, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)
@@ -64,6 +66,7 @@ qkv_build_layer_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
 QkvValue *
 qkv_build_rms_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   if (x == NULL)

@@ -6,6 +6,7 @@
 
 #include "nn/builder-checks.h"
 #include "nn/builder-internal.h"
+#include "error-private.h"
 
 static const gchar *const initialisers[] = {"zeros",         "ones",        "embedding", "xavier",
                                             "linear_weight", "linear_bias", NULL};
@@ -184,6 +185,7 @@ QkvValue *
 qkv_build_param(QkvBuilder *b, const gchar *name, const QkvShape *shape, const gchar *init,
                 gint64 fan_in, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL && shape != NULL && init != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   return builder_param(b, name, shape, init, fan_in, NULL, error);
@@ -193,6 +195,7 @@ QkvValue *
 qkv_build_param_init(QkvBuilder *b, const gchar *name, const QkvShape *shape, const QkvInit *init,
                      GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL && shape != NULL, NULL);
   BUILDER_RETURN_IF_INVALID(b, error);
   return builder_param(b, name, shape, NULL, 0, init, error);

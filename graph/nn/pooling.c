@@ -5,6 +5,7 @@
 #include <qkv/qkv.h>
 
 #include "nn/builder-checks.h"
+#include "error-private.h"
 
 /* x (B, T, D) f32 and valid_lens NULL or i32 (B) with x's B. */
 static gboolean
@@ -102,6 +103,9 @@ QkvValue *
 qkv_build_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *valid_lens,
                             gint num_queries, gint64 key_size, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   return build_attention_pooling(b, "qkv_build_attention_pooling", name, x, valid_lens, num_queries,
                                  key_size, FALSE, 0.0, weights, error);
@@ -112,6 +116,9 @@ qkv_build_hard_attention_pooling(QkvBuilder *b, const gchar *name, QkvValue *x,
                                  QkvValue *valid_lens, gint num_queries, gint64 key_size,
                                  double tau, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(name != NULL, NULL);
   return build_attention_pooling(b, "qkv_build_hard_attention_pooling", name, x, valid_lens,
                                  num_queries, key_size, TRUE, tau, weights, error);
@@ -142,6 +149,9 @@ QkvValue *
 qkv_build_mean_pooling(QkvBuilder *b, QkvValue *x, QkvValue *valid_lens, QkvValue **weights,
                        GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (weights != NULL)
     *weights = NULL;
   BUILDER_RETURN_IF_INVALID(b, error);
@@ -200,6 +210,9 @@ QkvValue *
 qkv_build_pooling_classifier(QkvBuilder *b, const QkvPoolingClassifierConfig *cfg, QkvValue *tokens,
                              QkvValue *valid_lens, QkvValue **weights, GError **error)
 {
+  if (weights != NULL) /* a failure leaves out-values NULL */
+    *weights = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(cfg != NULL, NULL);
   if (weights != NULL)
     *weights = NULL;

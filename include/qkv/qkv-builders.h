@@ -138,8 +138,9 @@ typedef struct {
  * refused, it keeps the scope below it, and every parameter asked for while
  * it is on the stack fails with QKV_ERROR_INVALID_ARGUMENT, so nothing is
  * built under a name that is not the one asked for. With an error already
- * set (an earlier call of a chain failed) the level is pushed as above and
- * that first error is kept. */
+ * set (an earlier call of a chain failed) the push returns FALSE and keeps
+ * that first error, as every call does then, and the level it adds is a
+ * refused one, there for the matching pop. */
 QKV_API
 gboolean qkv_builder_push(QkvBuilder *b, const gchar *name, GError **error);
 /* qkv_builder_push() with a name made from a printf format. */
@@ -227,9 +228,9 @@ QkvValue *qkv_build_linear(QkvBuilder *b, const gchar *name, QkvValue *x, gint64
  * either keeps the builder's choice (b->inits, else the book's). A bias has
  * rank 1: Xavier or Kaiming for it fails with QKV_ERROR_SHAPE. */
 QKV_API
-QkvValue *qkv_build_linear_init(QkvBuilder *b, const gchar *name, QkvValue *x,
-                                gint64 out_features, gboolean bias, const QkvInit *weight_init,
-                                const QkvInit *bias_init, GError **error);
+QkvValue *qkv_build_linear_init(QkvBuilder *b, const gchar *name, QkvValue *x, gint64 out_features,
+                                gboolean bias, const QkvInit *weight_init, const QkvInit *bias_init,
+                                GError **error);
 /* nn.Embedding: ids (…) → (…, dim); "<name>.weight" (num, dim), N(0, 1). */
 QKV_API
 QkvValue *qkv_build_embedding(QkvBuilder *b, const gchar *name, QkvValue *ids, gint64 num,

@@ -18,6 +18,7 @@
 #include "qkv-api.h"
 #include <glib.h>
 #include "qkv-builders.h"
+#include "qkv-plan.h"
 #include "qkv-tensor.h"
 
 G_BEGIN_DECLS
@@ -178,6 +179,19 @@ const QkvTensor *qkv_step_decoder_cross_weights(QkvStepDecoder *decoder, gint la
 /* The vocabulary size (columns of the logits). */
 QKV_API
 gint64 qkv_step_decoder_vocab(const QkvStepDecoder *decoder);
+/* The precision of the decoder's matrix products (QkvPrecision, qkv-plan.h)
+ * from the next start or step on: the encoder's and every step's, those of
+ * the per-step attention over the cache included. QKV_PRECISION_FP32 when
+ * new. Under QKV_PRECISION_BF16 a decoder of a model trained with bf16
+ * products computes as its training's forward did. Set it between
+ * sentences: a sentence encoded in one precision and stepped in the other
+ * mixes them. Like qkv_plan_set_precision(), no QKV_ERROR_BUSY guard: call
+ * it from the thread that decodes, or with no start, step or translate in
+ * flight. */
+QKV_API
+void qkv_step_decoder_set_precision(QkvStepDecoder *decoder, QkvPrecision precision);
+QKV_API
+QkvPrecision qkv_step_decoder_get_precision(const QkvStepDecoder *decoder);
 
 /* ---- sampling and generation ----------------------------------------------
  *

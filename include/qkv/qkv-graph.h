@@ -34,11 +34,14 @@ typedef enum {
   QKV_VALUE_STATE,
 } QkvValueKind;
 
-/* Errors chain. Every typed op, builder, qkv_graph_backward() and
- * qkv_graph_compile() given a NULL value (because an earlier call failed)
- * returns NULL (or FALSE) without a warning, and leaves error alone when it
- * already holds an error: the first error is the one the caller sees, so
- * straight-line model code needs one check at the end:
+/* Errors chain. Every function of qkv that takes a GError ** and finds an
+ * error already there returns at once with its failure value (NULL, FALSE,
+ * 0), does nothing and logs nothing, and keeps that error: out-values
+ * (weights, indices, ...) are set to NULL as on any failure. Every typed op,
+ * builder, qkv_graph_backward() and qkv_graph_compile() given a NULL value
+ * (because an earlier call failed) returns NULL (or FALSE) without a warning
+ * too. The first error is the one the caller sees, so straight-line model
+ * code needs one check at the end:
  *
  *   QkvValue *h = qkv_matmul(x, w, FALSE, TRUE, &error);
  *   QkvValue *y = qkv_relu(h, &error);                 (NULL if the matmul failed)
@@ -49,8 +52,9 @@ typedef enum {
  * by mistake, not by an earlier failure).
  *
  * qkv_values_present() is that check, for your own functions: TRUE when all n
- * values are non-NULL; otherwise FALSE, setting QKV_ERROR_INVALID_ARGUMENT
- * ("what: value i is NULL") only when error holds nothing yet. */
+ * values are non-NULL and error holds nothing; FALSE when error already holds
+ * an error (kept as it is); otherwise FALSE, setting
+ * QKV_ERROR_INVALID_ARGUMENT ("what: value i is NULL"). */
 QKV_API
 gboolean qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError **error);
 /* Return NULL from the calling function unless every value given is non-NULL. */
@@ -84,8 +88,8 @@ QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, co
  * One writer per state per graph. Names are unique among a graph's states.
  * F32 or I32; NULL with QKV_ERROR_EXISTS, _DTYPE or _SHAPE. */
 QKV_API
-QkvValue *qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype,
-                          const QkvShape *shape, GError **error);
+QkvValue *qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
+                          GError **error);
 /* The parameter of that name in params. The store must outlive the graph and
  * every plan compiled from it. Adding the same name twice returns the same value. */
 QKV_API

@@ -3,6 +3,7 @@
 #include "core/core-private.h"
 
 #include <string.h>
+#include "error-private.h"
 
 static gboolean
 is_grad_source(const QkvValue *v)
@@ -451,6 +452,7 @@ publish_gradients(Sweep *sw, const gboolean *reaches, QkvValue *loss, GError **e
 gboolean
 qkv_graph_backward(QkvGraph *graph, QkvValue *loss, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(graph != NULL, FALSE);
   if (!check_loss(graph, loss, error))
     return FALSE;

@@ -2,6 +2,7 @@
 #include "core/core-private.h"
 
 #include <string.h>
+#include "error-private.h"
 
 static void
 value_free(gpointer data)
@@ -82,6 +83,7 @@ QkvValue *
 qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
                 GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL && name != NULL && shape != NULL, NULL);
   if (g_hash_table_contains(graph->input_by_name, name)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_EXISTS, "graph input '%s' already exists", name);
@@ -105,6 +107,7 @@ QkvValue *
 qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvShape *shape,
                 GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL && name != NULL && shape != NULL, NULL);
   for (guint i = 0; i < graph->values->len; i++) {
     QkvValue *other = g_ptr_array_index(graph->values, i);
@@ -128,6 +131,7 @@ qkv_graph_state(QkvGraph *graph, const gchar *name, QkvDType dtype, const QkvSha
 QkvValue *
 qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL && params != NULL && name != NULL, NULL);
   QkvParam *p = qkv_params_lookup(params, name);
   if (p == NULL) {
@@ -148,6 +152,7 @@ qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **
 QkvValue *
 qkv_graph_constant(QkvGraph *graph, const QkvTensor *tensor, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL && tensor != NULL, NULL);
   QkvValue *v = value_new(graph, QKV_VALUE_CONSTANT, tensor->dtype, &tensor->shape);
   v->constant = qkv_tensor_copy(tensor);
@@ -199,6 +204,7 @@ describe_inputs(guint n, const QkvShape *shapes, const QkvDType *dtypes)
 gboolean
 qkv_shape_error(const QkvShapeCtx *ctx, GError **error, QkvError code, const gchar *format, ...)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   va_list args;
   va_start(args, format);
   g_autofree gchar *msg = g_strdup_vprintf(format, args);
@@ -221,33 +227,60 @@ make_node_name(QkvGraph *graph, const gchar *op_name)
 gboolean
 qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   for (guint i = 0; i < n; i++) {
     if (values[i] != NULL)
       continue;
-    /* an error already set is the cause: keep it, say nothing */
-    if (error != NULL && *error == NULL)
-      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                  "%s: value %u is NULL (did an earlier step fail?)", what, i);
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s: value %u is NULL (did an earlier step fail?)", what, i);
     return FALSE;
   }
   return TRUE;
+}
+
+/* Where the plugin that might have defined an unknown op would have been
+ * found, for the error: the rule of the loader's search path (src/plugin/,
+ * qkv_plugin_search_path()), told from the environment and the build's
+ * default directory, since core does not call into the plugin layer. */
+static gchar *
+plugin_search_description(void)
+{
+  const gchar *user = g_getenv("QKV_PLUGIN_PATH");
+  const gchar *system = g_getenv("QKV_PLUGIN_SYSTEM_PATH");
+  g_autofree gchar *user_part = user != NULL ? g_strdup_printf("QKV_PLUGIN_PATH (\"%s\")", user)
+                                             : g_strdup("QKV_PLUGIN_PATH (not set)");
+  g_autofree gchar *system_part =
+      system != NULL ? g_strdup_printf("QKV_PLUGIN_SYSTEM_PATH (\"%s\"), which replaces the "
+                                       "default plugin directory %s",
+                                       system, QKV_PLUGIN_DIR)
+                     : g_strdup_printf("the default plugin directory %s (QKV_PLUGIN_SYSTEM_PATH "
+                                       "replaces it)",
+                                       QKV_PLUGIN_DIR);
+  return g_strdup_printf("plugins are loaded at initialisation from the directories of %s, then "
+                         "of %s, or by qkv_plugin_load()",
+                         user_part, system_part);
 }
 
 QkvNode *
 qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs, guint n_inputs,
                    GVariant *attrs, GError **error)
 {
-  g_return_val_if_fail(graph != NULL && op_name != NULL, NULL);
-  g_return_val_if_fail(n_inputs == 0 || inputs != NULL, NULL);
+  /* attrs is ours from here, whatever happens: a floating one is sunk and
+   * released on every return */
   if (attrs != NULL)
     g_variant_ref_sink(attrs);
   g_autoptr(GVariant) attrs_owned = attrs;
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
+  g_return_val_if_fail(graph != NULL && op_name != NULL, NULL);
+  g_return_val_if_fail(n_inputs == 0 || inputs != NULL, NULL);
   g_autofree gchar *node_name = make_node_name(graph, op_name);
 
   const QkvOpDef *op = qkv_op_lookup(op_name);
   if (op == NULL) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_UNKNOWN_OP, "unknown op '%s' (node %s)", op_name,
-                node_name);
+    g_autofree gchar *where = plugin_search_description();
+    g_set_error(error, QKV_ERROR, QKV_ERROR_UNKNOWN_OP,
+                "unknown op '%s' (node %s): no built-in op or loaded plugin has that name; %s",
+                op_name, node_name, where);
     return NULL;
   }
   if (n_inputs < op->min_inputs || (op->max_inputs >= 0 && n_inputs > (guint)op->max_inputs)) {
@@ -349,6 +382,7 @@ QkvValue *
 qkv_graph_op(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs, guint n_inputs,
              GVariant *attrs, GError **error)
 {
+  /* no check of error here: qkv_graph_add_node() makes it, after taking attrs */
   QkvNode *node = qkv_graph_add_node(graph, op_name, inputs, n_inputs, attrs, error);
   return node ? node->outputs[0] : NULL;
 }
@@ -594,6 +628,7 @@ prefix_is_current(GPtrArray *array, guint n, guint64 generation, gboolean values
 gboolean
 qkv_graph_rollback_checked(QkvGraph *graph, const QkvGraphMark *mark, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(graph != NULL && mark != NULL, FALSE);
   /* A mark with a backward pass that the graph no longer has was taken
    * after values that a rollback removed since. */

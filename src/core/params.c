@@ -1,5 +1,6 @@
 /* params.c: the parameter store. */
 #include "core/core-private.h"
+#include "error-private.h"
 
 static void
 param_free(gpointer data)
@@ -35,6 +36,7 @@ qkv_params_free(QkvParams *params)
 QkvParam *
 qkv_params_add(QkvParams *params, const gchar *name, const QkvShape *shape, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(params != NULL && name != NULL && shape != NULL, NULL);
   if (g_hash_table_contains(params->by_name, name)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_EXISTS, "parameter '%s' already exists", name);
@@ -263,6 +265,7 @@ qkv_params_mark_is_current(const QkvParams *params, const QkvParamsMark *mark)
 gboolean
 qkv_params_rollback_checked(QkvParams *params, const QkvParamsMark *mark, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(params != NULL && mark != NULL, FALSE);
   if (!qkv_params_mark_is_current(params, mark)) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,

@@ -2,6 +2,7 @@
 #include "core/core-private.h"
 
 #include <string.h>
+#include "error-private.h"
 
 typedef struct {
   QkvOpDef def; /* the library's own layout, newer fields zeroed for older callers */
@@ -122,6 +123,7 @@ qkv_register_builtin(const QkvOpDef *def)
 gboolean
 qkv_op_register(const QkvOpDef *def, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(def != NULL, FALSE);
   qkv_init();
   g_mutex_lock(&ops_lock);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <string.h>
+#include "error-private.h"
 
 QkvShape
 qkv_shape_from_array(gint rank, const gint64 *dims)
@@ -146,6 +147,7 @@ check_tensor_args(const gchar *what, QkvDType dtype, const QkvShape *shape, GErr
 QkvTensor *
 qkv_tensor_try_new(QkvDType dtype, const QkvShape *shape, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (!check_tensor_args("tensor", dtype, shape, error))
     return NULL;
   gsize nbytes = (gsize)qkv_shape_numel(shape) * qkv_dtype_size(dtype);
@@ -184,6 +186,7 @@ qkv_tensor_new_from_data(QkvDType dtype, const QkvShape *shape, gconstpointer da
 QkvTensor *
 qkv_tensor_try_new_borrowed(QkvDType dtype, const QkvShape *shape, gpointer data, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (!check_tensor_args("borrowed tensor", dtype, shape, error))
     return NULL;
   if (data == NULL) {
@@ -333,6 +336,7 @@ qkv_tensor_fill(QkvTensor *tensor, double value)
 gboolean
 qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   if (dst->dtype != src->dtype || !qkv_shape_equal(&dst->shape, &src->shape)) {
     g_autofree gchar *a = qkv_shape_to_string(&dst->shape);
     g_autofree gchar *b = qkv_shape_to_string(&src->shape);

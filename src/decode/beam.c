@@ -8,6 +8,7 @@
 #include <qkv/qkv.h>
 #include <qkv/qkv-decode.h>
 #include <string.h>
+#include "error-private.h"
 
 QkvBeamOptions
 qkv_beam_options_default(void)
@@ -277,6 +278,7 @@ qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeStepFunc ste
                 gpointer user_data, gint32 *out_tokens, gint *out_lengths, double *out_scores,
                 GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(options != NULL && step != NULL, FALSE);
   g_return_val_if_fail(out_tokens != NULL && out_lengths != NULL, FALSE);
   if (!check_options(options, batch, error))

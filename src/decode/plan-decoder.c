@@ -7,6 +7,8 @@
 #include <qkv/qkv-decode.h>
 #include <string.h>
 
+#include "error-private.h"
+
 struct _QkvPlanDecoder {
   QkvPlan *plan; /* borrowed */
   QkvTensor *tokens, *positions;
@@ -22,6 +24,7 @@ struct _QkvPlanDecoder {
 QkvPlanDecoder *
 qkv_plan_decoder_new(QkvPlan *plan, gint rows, gint64 max_len, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(plan != NULL, NULL);
   if (rows < 1 || max_len < 1 || max_len > G_MAXINT32 || (gsize)rows > G_MAXSIZE / 8 / max_len) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
@@ -94,6 +97,7 @@ gboolean
 qkv_plan_decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *parents,
                       gint n_rows, float *logits, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   QkvPlanDecoder *d = decoder;
   g_return_val_if_fail(d != NULL && tokens != NULL && logits != NULL, FALSE);
   if (!check_step(d, step, n_rows, error))

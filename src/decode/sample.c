@@ -14,6 +14,7 @@
 #include <math.h>
 #include <qkv/qkv.h>
 #include <qkv/qkv-decode.h>
+#include "error-private.h"
 
 /* The node ids the sampler's keys are made with: its draws stay apart from
  * dropout's (whose node ids are small) under the same seed and step. */
@@ -272,6 +273,7 @@ gboolean
 qkv_sample_logits(const QkvSampleOptions *options, const float *logits, gint n_rows, gint64 vocab,
                   guint64 step, const guint64 *row_ids, gint32 *tokens_out, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(options != NULL, FALSE);
   if (!check_sample_options(options, vocab, "qkv_sample_logits", error))
     return FALSE;
@@ -451,6 +453,7 @@ qkv_generate(const QkvGenerateOptions *options, gint batch, const gint32 *prompt
              const gint *prompt_lens, gint max_new_tokens, QkvDecodeStepFunc step,
              gpointer user_data, gint32 *out_tokens, gint *out_lens, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(options != NULL && step != NULL, FALSE);
   g_return_val_if_fail(out_tokens != NULL && out_lens != NULL, FALSE);
   g_return_val_if_fail(batch < 1 || prompt_lens != NULL, FALSE);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/core-private.h"
+#include "error-private.h"
 
 #define MESSAGE_LEN 512
 
@@ -333,6 +334,7 @@ allreduce_impl(QkvDist *dist, double *values, guint n, QkvDistReduce op, GError 
 gboolean
 qkv_dist_barrier(QkvDist *dist, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(dist != NULL, FALSE);
   gboolean ok = qkv_dist_arrive(dist, QKV_DIST_OP_BARRIER, 0, NULL, error);
   qkv_dist_disarm(dist);
@@ -432,6 +434,7 @@ agree_impl(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
 gboolean
 qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(dist != NULL && what != NULL && value != NULL, FALSE);
   gboolean ok = agree_impl(dist, what, value, error);
   qkv_dist_disarm(dist);
@@ -453,6 +456,7 @@ qkv_dist_reset_stats(QkvDist *dist)
 gboolean
 qkv_dist_broadcast_params(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(dist != NULL, FALSE);
   gboolean ok = broadcast_params_impl(dist, params, optimizer, error);
   qkv_dist_disarm(dist);
@@ -463,6 +467,7 @@ gboolean
 qkv_dist_allreduce_grads(QkvDist *dist, QkvParams *params, QkvDistReduce op, float *extra,
                          guint n_extra, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(dist != NULL, FALSE);
   gboolean ok = allreduce_grads_impl(dist, params, op, extra, n_extra, error);
   qkv_dist_disarm(dist);
@@ -472,6 +477,7 @@ qkv_dist_allreduce_grads(QkvDist *dist, QkvParams *params, QkvDistReduce op, flo
 gboolean
 qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduce op, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(dist != NULL, FALSE);
   gboolean ok = allreduce_impl(dist, values, n, op, error);
   qkv_dist_disarm(dist);

@@ -4,6 +4,7 @@
 #include "qkv/qkv-dist.h"
 
 #include <string.h>
+#include "error-private.h"
 
 /* clang-format would write the quark's name with spaces, and every binding
  * would see them: keep it away from the formatter. */
@@ -32,6 +33,7 @@ set_unavailable(GError **error)
 QkvDist *
 qkv_dist_init(int *argc, char ***argv, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   set_unavailable(error);
   return NULL;
 }
@@ -39,6 +41,7 @@ qkv_dist_init(int *argc, char ***argv, GError **error)
 QkvDist *
 qkv_dist_new_for_comm(const void *mpi_comm, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   set_unavailable(error);
   return NULL;
 }
@@ -52,6 +55,7 @@ qkv_dist_free(QkvDist *dist)
 gboolean
 qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   set_unavailable(error);
   return FALSE;
 }
@@ -106,12 +110,14 @@ qkv_dist_shard(const QkvDist *dist, gint64 n, gint64 *offset, gint64 *count)
 gboolean
 qkv_dist_check_batch(const QkvDist *dist, gint64 batch_size, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   return TRUE;
 }
 
 gboolean
 qkv_dist_broadcast_params(QkvDist *dist, QkvParams *params, QkvOptimizer *optimizer, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   set_unavailable(error);
   return FALSE;
 }
@@ -120,6 +126,7 @@ gboolean
 qkv_dist_allreduce_grads(QkvDist *dist, QkvParams *params, QkvDistReduce op, float *extra,
                          guint n_extra, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   set_unavailable(error);
   return FALSE;
 }
@@ -127,6 +134,7 @@ qkv_dist_allreduce_grads(QkvDist *dist, QkvParams *params, QkvDistReduce op, flo
 gboolean
 qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduce op, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   set_unavailable(error);
   return FALSE;
 }
@@ -134,6 +142,7 @@ qkv_dist_allreduce(QkvDist *dist, double *values, guint n, QkvDistReduce op, GEr
 gboolean
 qkv_dist_barrier(QkvDist *dist, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   set_unavailable(error);
   return FALSE;
 }
@@ -141,6 +150,7 @@ qkv_dist_barrier(QkvDist *dist, GError **error)
 gboolean
 qkv_dist_agree(QkvDist *dist, const gchar *what, const gchar *value, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   set_unavailable(error);
   return FALSE;
 }

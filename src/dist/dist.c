@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/core-private.h"
+#include "error-private.h"
 
 /* clang-format would write the quark's name with spaces, and every binding
  * would see them: keep it away from the formatter. */
@@ -437,6 +438,7 @@ qkv_dist_arrive(QkvDist *dist, QkvDistOp op, gint64 size, const gchar *label, GE
 gboolean
 qkv_dist_leave(QkvDist *dist, const gchar *reason, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(dist != NULL, FALSE);
   if (dist->ended)
     return TRUE;
@@ -520,6 +522,7 @@ fail:
 QkvDist *
 qkv_dist_init(int *argc, char ***argv, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -546,6 +549,7 @@ qkv_dist_init(int *argc, char ***argv, GError **error)
 QkvDist *
 qkv_dist_new_for_comm(const void *mpi_comm, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (mpi_comm == NULL || !initialized) {
@@ -635,6 +639,7 @@ qkv_dist_shard(const QkvDist *dist, gint64 n, gint64 *offset, gint64 *count)
 gboolean
 qkv_dist_check_batch(const QkvDist *dist, gint64 batch_size, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   if (batch_size >= dist->size)
     return TRUE;
   g_set_error(error, QKV_DIST_ERROR, QKV_DIST_ERROR_MISMATCH,

@@ -21,6 +21,7 @@
 
 #ifdef QKV_HAVE_ONEDNN
 #include <dnnl.h>
+#include "error-private.h"
 #endif
 
 typedef enum {
@@ -137,6 +138,7 @@ current_backend(void)
 gboolean
 qkv_set_gemm_backend(const gchar *name, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   gboolean unknown;
   gint b = backend_from_name(name, &unknown);
   if (b < 0) {

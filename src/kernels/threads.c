@@ -26,11 +26,15 @@
 
 #define POOL_MAX_THREADS 256
 
+/* pthread's mutexes and condition variables rather than GLib's: GLib's
+ * GMutex is its own futex code, whose ordering ThreadSanitizer cannot see,
+ * so under -Db_sanitize=thread (.ci/run) every hand-over of the pool from
+ * one caller to the next looked like a data race. */
 typedef struct {
-  GMutex lock;  /* guards sleeping and waking */
-  GCond wake;   /* workers wait here for a new generation */
-  GCond done;   /* the caller waits here for pending to reach 0 */
-  GMutex owner; /* held by the thread whose job runs */
+  pthread_mutex_t lock;  /* guards sleeping and waking */
+  pthread_cond_t wake;   /* workers wait here for a new generation */
+  pthread_cond_t done;   /* the caller waits here for pending to reach 0 */
+  pthread_mutex_t owner; /* held by the thread whose job runs */
   GThread *threads[POOL_MAX_THREADS];
   gint n_started;                          /* workers 1..n_started exist */
   gint birth_generation[POOL_MAX_THREADS]; /* the generation a worker starts after */
@@ -48,14 +52,21 @@ typedef struct {
   gboolean caller_sleeping; /* under lock */
 } Pool;
 
-static Pool pool;
-static gint64 spin_us = -1;
+static Pool pool = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+    .owner = PTHREAD_MUTEX_INITIALIZER,
+};
+/* atomic: threads that find it unset may all compute it, and agree */
+static gint spin_us = -1;
 static __thread gboolean on_pool_worker = FALSE;
 
 static gint64
 pool_spin_us(void)
 {
-  if (G_UNLIKELY(spin_us < 0)) {
+  gint us = g_atomic_int_get(&spin_us);
+  if (G_UNLIKELY(us < 0)) {
     const gchar *env = g_getenv("QKV_SPIN_US");
     gint64 v = 50;
     if (env != NULL) {
@@ -64,9 +75,10 @@ pool_spin_us(void)
       if (end != env && *end == '\0' && parsed >= 0 && parsed <= 1000000)
         v = parsed;
     }
-    spin_us = v;
+    us = (gint)v;
+    g_atomic_int_set(&spin_us, us);
   }
-  return spin_us;
+  return us;
 }
 
 /* Tells the core that this thread is spinning, so that it yields the
@@ -122,12 +134,12 @@ worker_main(gpointer data)
   gint seen = pool.birth_generation[index];
   for (;;) {
     if (!spin_while(&pool.generation, seen, TRUE)) {
-      g_mutex_lock(&pool.lock);
+      pthread_mutex_lock(&pool.lock);
       pool.sleepers++;
       while (g_atomic_int_get(&pool.generation) == seen)
-        g_cond_wait(&pool.wake, &pool.lock);
+        pthread_cond_wait(&pool.wake, &pool.lock);
       pool.sleepers--;
-      g_mutex_unlock(&pool.lock);
+      pthread_mutex_unlock(&pool.lock);
     }
     seen = g_atomic_int_get(&pool.generation);
     if (index < pool.n_chunks) {
@@ -135,10 +147,10 @@ worker_main(gpointer data)
       run_chunk(index);
     }
     if (g_atomic_int_dec_and_test(&pool.pending)) {
-      g_mutex_lock(&pool.lock);
+      pthread_mutex_lock(&pool.lock);
       if (pool.caller_sleeping)
-        g_cond_signal(&pool.done);
-      g_mutex_unlock(&pool.lock);
+        pthread_cond_signal(&pool.done);
+      pthread_mutex_unlock(&pool.lock);
     }
   }
   return NULL;
@@ -151,6 +163,10 @@ static void
 pool_reset_in_child(void)
 {
   memset(&pool, 0, sizeof pool);
+  pthread_mutex_init(&pool.lock, NULL);
+  pthread_cond_init(&pool.wake, NULL);
+  pthread_cond_init(&pool.done, NULL);
+  pthread_mutex_init(&pool.owner, NULL);
   on_pool_worker = FALSE;
 }
 
@@ -184,14 +200,14 @@ qkv_parallel_for(gint n_threads, gint64 n, QkvRangeFunc body, gpointer user_data
   if (n <= 0)
     return;
   gint nt = (gint)MIN((gint64)MIN(n_threads, POOL_MAX_THREADS), n);
-  if (nt <= 1 || on_pool_worker || !g_mutex_trylock(&pool.owner)) {
+  if (nt <= 1 || on_pool_worker || pthread_mutex_trylock(&pool.owner) != 0) {
     body(0, n, 0, user_data);
     return;
   }
   if (!ensure_workers(nt))
     nt = pool.n_started + 1;
   if (nt <= 1) {
-    g_mutex_unlock(&pool.owner);
+    pthread_mutex_unlock(&pool.owner);
     body(0, n, 0, user_data);
     return;
   }
@@ -204,24 +220,24 @@ qkv_parallel_for(gint n_threads, gint64 n, QkvRangeFunc body, gpointer user_data
    * only count down), so that none can miss a job and see the next one */
   g_atomic_int_set(&pool.pending, pool.n_started);
   g_atomic_int_inc(&pool.generation);
-  g_mutex_lock(&pool.lock);
+  pthread_mutex_lock(&pool.lock);
   if (pool.sleepers > 0)
-    g_cond_broadcast(&pool.wake);
-  g_mutex_unlock(&pool.lock);
+    pthread_cond_broadcast(&pool.wake);
+  pthread_mutex_unlock(&pool.lock);
 
   on_pool_worker = TRUE; /* nested loops in chunk 0 run serially too */
   run_chunk(0);
   on_pool_worker = FALSE;
 
   if (!spin_while(&pool.pending, 0, FALSE)) {
-    g_mutex_lock(&pool.lock);
+    pthread_mutex_lock(&pool.lock);
     pool.caller_sleeping = TRUE;
     while (g_atomic_int_get(&pool.pending) != 0)
-      g_cond_wait(&pool.done, &pool.lock);
+      pthread_cond_wait(&pool.done, &pool.lock);
     pool.caller_sleeping = FALSE;
-    g_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.lock);
   }
-  g_mutex_unlock(&pool.owner);
+  pthread_mutex_unlock(&pool.owner);
 }
 
 /* Above this many units of work (about one simple float operation each) per

@@ -3,6 +3,7 @@
 #include "core/core-private.h"
 
 #include <math.h>
+#include "error-private.h"
 
 QkvCheckOptions
 qkv_check_options_default(void)
@@ -66,6 +67,7 @@ QkvTensor *
 qkv_check_evaluate(guint n_inputs, QkvTensor *const *inputs, QkvCheckBuildFunc build,
                    gpointer user_data, gboolean training, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   Built b = {0};
   QkvTensor *result = NULL;
   if (build_graph(&b, n_inputs, inputs, NULL, build, user_data, error)) {
@@ -151,6 +153,7 @@ qkv_check_gradients(guint n_inputs, QkvTensor *const *inputs, const gboolean *ch
                     QkvCheckBuildFunc build, gpointer user_data, const QkvCheckOptions *options,
                     double *max_rel_err, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   QkvCheckOptions opt = options ? *options : qkv_check_options_default();
   gboolean *wants_grad = g_new0(gboolean, MAX(n_inputs, 1));
   for (guint i = 0; i < n_inputs; i++)

@@ -5,6 +5,7 @@
  * tensors. Running (execute.c) allocates nothing: every pointer a kernel
  * sees is fixed here, except graph inputs, which are patched in on bind. */
 #include "plan/plan-private.h"
+#include "error-private.h"
 
 QkvPlanOptions
 qkv_plan_options_default(void)
@@ -271,6 +272,7 @@ QkvPlan *
 qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
                   const QkvPlanOptions *options, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(graph != NULL, NULL);
   g_return_val_if_fail(n_outputs == 0 || outputs != NULL, NULL);
   if (!check_outputs(graph, outputs, n_outputs, error))

@@ -2,17 +2,19 @@
 #include "core/core-private.h"
 
 #include <qkv/qkv.h>
+#include "error-private.h"
 
 gboolean
 qkv_graph_eval(QkvGraph *graph, const gchar *const *input_names, QkvTensor *const *inputs,
                guint n_inputs, QkvValue *const *outputs, QkvTensor **results, guint n_outputs,
                GError **error)
 {
+  for (guint i = 0; results != NULL && i < n_outputs; i++)
+    results[i] = NULL; /* a failure, an earlier one's included, leaves them NULL */
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(graph != NULL, FALSE);
   g_return_val_if_fail(n_outputs == 0 || (outputs != NULL && results != NULL), FALSE);
   g_return_val_if_fail(n_inputs == 0 || (input_names != NULL && inputs != NULL), FALSE);
-  for (guint i = 0; i < n_outputs; i++)
-    results[i] = NULL;
   /* an earlier failure left a NULL among the outputs: keep its error */
   if (!qkv_values_present("qkv_graph_eval: outputs", outputs, n_outputs, error))
     return FALSE;

@@ -5,6 +5,7 @@
 #include "plan/plan-private.h"
 
 #include <string.h>
+#include "error-private.h"
 
 /* Every dim of got is at most the one of max, same rank. */
 static gboolean
@@ -104,6 +105,7 @@ bind_input(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **e
 gboolean
 qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(plan != NULL && input_name != NULL && tensor != NULL, FALSE);
   if (!plan_acquire(plan, "bind", error))
     return FALSE;
@@ -293,6 +295,7 @@ run_steps(QkvPlan *plan, GError **error)
 gboolean
 qkv_plan_run(QkvPlan *plan, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(plan != NULL, FALSE);
   if (!plan_acquire(plan, "run", error))
     return FALSE;

@@ -5,6 +5,7 @@
 #include "plan/plan-private.h"
 
 #include <string.h>
+#include "error-private.h"
 
 /* The ops that write their input 0, a state, in place. */
 static gboolean
@@ -198,6 +199,7 @@ qkv_plan_state(QkvPlan *plan, const gchar *name)
 gboolean
 qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(plan != NULL, FALSE);
   gint only = name != NULL ? state_index(plan, name) : -1;
   if (name != NULL && only < 0) {
@@ -249,6 +251,7 @@ check_reorder(QkvPlan *plan, const gint32 *parents, gint n_rows, GError **error)
 gboolean
 qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_rows, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(plan != NULL && (parents != NULL || n_rows == 0), FALSE);
   if (!check_reorder(plan, parents, n_rows, error))
     return FALSE;

@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "error-private.h"
 
 struct _QkvPlugin {
   gchar *name;
@@ -262,8 +263,8 @@ open_and_register(const gchar *abs_path, const gchar *real_path, gboolean *name_
 const QkvPlugin *
 qkv_plugin_load(const gchar *path, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(path != NULL, NULL);
-  g_return_val_if_fail(error == NULL || *error == NULL, NULL);
   qkv_init();
   g_rec_mutex_lock(&plugins_lock);
   QkvPlugin *plugin = load_locked(path, NULL, error);

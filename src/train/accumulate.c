@@ -4,6 +4,7 @@
 
 #include <string.h>
 #include <qkv/qkv-optim.h>
+#include "error-private.h"
 
 struct _QkvGradAccumulator {
   QkvParams *params;
@@ -17,8 +18,8 @@ struct _QkvGradAccumulator {
 QkvGradAccumulator *
 qkv_grad_accumulator_new(QkvParams *params, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(params != NULL, NULL);
-  g_return_val_if_fail(error == NULL || *error == NULL, NULL);
   GPtrArray *members = g_ptr_array_new();
   gsize n = 0;
   for (guint i = 0; i < qkv_params_size(params); i++) {

@@ -5,6 +5,7 @@
 
 #include <json-glib/json-glib.h>
 #include <string.h>
+#include "error-private.h"
 
 /* the reference implementation refuses larger headers too */
 #define MAX_HEADER_LEN G_GUINT64_CONSTANT(100000000)
@@ -621,6 +622,7 @@ qkv_st_copy_i64_to_i32(const StFile *f, const Entry *e, gint32 *dst, GError **er
 GHashTable *
 qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(path != NULL, NULL);
   g_autoptr(StFile) f = qkv_st_file_open(path, error);
   if (f == NULL)
@@ -653,6 +655,7 @@ qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error)
 GHashTable *
 qkv_checkpoint_read_metadata(const gchar *path, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(path != NULL, NULL);
   g_autoptr(StFile) f = qkv_st_file_open(path, error);
   return f != NULL ? g_hash_table_ref(f->metadata) : NULL;

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <string.h>
+#include "error-private.h"
 
 typedef struct {
   QkvParam *param;
@@ -526,12 +527,13 @@ qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimize
                     QkvSchedule *schedule, QkvCheckpointFlags flags, GPtrArray **missing,
                     GPtrArray **unexpected, GError **error)
 {
-  g_return_val_if_fail(path != NULL && params != NULL, FALSE);
-  g_return_val_if_fail(optimizer == NULL || qkv_optimizer_get_params(optimizer) == params, FALSE);
-  if (missing != NULL)
+  if (missing != NULL) /* a failure, an earlier one's included, leaves them NULL */
     *missing = NULL;
   if (unexpected != NULL)
     *unexpected = NULL;
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
+  g_return_val_if_fail(path != NULL && params != NULL, FALSE);
+  g_return_val_if_fail(optimizer == NULL || qkv_optimizer_get_params(optimizer) == params, FALSE);
   g_autoptr(StFile) f = qkv_st_file_open(path, error);
   if (f == NULL)
     return FALSE;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "error-private.h"
 
 /* ---- stale temporary files ---- */
 
@@ -501,6 +502,7 @@ qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptimizer *opt
                          QkvSchedule *schedule, GHashTable *metadata,
                          QkvCheckpointDType param_dtype, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(path != NULL && params != NULL, FALSE);
   g_return_val_if_fail(optimizer == NULL || qkv_optimizer_get_params(optimizer) == params, FALSE);
   g_return_val_if_fail(
@@ -529,6 +531,7 @@ gboolean
 qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                     QkvSchedule *schedule, GHashTable *metadata, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   return qkv_checkpoint_save_full(path, params, optimizer, schedule, metadata,
                                   QKV_CHECKPOINT_DTYPE_F32, error);
 }

@@ -3,6 +3,7 @@
 #include "qkv/qkv-init.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* xoshiro256** (Blackman & Vigna), state seeded by splitmix64. */
 typedef struct {
@@ -69,6 +70,7 @@ check_f32(QkvTensor *tensor, const gchar *what, GError **error)
 gboolean
 qkv_init_compute_fans(const QkvShape *shape, gint64 *fan_in, gint64 *fan_out, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(shape != NULL, FALSE);
   if (shape->rank < 2) {
     g_autofree gchar *s = qkv_shape_to_string(shape);
@@ -103,6 +105,7 @@ qkv_init_seed_for_name(guint64 seed, const gchar *name)
 gboolean
 qkv_init_constant(QkvTensor *tensor, double value, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   if (!check_f32(tensor, "init constant", error))
     return FALSE;
   qkv_tensor_fill(tensor, value);
@@ -112,12 +115,14 @@ qkv_init_constant(QkvTensor *tensor, double value, GError **error)
 gboolean
 qkv_init_zeros(QkvTensor *tensor, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   return qkv_init_constant(tensor, 0.0, error);
 }
 
 gboolean
 qkv_init_ones(QkvTensor *tensor, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   return qkv_init_constant(tensor, 1.0, error);
 }
 
@@ -155,6 +160,7 @@ fill_normal(QkvTensor *tensor, double mean, double std, guint64 seed)
 gboolean
 qkv_init_uniform(QkvTensor *tensor, double low, double high, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   if (!check_f32(tensor, "init uniform", error))
     return FALSE;
   if (!(low < high) || !isfinite(low) || !isfinite(high)) {
@@ -169,6 +175,7 @@ qkv_init_uniform(QkvTensor *tensor, double low, double high, guint64 seed, GErro
 gboolean
 qkv_init_normal(QkvTensor *tensor, double mean, double std, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   if (!check_f32(tensor, "init normal", error))
     return FALSE;
   if (!(std >= 0) || !isfinite(std) || !isfinite(mean)) {
@@ -193,6 +200,7 @@ fill_symmetric(QkvTensor *tensor, double bound, guint64 seed)
 gboolean
 qkv_init_xavier_uniform(QkvTensor *tensor, double gain, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   gint64 fan_in, fan_out;
   if (!check_f32(tensor, "init xavier_uniform", error) ||
       !qkv_init_compute_fans(qkv_tensor_shape(tensor), &fan_in, &fan_out, error))
@@ -205,6 +213,7 @@ qkv_init_xavier_uniform(QkvTensor *tensor, double gain, guint64 seed, GError **e
 gboolean
 qkv_init_xavier_normal(QkvTensor *tensor, double gain, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   gint64 fan_in, fan_out;
   if (!check_f32(tensor, "init xavier_normal", error) ||
       !qkv_init_compute_fans(qkv_tensor_shape(tensor), &fan_in, &fan_out, error))
@@ -217,6 +226,7 @@ qkv_init_xavier_normal(QkvTensor *tensor, double gain, guint64 seed, GError **er
 gboolean
 qkv_init_kaiming_uniform(QkvTensor *tensor, double a, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   gint64 fan_in;
   if (!check_f32(tensor, "init kaiming_uniform", error) ||
       !qkv_init_compute_fans(qkv_tensor_shape(tensor), &fan_in, NULL, error))
@@ -230,6 +240,7 @@ qkv_init_kaiming_uniform(QkvTensor *tensor, double a, guint64 seed, GError **err
 gboolean
 qkv_init_linear(QkvTensor *weight, QkvTensor *bias, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   gint64 fan_in;
   if (!check_f32(weight, "init linear weight", error) ||
       !qkv_init_compute_fans(qkv_tensor_shape(weight), &fan_in, NULL, error))
@@ -257,5 +268,6 @@ qkv_init_linear(QkvTensor *weight, QkvTensor *bias, guint64 seed, GError **error
 gboolean
 qkv_init_embedding(QkvTensor *weight, guint64 seed, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   return qkv_init_normal(weight, 0.0, 1.0, seed, error);
 }

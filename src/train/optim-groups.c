@@ -4,6 +4,7 @@
 #include "train/optim-private.h"
 
 #include <math.h>
+#include "error-private.h"
 
 gboolean
 qkv_param_filter_matrices(QkvParam *param, gpointer user_data)
@@ -46,9 +47,9 @@ guint
 qkv_optimizer_add_group(QkvOptimizer *opt, const gchar *pattern, QkvParamFilter filter,
                         gpointer user_data, double lr_factor, double weight_decay, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, 0);
   const gchar *fn = "qkv_optimizer_add_group";
   g_return_val_if_fail(opt != NULL, 0);
-  g_return_val_if_fail(error == NULL || *error == NULL, 0);
   if (pattern == NULL && filter == NULL) {
     /* a group that takes every param is the default group: its settings are
      * the optimizer's own (qkv_optimizer_set_config) */
@@ -158,6 +159,7 @@ gboolean
 qkv_optimizer_set_group_settings(QkvOptimizer *opt, guint group, double lr_factor,
                                  double weight_decay, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   const gchar *fn = "qkv_optimizer_set_group_settings";
   g_return_val_if_fail(opt != NULL, FALSE);
   guint n = qkv_optimizer_get_n_groups(opt);

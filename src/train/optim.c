@@ -3,6 +3,7 @@
 #include "train/optim-private.h"
 
 #include <math.h>
+#include "error-private.h"
 
 /* Element loops run on qkv_get_num_threads() threads when a tensor is big
  * enough to pay for them (qkv_work_threads()); each element is computed the
@@ -104,6 +105,7 @@ QkvOptimizer *
 qkv_optimizer_new(QkvOptimizerKind kind, QkvParams *params, const QkvOptimConfig *config,
                   GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(params != NULL && config != NULL, NULL);
   g_return_val_if_fail(
       kind == QKV_OPTIMIZER_SGD || kind == QKV_OPTIMIZER_ADAM || kind == QKV_OPTIMIZER_ADAMW, NULL);
@@ -120,18 +122,21 @@ qkv_optimizer_new(QkvOptimizerKind kind, QkvParams *params, const QkvOptimConfig
 QkvOptimizer *
 qkv_optimizer_new_sgd(QkvParams *params, const QkvOptimConfig *config, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_optimizer_new(QKV_OPTIMIZER_SGD, params, config, error);
 }
 
 QkvOptimizer *
 qkv_optimizer_new_adam(QkvParams *params, const QkvOptimConfig *config, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_optimizer_new(QKV_OPTIMIZER_ADAM, params, config, error);
 }
 
 QkvOptimizer *
 qkv_optimizer_new_adamw(QkvParams *params, const QkvOptimConfig *config, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   return qkv_optimizer_new(QKV_OPTIMIZER_ADAMW, params, config, error);
 }
 
@@ -150,6 +155,7 @@ qkv_optimizer_free(QkvOptimizer *opt)
 gboolean
 qkv_optimizer_select_names(QkvOptimizer *opt, const gchar *const *names, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(opt != NULL && names != NULL, FALSE);
   GHashTable *set = g_hash_table_new(g_direct_hash, g_direct_equal);
   for (guint i = 0; names[i] != NULL; i++) {
@@ -482,6 +488,7 @@ optimizer_update(QkvOptimizer *opt, GPtrArray *active, float grad_scale, GError 
 gboolean
 qkv_optimizer_step(QkvOptimizer *opt, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(opt != NULL, FALSE);
   g_autoptr(GPtrArray) active = active_params(opt);
   return optimizer_update(opt, active, 1.0f, error);
@@ -517,6 +524,7 @@ gboolean
 qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule, double *norm,
                            GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(opt != NULL, FALSE);
   const gchar *problem = clip_arguments_problem(max_norm, rule);
   if (problem != NULL) {
@@ -667,6 +675,7 @@ qkv_optimizer_get_config(const QkvOptimizer *opt)
 gboolean
 qkv_optimizer_set_config(QkvOptimizer *opt, const QkvOptimConfig *config, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(opt != NULL && config != NULL, FALSE);
   if (!validate_config(opt->kind, config, error))
     return FALSE;

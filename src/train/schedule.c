@@ -3,6 +3,7 @@
 #include "qkv/qkv-optim.h"
 
 #include <math.h>
+#include "error-private.h"
 
 struct _QkvSchedule {
   QkvScheduleKind kind;
@@ -49,6 +50,7 @@ check_count(const gchar *fn, const gchar *what, gint64 value, GError **error)
 QkvSchedule *
 qkv_schedule_try_new_constant(double lr, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (!check_rate("qkv_schedule_try_new_constant", "lr", lr, error))
     return NULL;
   return schedule_new(QKV_SCHEDULE_CONSTANT, lr, 1);
@@ -57,6 +59,7 @@ qkv_schedule_try_new_constant(double lr, GError **error)
 QkvSchedule *
 qkv_schedule_try_new_step(double lr, gint64 step_size, double gamma, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   const gchar *fn = "qkv_schedule_try_new_step";
   if (!check_rate(fn, "lr", lr, error) || !check_count(fn, "step_size", step_size, error) ||
       !check_rate(fn, "gamma", gamma, error))
@@ -69,6 +72,7 @@ qkv_schedule_try_new_step(double lr, gint64 step_size, double gamma, GError **er
 QkvSchedule *
 qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   const gchar *fn = "qkv_schedule_try_new_cosine";
   if (!check_rate(fn, "lr", lr, error) || !check_count(fn, "t_max", t_max, error) ||
       !check_rate(fn, "min_lr", min_lr, error))
@@ -81,6 +85,7 @@ qkv_schedule_try_new_cosine(double lr, gint64 t_max, double min_lr, GError **err
 QkvSchedule *
 qkv_schedule_try_new_warmup(double factor, gint64 d_model, gint64 warmup, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   const gchar *fn = "qkv_schedule_try_new_warmup";
   if (!check_rate(fn, "factor", factor, error) || !check_count(fn, "d_model", d_model, error) ||
       !check_count(fn, "warmup", warmup, error))
@@ -104,6 +109,7 @@ QkvSchedule *
 qkv_schedule_try_new_warmup_decay(QkvDecay decay, gint64 warmup_steps, gint64 total_steps,
                                   double peak_lr, double min_lr, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   const gchar *fn = "qkv_schedule_try_new_warmup_decay";
   QkvScheduleKind kind;
   switch (decay) {
