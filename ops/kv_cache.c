@@ -2,6 +2,8 @@
  * decoding. Its input 0 is a graph state (qkv_graph_state()) that the
  * kernel writes in place: the plan keeps the state across runs and runs
  * this node after every other reader of the cache (src/plan/state.c).
+ * And "positions", the token positions a cached graph feeds to position
+ * embeddings and to the causal mask of attention over the cache.
  *
  * An inference op: it has no gradient rule, so autodiff refuses a loss that
  * depends on it through a differentiable input. */
@@ -66,6 +68,46 @@ kv_cache_forward(const QkvKernelCtx *ctx)
   memcpy(ctx->out[0].data, cache, (gsize)(B * H * T * d) * sizeof(float));
 }
 
+/* x (B, T, …) or (T), optional starts i32 (B) → i32 (T), or (B, T) with
+ * starts. T follows x's shape on every run (a plan bound to a shorter x). */
+static gboolean
+positions_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *x = &ctx->in_shapes[0];
+  if (x->rank < 1 || (ctx->n_inputs > 1 && x->rank < 2))
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "expected x (B, T, …) with starts, (T) or (B, T, …) without");
+  gint64 t = x->rank >= 2 ? x->dims[1] : x->dims[0];
+  ctx->n_outputs = 1;
+  ctx->out_dtypes[0] = QKV_I32;
+  if (ctx->n_inputs == 1) {
+    QkvShape out = QKV_SHAPE(t);
+    ctx->out_shapes[0] = out;
+    return TRUE;
+  }
+  const QkvShape *starts = &ctx->in_shapes[1];
+  if (ctx->in_dtypes[1] != QKV_I32 || starts->rank != 1 || starts->dims[0] != x->dims[0])
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "starts must be i32 (%" G_GINT64_FORMAT "), one per row of x",
+                           x->dims[0]);
+  QkvShape out = QKV_SHAPE(x->dims[0], t);
+  ctx->out_shapes[0] = out;
+  return TRUE;
+}
+
+static void
+positions_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *out = &ctx->out[0].shape;
+  const gint64 offset = qkv_attrs_get_int(ctx->attrs, "offset");
+  const gint32 *starts = ctx->n_inputs > 1 ? ctx->in[1].data : NULL;
+  gint64 rows = out->rank == 2 ? out->dims[0] : 1, t = out->dims[out->rank - 1];
+  gint32 *y = ctx->out[0].data;
+  for (gint64 b = 0; b < rows; b++)
+    for (gint64 i = 0; i < t; i++)
+      y[b * t + i] = (gint32)((starts != NULL ? starts[b] : 0) + offset + i);
+}
+
 const QkvOpDef qkv_ops_kv_cache[] = {
     QKV_OP(.name = "kv_cache_append",
            .doc = "writes new (B, H, t, d) into the cache state (B, H, T_max, d) at [b, :, "
@@ -75,6 +117,13 @@ const QkvOpDef qkv_ops_kv_cache[] = {
                   "at run time. Inference only: no gradient.",
            QKV_INPUTS("cache", "new", "positions"), QKV_OUTPUTS("keys", "lengths"),
            .shape = kv_cache_shape, .forward = kv_cache_forward),
+    QKV_OP(.name = "positions",
+           .doc = "i32 positions of x's tokens: without starts (T) offset + i, T = x's axis 1 "
+                  "(axis 0 for rank 1); with starts i32 (B) the positions (B, T) starts[b] + "
+                  "offset + i. Only x's shape is read. No gradient.",
+           QKV_INPUTS_OPT(1, "x", "starts"), QKV_OUTPUTS("positions"),
+           QKV_ATTRS(QKV_INT_ATTR("offset", 0, "added to every position")),
+           .shape = positions_shape, .forward = positions_forward),
     QKV_OPS_END,
 };
 
@@ -99,4 +148,17 @@ qkv_kv_cache_append(QkvValue *cache, QkvValue *fresh, QkvValue *positions, QkvVa
   if (lengths != NULL)
     *lengths = qkv_node_output(node, 1);
   return qkv_node_output(node, 0);
+}
+
+QkvValue *
+qkv_positions(QkvValue *x, QkvValue *starts, gint64 offset, GError **error)
+{
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
+  QKV_RETURN_IF_MISSING("positions", error, x);
+  QkvValue *inputs[] = {x, starts};
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "offset", g_variant_new_int64(offset));
+  return qkv_op_call("positions", inputs, starts != NULL ? 2 : 1, g_variant_builder_end(&attrs),
+                     error);
 }

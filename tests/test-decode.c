@@ -226,10 +226,11 @@ row_rel_diff(const float *a, const float *b, gint64 n)
 
 /* The bound of the equality tests. Both sides compute every logit from the
  * same float32 parameters; they differ only in the order of additions: the
- * step plan's attention sums the new key's term first and the cached ones
- * after (with exact zeros for the masked positions), splits the product of
- * the weights with the values in two, and runs its GEMMs on one row where the
- * full decoder runs them on B·T rows (other BLAS blocking). Each reordered
+ * step plan's self-attention (the decoder's builder in cached mode) sums
+ * over the max_len slots of its caches (with exact zeros for the masked
+ * positions) with matmul and masked softmax where the full decoder runs the
+ * fused attention op on the causal square, and it runs its GEMMs on one
+ * row where the full decoder runs them on B·T rows (other BLAS blocking). Each reordered
  * sum of n terms is off by at most ~sqrt(n)·u relative to the sum of the
  * terms' magnitudes (u = 2^-24, Higham-Mary's probabilistic bound), and
  * LayerNorm after every sub-layer normalises the activations, so a
@@ -312,6 +313,18 @@ static void
 test_transformer_equals_full_prefix(void)
 {
   check_against_full(&transformer_case, 50, 3);
+}
+
+/* 256 tokens: the step plan's self-attention now sums over 256 cached
+ * slots, the longest sums of either computation; their reordering moves a
+ * weighted sum by at most 6·√256 = 96 u of its terms' magnitudes
+ * (qkv_test_sum_factor: Higham and Mary's bound; the worst case 256 u is
+ * for every rounding going the same way), which stays within the 170 u of
+ * EQUAL_REL, so the bound above holds unchanged. */
+static void
+test_transformer_256_steps(void)
+{
+  check_against_full(&transformer_case, 256, 3);
 }
 
 /* padded rows (the plan runs 5 rows for 3 sentences) change nothing */
@@ -949,6 +962,7 @@ main(int argc, char **argv)
   g_test_add_func("/decode/pe-positions", test_pe_positions);
   g_test_add_func("/decode/transformer-equals-full-prefix", test_transformer_equals_full_prefix);
   g_test_add_func("/decode/transformer-padded-rows", test_transformer_padded_rows);
+  g_test_add_func("/decode/transformer-256-steps", test_transformer_256_steps);
   g_test_add_func("/decode/transformer-prenorm-equals-full-prefix",
                   test_transformer_prenorm_equals_full_prefix);
   g_test_add_func("/decode/bahdanau-equals-unrolled", test_bahdanau_equals_unrolled);

@@ -115,6 +115,11 @@ typedef struct {
   /* decoding */
   QkvParams *tparams, *gparams, *lparams;
   QkvStepDecoder *tdec, *gdec, *ldec;
+  /* a plan with inputs "tokens" (2, 1), "positions" (2) and logits (2, 1, 4)
+   * (an embedding of the positions), and its QkvPlanDecoder */
+  QkvGraph *dgraph;
+  QkvPlan *dplan;
+  QkvPlanDecoder *pdec;
   QkvTensor *src, *src_valid;
   QkvBeamOptions beam;
   QkvSampleOptions sample;
@@ -338,6 +343,17 @@ fixture_init(void)
   fx.ta = qkv_test_uniform(&s22, 1, -1.0f, 1.0f);
   g_assert_true(qkv_plan_bind(fx.plan, "a", fx.ta, &error));
 
+  fx.dgraph = qkv_graph_new();
+  QkvValue *dtokens = input(fx.dgraph, "tokens", QKV_I32, QKV_SHAPE(2, 1));
+  QkvValue *dpos = input(fx.dgraph, "positions", QKV_I32, QKV_SHAPE(2));
+  QkvShape table = QKV_SHAPE(10, 4);
+  g_autoptr(QkvTensor) dtable = qkv_test_uniform(&table, 2, -1.0f, 1.0f);
+  QkvValue *dlogits = qkv_embedding(qkv_positions(dtokens, dpos, 0, &error),
+                                    qkv_graph_constant(fx.dgraph, dtable, &error), &error);
+  fx.dplan = qkv_graph_compile(fx.dgraph, &dlogits, 1, NULL, &error);
+  fx.pdec = qkv_plan_decoder_new(fx.dplan, 2, 4, &error);
+  g_assert_no_error(error);
+
   fx.def = probe_def("test.sticky_probe");
   g_assert_true(qkv_op_register(&fx.def, &error));
   g_assert_no_error(error);
@@ -413,6 +429,9 @@ static void
 fixture_clear(void)
 {
   qkv_step_decoder_free(fx.tdec);
+  qkv_plan_decoder_free(fx.pdec);
+  qkv_plan_free(fx.dplan);
+  qkv_graph_free(fx.dgraph);
   qkv_step_decoder_free(fx.gdec);
   qkv_step_decoder_free(fx.ldec);
   qkv_params_free(fx.tparams);
@@ -465,6 +484,10 @@ fixture_clear(void)
        qkv_build_mha_masked(&f->b, "mham", f->x, f->kv, f->kv, 4, 2, f->lens, f->mask,             \
                             QKV_MASK_BOOLEAN, FALSE, 0.0, &f->out, error) == NULL &&               \
            f->out == NULL)                                                                         \
+  CALL(qkv_build_positions, qkv_build_positions(&f->b, f->ids, error) == NULL)                     \
+  CALL(qkv_build_mha_keys_values, qkv_build_mha_keys_values(&f->b, "mhakv", f->kv, f->kv, 4, 2,    \
+                                                            NULL, &f->out, error) == NULL &&       \
+                                      f->out == NULL)                                              \
   CALL(qkv_build_mha_full, qkv_build_mha_full(&f->b, "mhaf", f->x, f->kv, f->kv, 4, 2,             \
                                               &f->mha_options, &f->out, error) == NULL &&          \
                                f->out == NULL)                                                     \
@@ -565,6 +588,9 @@ fixture_clear(void)
                                    f->scores, error))                                              \
   CALL(qkv_sample_logits,                                                                          \
        !qkv_sample_logits(&f->sample, f->logits, 2, 5, 0, f->row_ids, f->tokens, error))           \
+  CALL(qkv_plan_decoder_new, take_plan_decoder(qkv_plan_decoder_new(f->dplan, 2, 4, error)))       \
+  CALL(qkv_plan_decoder_step,                                                                      \
+       !qkv_plan_decoder_step(f->pdec, 0, f->tokens, NULL, 2, f->logits, error))                   \
   CALL(qkv_generate, !qkv_generate(&f->generate, 1, f->prompt, f->prompt_lens, 2, toy_step, NULL,  \
                                    f->tokens, f->lengths, error))                                  \
   /* qkv-dist.h: a group needs mpirun (or MPI in this process): the calls                          \
@@ -722,6 +748,7 @@ fixture_clear(void)
   CALL(qkv_gumbel_softmax, qkv_gumbel_softmax(f->x, NULL, 1.0, TRUE, -1, error) == NULL)           \
   CALL(qkv_kv_cache_append,                                                                        \
        qkv_kv_cache_append(f->cache, f->fresh, f->lens, &f->out, error) == NULL && f->out == NULL) \
+  CALL(qkv_positions, qkv_positions(f->ids, f->lens, 1, error) == NULL)                            \
   /* qkv-optim.h */                                                                                \
   CALL(qkv_optimizer_new_sgd, take_optimizer(qkv_optimizer_new_sgd(f->params, &f->sgd, error)))    \
   CALL(qkv_optimizer_new_adam, take_optimizer(qkv_optimizer_new_adam(f->params, &f->adam, error))) \
@@ -756,6 +783,7 @@ fixture_clear(void)
   CALL(qkv_plan_bind, !qkv_plan_bind(f->plan, "a", f->ta, error))                                  \
   CALL(qkv_plan_run, !qkv_plan_run(f->plan, error))                                                \
   CALL(qkv_plan_reset_state, !qkv_plan_reset_state(f->plan, "s", error))                           \
+  CALL(qkv_plan_reorder_states, !qkv_plan_reorder_states(f->plan, f->parents, 2, error))           \
   CALL(qkv_graph_eval, eval_fails(f, error))                                                       \
   /* qkv-plugin.h */                                                                               \
   CALL(qkv_shape_error, shape_error_probe(error))                                                  \
@@ -812,6 +840,13 @@ take_schedule(QkvSchedule *schedule)
 {
   qkv_schedule_free(schedule);
   return schedule == NULL;
+}
+
+static gboolean
+take_plan_decoder(QkvPlanDecoder *decoder)
+{
+  qkv_plan_decoder_free(decoder);
+  return decoder == NULL;
 }
 
 static gboolean

@@ -10,15 +10,16 @@ const QkvBuilderInits gpt_inits = {.embedding = {.kind = QKV_INIT_NORMAL, .std =
                                    .weight = {.kind = QKV_INIT_NORMAL, .std = 0.02},
                                    .bias = {.kind = QKV_INIT_ZEROS}};
 
-/* tokens i32 (B, block) → logits (B, block, vocab) */
+/* tokens i32 (B, T) → logits (B, T, vocab); with b->cache (generation) the
+ * tokens sit at the rows' positions and attention reads the kv cache */
 QkvValue *
 gpt_logits(QkvBuilder *b, const GptConfig *cfg, QkvValue *tokens, GError **error)
 {
   QkvShape te = QKV_SHAPE(cfg->vocab, cfg->d_model), pe = QKV_SHAPE(cfg->block, cfg->d_model);
   QkvValue *wte = qkv_build_param_init(b, "wte", &te, &gpt_inits.embedding, error);
   QkvValue *wpe = qkv_build_param_init(b, "wpe", &pe, &gpt_inits.embedding, error);
-  /* every window fills the block, so position i's vector is row i of wpe */
-  QkvValue *x = qkv_add(qkv_embedding(tokens, wte, error), wpe, error);
+  QkvValue *pos = qkv_embedding(qkv_build_positions(b, tokens, error), wpe, error);
+  QkvValue *x = qkv_add(qkv_embedding(tokens, wte, error), pos, error);
   QkvMhaOptions attention = {.causal = TRUE, .bias = TRUE};
   for (gint i = 0; i < cfg->layers; i++) {
     qkv_builder_push_printf(b, error, "blocks.%d", i);

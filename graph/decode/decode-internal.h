@@ -32,16 +32,16 @@ struct _QkvStepDecoder {
   QkvTensor *tokens;     /* (max_rows, 1) */
   QkvTensor *row_valid;  /* (max_rows): src_valid repeated per row */
   QkvTensor *positions;  /* Transformer: (max_rows), the step */
-  QkvTensor *self_valid; /* Transformer: (max_rows), step + 1 */
   QkvTensor *target_pos; /* Luong local-m: f32 (max_rows, 1, 1), the step */
-  /* Transformer: per block the self-attention cache and the cross-attention
-   * keys and values, k then v: 2 · num_layers tensors each.
+  /* Transformer: no self (the step plan keeps its caches as graph states),
+   * cross the encoder-decoder keys and values per block, k then v
+   * (max_rows, heads, src_len, d_head).
    * Bahdanau and Luong: self[0] the GRU state (L, max_rows, H), cross[0]
    * the encoder outputs (max_rows, src_len, H); Luong with input feeding:
    * self[1] the last attentional vector (1, max_rows, H). */
   QkvTensor **self, **cross;
   gint n_self, n_cross;
-  float *scratch; /* one cache (or state), for moving rows to their parents */
+  float *scratch; /* Bahdanau and Luong: one state, for moving rows to their parents */
 };
 
 /* decode-sizes.c: the sizes and config of a new decoder, checked before

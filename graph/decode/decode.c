@@ -5,20 +5,22 @@
  *  - an encoder plan, run once per batch of sentences, on rows (each
  *    sentence repeated for its beam slots): the Transformer's encoder and,
  *    for every decoder block, the encoder-decoder attention's keys and
- *    values (enc · W_kᵀ, enc · W_vᵀ split into heads), which the full
- *    decoder recomputes at every step; the GRU encoder's outputs and state;
+ *    values; the GRU encoder's outputs and state;
  *  - a step plan, run once per emitted token, taking one token per row.
  *
- * The Transformer's step plan keeps, per block, the self-attention keys and
- * values of the tokens decoded so far in a cache of max_len positions bound
- * as an input, (rows, heads, max_len, d_head). The current token's own key
- * and value are outputs of the step: its query attends to them and to the
- * cache, as the scores [q·k_new, q·K_cache] masked to the first step + 1
- * (valid lengths: the new key first, then the step cached ones). After the
- * run the host writes k_new and v_new into the cache at position step, so
- * a step costs one token's projections and a pass over max_len cached keys,
- * however long the output has grown. The token's position comes in as an
- * input of positional_encoding.
+ * The Transformer's step plan is the full decoder's builder
+ * (qkv_build_transformer_decoder) in cached mode (QkvBuilderCache): each
+ * block's causal self-attention keeps the keys and values of the tokens
+ * decoded so far in graph states of max_len positions that the plan owns
+ * (rows, heads, max_len, d_head), appends the token's own at position step
+ * (kv_cache_append) and attends over the filled part, so a step costs one
+ * token's projections and a pass over max_len cached keys however long the
+ * output has grown; beam search moves the caches' rows to their parents
+ * (qkv_plan_reorder_states). The encoder-decoder attention's keys and
+ * values, which the full decoder recomputes at every step, are projected
+ * once per sentence by the encoder plan (qkv_build_mha_keys_values) and
+ * bound to the step plan (QkvBuilderCache.cross_inputs). The same builder
+ * as training: one mechanism for any model.
  *
  * Every shape is fixed when compiled (max_rows, src_len, max_len): a smaller
  * batch runs on padded rows, a shorter source on padded columns that the
@@ -54,7 +56,6 @@ qkv_step_decoder_free(QkvStepDecoder *d)
   qkv_tensor_free(d->tokens);
   qkv_tensor_free(d->row_valid);
   qkv_tensor_free(d->positions);
-  qkv_tensor_free(d->self_valid);
   qkv_tensor_free(d->target_pos);
   tensors_free(d->self, d->n_self);
   tensors_free(d->cross, d->n_cross);
@@ -113,62 +114,9 @@ decode_bind_all(QkvPlan *plan, const gchar *prefix, QkvTensor **t, gint n, GErro
 
 /* ---- the Transformer ---------------------------------------------------- */
 
-static QkvValue *
-weight(QkvBuilder *b, const gchar *block, const gchar *what, gint64 out, gint64 in, GError **error)
-{
-  g_autofree gchar *name = g_strdup_printf("%s.%s.weight", block, what);
-  QkvShape s = QKV_SHAPE(out, in);
-  return qkv_build_param(b, name, &s, "linear_weight", in, error);
-}
-
-/* A projection of an attention: its weight and, with attention biases,
- * its bias (else NULL). FALSE when a parameter is missing. */
-typedef struct {
-  QkvValue *w, *bias;
-} Projection;
-
-static gboolean
-projection(QkvBuilder *b, const QkvTransformerConfig *c, const gchar *attention, const gchar *what,
-           Projection *p, GError **error)
-{
-  const gint64 D = c->num_hiddens;
-  p->w = weight(b, attention, what, D, D, error);
-  p->bias = NULL;
-  if (p->w == NULL || !c->attention_bias)
-    return p->w != NULL;
-  g_autofree gchar *name = g_strdup_printf("%s.%s.bias", attention, what);
-  QkvShape s = QKV_SHAPE(D);
-  p->bias = qkv_build_param(b, name, &s, "linear_bias", D, error);
-  return p->bias != NULL;
-}
-
-/* x · wᵀ (+ bias): an attention's input or output projection. */
-static QkvValue *
-project(QkvValue *x, const Projection *p, GError **error)
-{
-  QkvValue *y = x ? qkv_matmul(x, p->w, FALSE, TRUE, error) : NULL;
-  return y && p->bias ? qkv_add(y, p->bias, error) : y;
-}
-
-/* x (R, n, d) · wᵀ (+ bias) split into heads: (R, heads, n, d_head). */
-static QkvValue *
-project_heads(QkvValue *x, const Projection *p, gint heads, GError **error)
-{
-  const QkvShape *s = qkv_value_shape(x);
-  gint64 rows = s->dims[0], n = s->dims[1], d = s->dims[2];
-  QkvValue *y = project(x, p, error);
-  if (n == 1) { /* (R, 1, d) is already (R, heads, 1, d_head) in memory */
-    QkvShape hs = QKV_SHAPE(rows, heads, 1, d / heads);
-    return y ? qkv_reshape(y, &hs, error) : NULL;
-  }
-  QkvShape split = QKV_SHAPE(rows, n, heads, d / heads);
-  const gint perm[] = {0, 2, 1, 3};
-  y = y ? qkv_reshape(y, &split, error) : NULL;
-  return y ? qkv_permute(y, perm, 4, error) : NULL;
-}
-
-/* The encoder plan: src (R, S), src_valid (R) → per block k then v of
- * attention2, (R, heads, S, d_head). */
+/* The encoder plan: src (R, S), src_valid (R) → per block the keys then
+ * the values of attention2 (R, heads, S, d_head), projected once per
+ * source (qkv_build_mha_keys_values). */
 static gboolean
 transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **error)
 {
@@ -178,14 +126,13 @@ transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GErro
   QkvValue *valid = src ? qkv_graph_input(b->graph, "src_valid", QKV_I32, &r, error) : NULL;
   QkvValue *enc = valid ? qkv_build_transformer_encoder(b, c, src, valid, error) : NULL;
   g_autofree QkvValue **outs = g_new0(QkvValue *, 2 * c->num_layers);
+  QkvMhaOptions o = {.bias = c->attention_bias};
   for (gint i = 0; enc != NULL && i < c->num_layers; i++) {
-    g_autofree gchar *att = g_strdup_printf("decoder.blks.block%d.attention2", i);
-    Projection k, v;
-    if (!projection(b, c, att, "W_k", &k, error) || !projection(b, c, att, "W_v", &v, error))
-      return FALSE;
-    outs[2 * i] = project_heads(enc, &k, c->num_heads, error);
-    outs[2 * i + 1] = outs[2 * i] ? project_heads(enc, &v, c->num_heads, error) : NULL;
-    if (outs[2 * i + 1] == NULL)
+    qkv_builder_push_printf(b, error, "decoder.blks.block%d", i);
+    outs[2 * i] = qkv_build_mha_keys_values(b, "attention2", enc, enc, c->num_hiddens, c->num_heads,
+                                            &o, &outs[2 * i + 1], error);
+    qkv_builder_pop(b);
+    if (outs[2 * i] == NULL)
       return FALSE;
   }
   if (enc == NULL)
@@ -194,103 +141,12 @@ transformer_encoder_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GErro
   return d->enc_plan != NULL;
 }
 
-/* Block i's self-attention for one token per row, h (R, 1, d) its input,
- * over [this token, the cached ones] masked to self_valid: the output
- * (R, 1, d) after W_o; new_kv gets k_new and v_new (R, heads, 1, d_head). */
-static QkvValue *
-step_self_attention(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *h, QkvValue *self_valid,
-                    QkvValue **new_kv, GError **error)
-{
-  const QkvTransformerConfig *c = &d->tc;
-  const gint64 D = c->num_hiddens, R = d->max_rows;
-  const gint H = c->num_heads;
-  g_autofree gchar *att = g_strdup_printf("decoder.blks.block%d.attention1", i);
-  g_autofree gchar *kc_name = g_strdup_printf("self_kv%d", 2 * i);
-  g_autofree gchar *vc_name = g_strdup_printf("self_kv%d", 2 * i + 1);
-  QkvShape cache = QKV_SHAPE(R, H, d->max_len, D / H), row = QKV_SHAPE(R, 1, D);
-  QkvValue *kc = qkv_graph_input(b->graph, kc_name, QKV_F32, &cache, error);
-  QkvValue *vc = kc ? qkv_graph_input(b->graph, vc_name, QKV_F32, &cache, error) : NULL;
-  Projection pq, pk, pv, po;
-  if (vc == NULL || !projection(b, c, att, "W_q", &pq, error) ||
-      !projection(b, c, att, "W_k", &pk, error) || !projection(b, c, att, "W_v", &pv, error) ||
-      !projection(b, c, att, "W_o", &po, error))
-    return NULL;
-  QkvValue *q = project_heads(h, &pq, H, error);
-  new_kv[0] = q ? project_heads(h, &pk, H, error) : NULL;
-  new_kv[1] = new_kv[0] ? project_heads(h, &pv, H, error) : NULL;
-  QkvValue *s_new = new_kv[1] ? qkv_matmul(q, new_kv[0], FALSE, TRUE, error) : NULL;
-  QkvValue *s_old = s_new ? qkv_matmul(q, kc, FALSE, TRUE, error) : NULL;
-  QkvValue *parts[] = {s_new, s_old};
-  QkvValue *s = s_old ? qkv_concat(parts, 2, -1, error) : NULL;
-  s = s ? qkv_scale(s, 1.0 / sqrt((double)(D / H)), error) : NULL;
-  QkvValue *w = s ? qkv_masked_softmax(s, self_valid, FALSE, error) : NULL;
-  QkvValue *w_new = w ? qkv_slice(w, -1, 0, 1, error) : NULL;
-  QkvValue *w_old = w_new ? qkv_slice(w, -1, 1, (gint64)d->max_len + 1, error) : NULL;
-  QkvValue *o_new = w_old ? qkv_matmul(w_new, new_kv[1], FALSE, FALSE, error) : NULL;
-  QkvValue *o_old = o_new ? qkv_matmul(w_old, vc, FALSE, FALSE, error) : NULL;
-  QkvValue *a = o_old ? qkv_add(o_old, o_new, error) : NULL;
-  a = a ? qkv_reshape(a, &row, error) : NULL;
-  return project(a, &po, error);
-}
-
-/* Block i's encoder-decoder attention for h (R, 1, d) on the keys and
- * values of the encoder plan: the output (R, 1, d) after W_o; *cross_w
- * gets its weights (R, heads, 1, S). */
-static QkvValue *
-step_cross_attention(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *h, QkvValue *src_valid,
-                     QkvValue **cross_w, GError **error)
-{
-  const QkvTransformerConfig *c = &d->tc;
-  const gint64 D = c->num_hiddens, R = d->max_rows;
-  const gint H = c->num_heads;
-  g_autofree gchar *att = g_strdup_printf("decoder.blks.block%d.attention2", i);
-  g_autofree gchar *kx_name = g_strdup_printf("cross_kv%d", 2 * i);
-  g_autofree gchar *vx_name = g_strdup_printf("cross_kv%d", 2 * i + 1);
-  QkvShape xs = QKV_SHAPE(R, H, d->src_len, D / H), row = QKV_SHAPE(R, 1, D);
-  QkvValue *kx = qkv_graph_input(b->graph, kx_name, QKV_F32, &xs, error);
-  QkvValue *vx = kx ? qkv_graph_input(b->graph, vx_name, QKV_F32, &xs, error) : NULL;
-  Projection pq, po;
-  if (vx == NULL || !projection(b, c, att, "W_q", &pq, error) ||
-      !projection(b, c, att, "W_o", &po, error))
-    return NULL;
-  QkvValue *q = project_heads(h, &pq, H, error);
-  QkvValue *s = q ? qkv_matmul(q, kx, FALSE, TRUE, error) : NULL;
-  s = s ? qkv_scale(s, 1.0 / sqrt((double)(D / H)), error) : NULL;
-  *cross_w = s ? qkv_masked_softmax(s, src_valid, FALSE, error) : NULL;
-  QkvValue *a = *cross_w ? qkv_matmul(*cross_w, vx, FALSE, FALSE, error) : NULL;
-  a = a ? qkv_reshape(a, &row, error) : NULL;
-  return project(a, &po, error);
-}
-
-/* One decoder block for one token per row, as the full decoder's (post-LN
- * or pre-LN, transformer_sublayer_in/out). x (R, 1, d). new_kv gets k_new
- * and v_new (R, heads, 1, d_head), *cross_w the block's encoder-decoder
- * attention weights (R, heads, 1, S). */
-static QkvValue *
-transformer_step_block(QkvStepDecoder *d, QkvBuilder *b, gint i, QkvValue *x, QkvValue *self_valid,
-                       QkvValue *src_valid, QkvValue **new_kv, QkvValue **cross_w, GError **error)
-{
-  const QkvTransformerConfig *c = &d->tc;
-  g_autofree gchar *blk = g_strdup_printf("decoder.blks.block%d", i);
-  g_autofree gchar *an1 = g_strconcat(blk, ".addnorm1", NULL);
-  g_autofree gchar *an2 = g_strconcat(blk, ".addnorm2", NULL);
-  g_autofree gchar *an3 = g_strconcat(blk, ".addnorm3", NULL);
-  g_autofree gchar *ffn = g_strconcat(blk, ".ffn", NULL);
-  QkvValue *h = transformer_sublayer_in(b, c, an1, x, error);
-  QkvValue *a = h ? step_self_attention(d, b, i, h, self_valid, new_kv, error) : NULL;
-  QkvValue *y = a ? transformer_sublayer_out(b, c, an1, x, a, error) : NULL;
-  h = y ? transformer_sublayer_in(b, c, an2, y, error) : NULL;
-  QkvValue *a2 = h ? step_cross_attention(d, b, i, h, src_valid, cross_w, error) : NULL;
-  QkvValue *z = a2 ? transformer_sublayer_out(b, c, an2, y, a2, error) : NULL;
-  h = z ? transformer_sublayer_in(b, c, an3, z, error) : NULL;
-  QkvValue *f = h ? qkv_build_ffn_activation(b, ffn, h, c->ffn_hiddens, c->num_hiddens,
-                                             c->ffn_activation, error)
-                  : NULL;
-  return f ? transformer_sublayer_out(b, c, an3, z, f, error) : NULL;
-}
-
-/* Step plan outputs: 0 logits (R, V); then per block k_new, v_new; then per
- * block the cross-attention weights. */
+/* The step plan: the full decoder's builder in cached mode
+ * (QkvBuilderCache) on one token per row at "positions"; attention2 takes
+ * the encoder plan's keys and values as the inputs
+ * "decoder.blks.block<i>.attention2.keys" and ".values" (cross_inputs).
+ * Outputs: 0 logits (R, V), then per block the cross-attention weights
+ * (R, heads, 1, S). */
 static gboolean
 transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError **error)
 {
@@ -298,26 +154,25 @@ transformer_step_plan(QkvStepDecoder *d, QkvBuilder *b, gint n_threads, GError *
   const gint L = c->num_layers;
   QkvGraph *g = b->graph;
   QkvShape r1 = QKV_SHAPE(d->max_rows, 1), r = QKV_SHAPE(d->max_rows);
+  QkvShape es = QKV_SHAPE(d->max_rows, d->src_len, c->num_hiddens);
   QkvShape logits_shape = QKV_SHAPE(d->max_rows, c->tgt_vocab);
   QkvValue *tokens = qkv_graph_input(g, "tokens", QKV_I32, &r1, error);
   QkvValue *positions = tokens ? qkv_graph_input(g, "positions", QKV_I32, &r, error) : NULL;
-  QkvValue *self_valid = positions ? qkv_graph_input(g, "self_valid", QKV_I32, &r, error) : NULL;
-  QkvValue *src_valid = self_valid ? qkv_graph_input(g, "src_valid", QKV_I32, &r, error) : NULL;
-  QkvValue *x = src_valid ? qkv_build_embedding(b, transformer_embedding_name(c, "decoder"), tokens,
-                                                c->tgt_vocab, c->num_hiddens, error)
-                          : NULL;
-  x = x ? qkv_scale(x, sqrt((double)c->num_hiddens), error) : NULL;
-  x = x ? qkv_positional_encoding_at(x, positions, 0.0, 0, error) : NULL;
-  g_autofree QkvValue **outs = g_new0(QkvValue *, 1 + 3 * L);
-  for (gint i = 0; x != NULL && i < L; i++)
-    x = transformer_step_block(d, b, i, x, self_valid, src_valid, &outs[1 + 2 * i],
-                               &outs[1 + 2 * L + i], error);
-  x = x ? transformer_final_norm(b, c, "decoder", x, error) : NULL;
-  QkvValue *logits = transformer_output(b, c, x, error);
+  /* the encoder outputs' shape only: cross_inputs reads no more of them */
+  QkvValue *enc = positions ? qkv_graph_input(g, "enc", QKV_F32, &es, error) : NULL;
+  QkvValue *src_valid = enc ? qkv_graph_input(g, "src_valid", QKV_I32, &r, error) : NULL;
+  QkvBuilderCache cache = {.max_len = d->max_len, .positions = positions, .cross_inputs = TRUE};
+  QkvBuilder cached = *b; /* no scope pushed: a copy is a builder */
+  cached.cache = &cache;
+  g_autofree QkvValue **outs = g_new0(QkvValue *, 1 + L);
+  QkvTransformerTaps taps = {.cross_weights = outs + 1};
+  QkvValue *logits = src_valid ? qkv_build_transformer_decoder_taps(&cached, c, tokens, enc,
+                                                                    src_valid, &taps, error)
+                               : NULL;
   outs[0] = logits ? qkv_reshape(logits, &logits_shape, error) : NULL;
   if (outs[0] == NULL)
     return FALSE;
-  d->step_plan = decode_compile(g, outs, 1 + 3 * L, n_threads, error);
+  d->step_plan = decode_compile(g, outs, 1 + L, n_threads, error);
   return d->step_plan != NULL;
 }
 
@@ -373,37 +228,29 @@ qkv_step_decoder_new_transformer(QkvParams *params, const QkvTransformerConfig *
   if (!decode_build_plans(d, params, me, transformer_encoder_plan, transformer_step_plan, n_threads,
                           error))
     return NULL;
-  const gint L = d->num_layers, H = config->num_heads;
-  const gint64 dh = config->num_hiddens / H;
   d->positions = decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error);
-  d->self_valid = d->positions ? decode_new_tensor(QKV_I32, QKV_SHAPE(max_rows), error) : NULL;
-  if (d->self_valid == NULL)
+  if (d->positions == NULL)
     return NULL;
-  d->n_self = d->n_cross = 2 * L;
-  d->self = g_new0(QkvTensor *, 2 * L);
+  const gint L = d->num_layers, H = config->num_heads;
+  d->n_cross = 2 * L;
   d->cross = g_new0(QkvTensor *, 2 * L);
-  for (gint i = 0; i < 2 * L; i++) {
-    d->self[i] = decode_new_tensor(QKV_F32, QKV_SHAPE(max_rows, H, max_len, dh), error);
-    d->cross[i] =
-        d->self[i] ? decode_new_tensor(QKV_F32, QKV_SHAPE(max_rows, H, src_len, dh), error) : NULL;
-    if (d->cross[i] == NULL)
+  for (gint i = 0; i < 2 * L; i++)
+    if ((d->cross[i] = decode_new_tensor(
+             QKV_F32, QKV_SHAPE(max_rows, H, src_len, config->num_hiddens / H), error)) == NULL)
       return NULL;
-  }
-  d->scratch = g_try_malloc(qkv_tensor_nbytes(d->self[0]));
-  if (d->scratch == NULL) {
-    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY, "%s: no memory for a cache copy", me);
-    return NULL;
-  }
   QkvPlan *sp = d->step_plan, *ep = d->enc_plan;
   if (!qkv_plan_bind(ep, "src", d->src, error) ||
       !qkv_plan_bind(ep, "src_valid", d->src_valid, error) ||
       !qkv_plan_bind(sp, "tokens", d->tokens, error) ||
       !qkv_plan_bind(sp, "positions", d->positions, error) ||
-      !qkv_plan_bind(sp, "self_valid", d->self_valid, error) ||
-      !qkv_plan_bind(sp, "src_valid", d->row_valid, error) ||
-      !decode_bind_all(sp, "self_kv", d->self, 2 * L, error) ||
-      !decode_bind_all(sp, "cross_kv", d->cross, 2 * L, error))
+      !qkv_plan_bind(sp, "src_valid", d->row_valid, error))
     return NULL;
+  for (gint i = 0; i < 2 * L; i++) {
+    g_autofree gchar *name =
+        g_strdup_printf("decoder.blks.block%d.attention2.%s", i / 2, i % 2 ? "values" : "keys");
+    if (!qkv_plan_bind(sp, name, d->cross[i], error))
+      return NULL;
+  }
   return g_steal_pointer(&d);
 }
 
@@ -604,9 +451,9 @@ decoder_start(QkvStepDecoder *d, const QkvTensor *src, const QkvTensor *src_vali
       return FALSE;
   }
   if (d->transformer) {
-    /* positions past the step are masked; zeros keep them finite */
-    for (gint i = 0; i < d->n_self; i++)
-      qkv_tensor_fill(d->self[i], 0.0);
+    /* slots past a row's position are never read; zeros keep them finite */
+    if (!qkv_plan_reset_state(d->step_plan, NULL, error))
+      return FALSE;
   } else {
     if (!qkv_tensor_copy_from(d->self[0], qkv_plan_output(d->enc_plan, 1), error))
       return FALSE;
@@ -678,19 +525,9 @@ decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *pa
     }
   if (!parents_identity(parents, n_rows)) {
     if (d->transformer) {
-      /* a cache is (rows, heads, max_len, d_head): a row's block holds its
-       * heads one after the other, each with the step positions filled */
-      const QkvShape *cs = qkv_tensor_shape(d->self[0]);
-      const gint64 heads = cs->dims[1], dh = cs->dims[3];
-      for (gint i = 0; i < d->n_self; i++) {
-        float *data = qkv_tensor_f32(d->self[i]);
-        memcpy(d->scratch, data, (gsize)(n_rows * heads * d->max_len * dh) * sizeof(float));
-        for (gint r = 0; r < n_rows; r++)
-          for (gint64 h = 0; h < heads; h++)
-            memcpy(data + (r * heads + h) * d->max_len * dh,
-                   d->scratch + (parents[r] * heads + h) * d->max_len * dh,
-                   (gsize)(step * dh) * sizeof(float));
-      }
+      /* the plan's caches (rows, heads, max_len, d_head) */
+      if (!qkv_plan_reorder_states(d->step_plan, parents, n_rows, error))
+        return FALSE;
     } else {
       const gint64 H = d->gc.num_hiddens;
       move_rows(qkv_tensor_f32(d->self[0]), d->scratch, d->num_layers, d->max_rows, H, H, parents,
@@ -703,25 +540,16 @@ decoder_step(gpointer decoder, gint step, const gint32 *tokens, const gint32 *pa
   for (gint r = 0; r < d->max_rows; r++)
     tk[r] = tokens[MIN(r, n_rows - 1)];
   if (d->transformer) {
-    gint32 *pos = qkv_tensor_i32(d->positions), *sv = qkv_tensor_i32(d->self_valid);
-    for (gint r = 0; r < d->max_rows; r++) {
+    gint32 *pos = qkv_tensor_i32(d->positions);
+    for (gint r = 0; r < d->max_rows; r++)
       pos[r] = step;
-      sv[r] = step + 1;
-    }
   }
   if (d->target_pos != NULL)
     qkv_tensor_fill(d->target_pos, step);
   if (!qkv_plan_run(d->step_plan, error))
     return FALSE;
   if (d->transformer) {
-    const QkvShape *cs = qkv_tensor_shape(d->self[0]);
-    const gint64 heads = cs->dims[1], dh = cs->dims[3];
-    for (gint i = 0; i < d->n_self; i++) {
-      const float *kv = qkv_tensor_const_data(qkv_plan_output(d->step_plan, 1 + i));
-      float *cache = qkv_tensor_f32(d->self[i]);
-      for (gint64 rh = 0; rh < d->max_rows * heads; rh++)
-        memcpy(cache + (rh * d->max_len + step) * dh, kv + rh * dh, (gsize)dh * sizeof(float));
-    }
+    /* kv_cache_append wrote this step's keys and values during the run */
   } else if (!qkv_tensor_copy_from(d->self[0], qkv_plan_output(d->step_plan, 1), error) ||
              (d->n_self > 1 &&
               !qkv_tensor_copy_from(d->self[1], qkv_plan_output(d->step_plan, 3), error))) {
@@ -757,7 +585,7 @@ qkv_step_decoder_cross_weights(QkvStepDecoder *d, gint layer)
     layer += n;
   if (!d->stepped || layer < 0 || layer >= n)
     return NULL;
-  return qkv_plan_output(d->step_plan, d->transformer ? (guint)(1 + 2 * n + layer) : 2);
+  return qkv_plan_output(d->step_plan, d->transformer ? (guint)(1 + layer) : 2);
 }
 
 gboolean

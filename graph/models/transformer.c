@@ -58,8 +58,11 @@ embed_and_encode_positions(QkvBuilder *b, const gchar *name, QkvValue *ids, gint
 {
   const gchar *emb_name = transformer_embedding_name(cfg, name);
   QkvValue *x = qkv_build_embedding(b, emb_name, ids, vocab, cfg->num_hiddens, error);
-  return qkv_positional_encoding(qkv_scale(x, sqrt((double)cfg->num_hiddens), error), cfg->dropout,
-                                 0, error);
+  x = qkv_scale(x, sqrt((double)cfg->num_hiddens), error);
+  /* a cached decoder (QkvBuilderCache) takes its tokens at the rows' positions */
+  if (b->cache != NULL && g_str_equal(name, "decoder"))
+    return qkv_positional_encoding_at(x, b->cache->positions, cfg->dropout, 0, error);
+  return qkv_positional_encoding(x, cfg->dropout, 0, error);
 }
 
 QkvValue *

@@ -138,6 +138,10 @@ qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue
                            error) ||
       !builder_check_dropout("qkv_build_mha", "dropout", o->dropout, error))
     return NULL;
+  gboolean cached = builder_caches_attention(b, queries, keys, values, o);
+  gboolean cross = b->cache != NULL && b->cache->cross_inputs && keys != queries;
+  if (cached && !builder_check_cached_attention(b, o, error))
+    return NULL;
   QkvBuilderMark mark;
   qkv_builder_begin(b, &mark);
   const gchar *proj[] = {"W_q", "W_k", "W_v", "W_o"};
@@ -156,7 +160,15 @@ qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue
   }
   QkvValue *attention_weights = NULL;
   QkvValue *out = NULL;
-  if (!o->bias || (bias[0] && bias[1] && bias[2] && bias[3]))
+  if (cached && (!o->bias || (bias[0] && bias[1] && bias[2] && bias[3])))
+    out =
+        builder_cached_self_attention(b, queries, num_hiddens, num_heads, w, o->bias ? bias : NULL,
+                                      weights ? &attention_weights : NULL, error);
+  else if (cross && (!o->bias || (bias[0] && bias[1] && bias[2] && bias[3])))
+    out = builder_cross_attention_inputs(b, queries, keys, num_hiddens, num_heads, w,
+                                         o->bias ? bias : NULL, o,
+                                         weights ? &attention_weights : NULL, error);
+  else if (!o->bias || (bias[0] && bias[1] && bias[2] && bias[3]))
     out = qkv_multi_head_attention_masked(queries, keys, values, w[0], w[1], w[2], w[3],
                                           o->bias ? bias : NULL, num_heads, o->valid_lens, o->mask,
                                           o->mask_kind, o->causal, o->dropout,

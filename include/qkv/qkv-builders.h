@@ -38,6 +38,44 @@ typedef struct {
   gpointer reserved[2];
 } QkvBuilderInits;
 
+/* A builder's cached mode, for generation: the graph takes a few new tokens
+ * per row (usually one) and keeps the keys and values of the ones before
+ * in graph states (qkv_graph_state()), so the same model function builds
+ * the training graph (QkvBuilder.cache NULL) and the one-token step graph.
+ * In cached mode:
+ *  - every causal self-attention (qkv_build_mha_full() and friends with
+ *    queries, keys and values the same value and causal set) x (B, t, ·)
+ *    creates its key and value states "<scope>.<name>.k_cache" and
+ *    ".v_cache" (B, heads, max_len, num_hiddens / heads), appends the t new
+ *    keys and values at each row's positions[b] (kv_cache_append) and
+ *    attends over each row's filled part, query i of row b seeing the slots
+ *    up to positions[b] + i: rows at different positions decode together.
+ *    Dropout does not apply (a cached graph is for inference); valid_lens
+ *    and a mask are refused (QKV_ERROR_INVALID_ARGUMENT). Other attentions
+ *    (not causal, or keys that are not the queries: cross-attention) run as
+ *    without a cache, on their whole inputs every run, unless cross_inputs
+ *    is set: then every cross-attention (keys that are not its queries)
+ *    takes its keys and values already projected, as the graph inputs
+ *    "<scope>.<name>.keys" and ".values" (B, heads, n_k, num_hiddens /
+ *    heads) that the caller binds, made once per source by
+ *    qkv_build_mha_keys_values() (in an encoder's plan, say), instead of
+ *    projecting the same keys at every step (only their shape is read);
+ *  - qkv_build_positions() gives the rows' token positions, and the
+ *    Transformer decoder (qkv_build_transformer_decoder()) encodes its
+ *    tokens at them.
+ * A plan compiled from the graph keeps the caches between runs; the caller
+ * binds positions, the position of each row's first new token, and keeps
+ * positions + t ≤ max_len (the plan refuses more). Slots past a row's
+ * position are never read, so a row restarts at position 0 without a
+ * reset (qkv_plan_reset_state() zeroes them all); qkv_plan_reorder_states()
+ * moves rows to their parents for beam search. */
+typedef struct {
+  gint64 max_len;      /* T_max: the positions each cache holds, ≥ 1 */
+  QkvValue *positions; /* i32 (B): where each row's new tokens start */
+  gboolean cross_inputs; /* cross-attention keys and values come projected */
+  gpointer reserved[2];
+} QkvBuilderCache;
+
 /* The scope stack of a builder (private; see qkv_builder_push()). */
 typedef struct _QkvBuilderScopes QkvBuilderScopes;
 
@@ -58,7 +96,11 @@ typedef struct {
   /* private, managed by qkv_builder_push() and qkv_builder_pop(): NULL while
    * no scope is pushed. A builder with scopes pushed must not be copied. */
   QkvBuilderScopes *scopes;
-  gpointer reserved[2];
+  /* NULL, or the cached mode (QkvBuilderCache; borrowed: it must outlive
+   * the builder calls). This field took one of the two reserved pointers:
+   * the struct's size is unchanged. */
+  const QkvBuilderCache *cache;
+  gpointer reserved[1];
 } QkvBuilder;
 
 /* ---- Name scopes ----------------------------------------------------------
@@ -238,11 +280,33 @@ typedef struct {
 } QkvMhaOptions;
 
 /* qkv_build_mha() with everything optional in options (NULL: all zero).
- * Without biases it builds what qkv_build_mha_masked() builds. */
+ * Without biases it builds what qkv_build_mha_masked() builds. With
+ * b->cache, a causal self-attention attends over its key/value cache
+ * (QkvBuilderCache); *weights is then (B, heads, t, max_len). */
 QKV_API
 QkvValue *qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries, QkvValue *keys,
                              QkvValue *values, gint64 num_hiddens, gint num_heads,
                              const QkvMhaOptions *options, QkvValue **weights, GError **error);
+
+/* The keys and values of the attention "<name>" projected and split into
+ * heads as it projects them (its W_k, W_v and, with options->bias, their
+ * biases; parameters created if missing, as qkv_build_mha_full() would):
+ * keys (B, n_k, ·) and values (B, n_k, ·) → (B, heads, n_k, num_hiddens /
+ * heads), the projected keys returned and the values in *projected_values.
+ * What a cached builder's cross-attention takes with
+ * QkvBuilderCache.cross_inputs. On failure NULL and *projected_values NULL. */
+QKV_API
+QkvValue *qkv_build_mha_keys_values(QkvBuilder *b, const gchar *name, QkvValue *keys,
+                                    QkvValue *values, gint64 num_hiddens, gint num_heads,
+                                    const QkvMhaOptions *options, QkvValue **projected_values,
+                                    GError **error);
+
+/* The i32 positions of tokens (B, T): (T) 0 … T − 1 (torch.arange(T)),
+ * or in cached mode (b->cache) row b's positions[b] … positions[b] + T − 1
+ * as (B, T) (qkv_positions()). For learned position embeddings:
+ * qkv_embedding(qkv_build_positions(b, tokens, &error), wpe, &error). */
+QKV_API
+QkvValue *qkv_build_positions(QkvBuilder *b, QkvValue *tokens, GError **error);
 
 /* The activation between the two dense layers of a position-wise FFN (and
  * of the Transformer's, QkvTransformerConfig.ffn_activation). */
@@ -348,7 +412,9 @@ QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfi
  * (with cfg->tie_embeddings, the embedding matrix transposed and
  * "decoder.dense.bias").
  * cross_weights (may be NULL) receives the last block's encoder-decoder
- * attention weights (B, heads, T, T_src). */
+ * attention weights (B, heads, T, T_src). With b->cache (QkvBuilderCache)
+ * it is the step decoder's graph: tgt holds each row's new tokens at
+ * b->cache->positions, and attention1 attends over its key/value cache. */
 QKV_API
 QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                         QkvValue *tgt, QkvValue *enc_outputs,

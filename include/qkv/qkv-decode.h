@@ -311,6 +311,43 @@ gboolean qkv_generate(const QkvGenerateOptions *options, gint batch, const gint3
                       const gint *prompt_lens, gint max_new_tokens, QkvDecodeStepFunc step,
                       gpointer user_data, gint32 *out_tokens, gint *out_lens, GError **error);
 
+/* ---- generation through a cached plan --------------------------------------
+ *
+ * A QkvPlanDecoder answers QkvDecodeStepFunc for any model whose one-token
+ * graph was built in cached mode (QkvBuilderCache, qkv-builders.h): the
+ * plan's input "tokens", i32 (rows, 1), takes one token per row, its input
+ * "positions", i32 (rows), that token's position (the cache's positions),
+ * and its output 0 holds rows × vocab logits ((rows, 1, vocab) or (rows,
+ * vocab)). The decoder binds both inputs to tensors of its own, feeds step
+ * t at position t, moves the caches' rows to their parents for beam search
+ * (qkv_plan_reorder_states()), and when the caches are full (step max_len
+ * since the context started) restarts every row's context from its last
+ * max_len / 2 tokens, fed again at positions 0 …: learned positions cannot
+ * slide with the window, so from then on a sampler that recomputes the last
+ * max_len tokens at every step sees another context. Up to there the
+ * logits are a full recomputation's to within rounding. */
+typedef struct _QkvPlanDecoder QkvPlanDecoder;
+
+/* A decoder for plan (borrowed: it must outlive the decoder, and the
+ * decoder's tensors stay bound to it) with rows rows and caches of max_len
+ * positions (the builder's QkvBuilderCache.max_len). NULL with
+ * QKV_ERROR_INVALID_ARGUMENT for rows or max_len below 1, the plan's bind
+ * error for inputs that are not as above, QKV_ERROR_MEMORY. */
+QKV_API
+QkvPlanDecoder *qkv_plan_decoder_new(QkvPlan *plan, gint rows, gint64 max_len, GError **error);
+QKV_API
+void qkv_plan_decoder_free(QkvPlanDecoder *decoder);
+/* A QkvDecodeStepFunc with user_data the decoder: step 0 starts over (the
+ * slots the rows filled before are not read again), any other step must be
+ * the one after the previous call; 1 ≤ n_rows ≤ rows (the plan's rows past
+ * n_rows run on the last row's token). parents may be NULL. logits gets
+ * n_rows × vocab. QKV_ERROR_INVALID_ARGUMENT for a step out of order, bad
+ * n_rows or a parent outside [0, n_rows); the plan's run errors. */
+QKV_API
+gboolean qkv_plan_decoder_step(gpointer decoder, gint step, const gint32 *tokens,
+                               const gint32 *parents, gint n_rows, float *logits, GError **error);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvStepDecoder, qkv_step_decoder_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvPlanDecoder, qkv_plan_decoder_free)
 
 G_END_DECLS

@@ -357,5 +357,14 @@ QkvValue *qkv_gumbel_softmax(QkvValue *logits, QkvValue *valid_lens, double tau,
 QKV_API
 QkvValue *qkv_kv_cache_append(QkvValue *cache, QkvValue *fresh, QkvValue *positions,
                               QkvValue **lengths, GError **error);
+/* "positions" {offset: i}: the i32 positions of x's T tokens, T = x's axis
+ * 1 (axis 0 for a rank-1 x; only x's shape is read, on every run, so a plan
+ * bound to a shorter x gives fewer). Without starts (may be NULL): (T), the
+ * positions offset … offset + T − 1, as torch.arange. With starts, i32 (B)
+ * for x (B, T, …): (B, T), row b's positions starts[b] + offset + i, the
+ * positions of new tokens appended to each row's cache at starts[b] (offset
+ * 1 gives their causal valid lengths). No gradient. */
+QKV_API
+QkvValue *qkv_positions(QkvValue *x, QkvValue *starts, gint64 offset, GError **error);
 
 G_END_DECLS

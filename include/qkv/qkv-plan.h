@@ -134,6 +134,15 @@ const QkvTensor *qkv_plan_state(QkvPlan *plan, const gchar *name);
  * QKV_ERROR_NOT_FOUND for an unknown name, QKV_ERROR_BUSY while it runs. */
 QKV_API
 gboolean qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error);
+/* Beam search's reordering of the states' rows (axis 0, a batch row each):
+ * row r of every state becomes what row parents[r] held, for r < n_rows;
+ * rows from n_rows on stay. The first call allocates room for the largest
+ * state; later ones allocate nothing. QKV_ERROR_INVALID_ARGUMENT for a
+ * parent outside [0, n_rows) or a state with fewer rows (nothing moves
+ * then), QKV_ERROR_BUSY while the plan runs. */
+QKV_API
+gboolean qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_rows,
+                                 GError **error);
 /* Requested output i as a float (element 0). */
 QKV_API
 float qkv_plan_output_scalar(QkvPlan *plan, guint index);

@@ -79,6 +79,9 @@ struct _QkvPlan {
   QkvValue **state_values;
   QkvTensor **state_views;
   guint n_states;
+  /* room for one state's rows while qkv_plan_reorder_states() moves them;
+   * allocated by its first call */
+  gpointer state_scratch;
 };
 
 /* arena.c */

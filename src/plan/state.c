@@ -50,6 +50,7 @@ qkv_plan_states_free(QkvPlan *plan)
   }
   g_free(plan->state_views);
   g_free(plan->state_values);
+  g_free(plan->state_scratch);
 }
 
 static gboolean
@@ -214,6 +215,68 @@ qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error)
   for (guint i = 0; i < plan->n_states; i++)
     if (only < 0 || (gint)i == only)
       memset(qkv_tensor_data(plan->state_views[i]), 0, qkv_tensor_nbytes(plan->state_views[i]));
+  g_atomic_int_set(&plan->busy, 0);
+  return TRUE;
+}
+
+/* FALSE with QKV_ERROR_INVALID_ARGUMENT unless n_rows ≥ 0, every state has n_rows rows
+ * and every parent is one of them. */
+static gboolean
+check_reorder(QkvPlan *plan, const gint32 *parents, gint n_rows, GError **error)
+{
+  if (n_rows < 0) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "reorder_states: n_rows %d is negative", n_rows);
+    return FALSE;
+  }
+  for (guint i = 0; i < plan->n_states; i++) {
+    const QkvShape *s = qkv_tensor_shape(plan->state_views[i]);
+    if (s->rank < 1 || s->dims[0] < n_rows) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "reorder_states: state '%s' has fewer than the %d rows asked for",
+                  plan->state_values[i]->name, n_rows);
+      return FALSE;
+    }
+  }
+  for (gint r = 0; r < n_rows; r++)
+    if (parents[r] < 0 || parents[r] >= n_rows) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "reorder_states: parents[%d] = %d is not a row in [0, %d)", r, parents[r],
+                  n_rows);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+gboolean
+qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_rows, GError **error)
+{
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
+  g_return_val_if_fail(plan != NULL && (parents != NULL || n_rows == 0), FALSE);
+  if (!check_reorder(plan, parents, n_rows, error))
+    return FALSE;
+  gsize largest = 0;
+  for (guint i = 0; i < plan->n_states; i++)
+    largest = MAX(largest, qkv_tensor_nbytes(plan->state_views[i]));
+  if (plan->state_scratch == NULL && largest > 0 &&
+      (plan->state_scratch = g_try_malloc(largest)) == NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_MEMORY,
+                "reorder_states: cannot allocate %" G_GSIZE_FORMAT " bytes", largest);
+    return FALSE;
+  }
+  if (!g_atomic_int_compare_and_exchange(&plan->busy, 0, 1)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_BUSY,
+                "reorder_states: the plan is being bound or run in another thread");
+    return FALSE;
+  }
+  for (guint i = 0; i < plan->n_states; i++) {
+    QkvTensor *t = plan->state_views[i];
+    gsize row = qkv_tensor_nbytes(t) / (gsize)qkv_tensor_shape(t)->dims[0];
+    guint8 *data = qkv_tensor_data(t);
+    memcpy(plan->state_scratch, data, row * (gsize)n_rows);
+    for (gint r = 0; r < n_rows; r++)
+      memcpy(data + row * (gsize)r, (guint8 *)plan->state_scratch + row * (gsize)parents[r], row);
+  }
   g_atomic_int_set(&plan->busy, 0);
   return TRUE;
 }
