@@ -17,7 +17,9 @@ static gboolean
 refuse(const OptionRange *r, const gchar *given, const gchar *what, GError **error)
 {
   g_autofree gchar *range = range_text(r);
-  g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "--%s %s %s %s%s%s", r->name, given,
+  /* a GError message is UTF-8; the text given need not be */
+  g_autofree gchar *shown = g_utf8_make_valid(given, -1);
+  g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "--%s %s %s %s%s%s", r->name, shown,
               what, range, r->why != NULL ? " " : "", r->why != NULL ? r->why : "");
   return FALSE;
 }
