@@ -10,7 +10,10 @@ import sys
 
 PROGRAMS = {name: os.environ[var] for name, var in [
     ('qkv-classify', 'QKV_CLASSIFY'), ('qkv-gpt', 'QKV_GPT'),
-    ('qkv-nw-regression', 'QKV_NW_REGRESSION'), ('qkv-seq2seq', 'QKV_SEQ2SEQ')]}
+    ('qkv-nw-regression', 'QKV_NW_REGRESSION'), ('qkv-seq2seq', 'QKV_SEQ2SEQ'),
+    ('qkv-bench-decode', 'QKV_BENCH_DECODE'), ('qkv-bench-long', 'QKV_BENCH_LONG'),
+    ('qkv-bench-shapes', 'QKV_BENCH_SHAPES'), ('qkv-bench-transformer', 'QKV_BENCH_TRANSFORMER'),
+    ('qkv-sgemm-peak', 'QKV_SGEMM_PEAK')] if var in os.environ}
 
 # (program, arguments, the message after "PROG: ")
 CASES = [
@@ -33,10 +36,19 @@ CASES = [
     ('qkv-seq2seq', ['--threads', '100000'],
      f'--threads 100000 is out of range [1, {4 * os.cpu_count()}] '
      f'(4 times the {os.cpu_count()} processors here)'),
+    # the benchmarks' options (refused before any timing)
+    ('qkv-bench-decode', ['--len', '0'], '--len 0 is out of range [1, 65536]'),
+    ('qkv-bench-long', ['--T', '4000000000'], '--T 4000000000 is out of range [1, 1048576]'),
+    ('qkv-bench-shapes', ['--rounds', '-1'], '--rounds -1 is out of range [1, 1000000]'),
+    ('qkv-bench-transformer', ['--config', 'S', '--dropout', '1'],
+     '--dropout 1 is out of range [-1, 1)'),
+    ('qkv-sgemm-peak', ['--seconds', 'nan'], '--seconds nan is out of range [0, 3600]'),
 ]
 
 failures = []
 for prog, args, message in CASES:
+    if prog not in PROGRAMS:
+        continue  # qkv-sgemm-peak is built on x86 only
     try:
         p = subprocess.run([PROGRAMS[prog]] + args, capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:
