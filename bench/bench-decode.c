@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../examples/common/options.h"
 
 typedef struct {
   const gchar *name;
@@ -227,8 +228,17 @@ main(int argc, char **argv)
       g_option_context_new("- Transformer decoding speed: key/value cache against prefix "
                            "recomputation");
   g_option_context_add_main_entries(ctx, entries, NULL);
-  if (!g_option_context_parse(ctx, &argc, &argv, &error))
-    die("options", error);
+  const OptionRange ranges[] = {
+      OPTION_INT("batch", &opt_batch, 1, 4096),
+      OPTION_INT("len", &opt_len, 1, 65536),
+      OPTION_INT("reps", &opt_reps, 1, 1000000),
+      OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
+  };
+  if (!g_option_context_parse(ctx, &argc, &argv, &error) ||
+      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+    g_printerr("qkv-bench-decode: %s\n", error->message);
+    return 2;
+  }
   const DecodeConfig *c = NULL;
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     if (g_strcmp0(opt_config ? opt_config : "M", configs[i].name) == 0)

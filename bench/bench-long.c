@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include "../examples/common/options.h"
 
 enum { D_MODEL = 512, HEADS = 8, FFN = 2048 };
 
@@ -212,8 +213,17 @@ main(int argc, char **argv)
   g_autoptr(GError) error = NULL;
   g_autoptr(GOptionContext) ctx = g_option_context_new("- one encoder block at long T");
   g_option_context_add_main_entries(ctx, entries, NULL);
-  if (!g_option_context_parse(ctx, &argc, &argv, &error))
-    die(error);
+  const OptionRange ranges[] = {
+      OPTION_INT64("T", &opt_t, 1, 1048576),
+      OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
+      OPTION_INT("steps", &opt_steps, 1, 1000000),
+      OPTION_INT("warmup", &opt_warmup, 0, 1000000),
+  };
+  if (!g_option_context_parse(ctx, &argc, &argv, &error) ||
+      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+    g_printerr("qkv-bench-long: %s\n", error->message);
+    return 2;
+  }
   qkv_set_num_threads(opt_threads);
   if (opt_attention)
     time_attention();

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include "../examples/common/options.h"
 
 enum { B = 64, T = 10, V = 200 };
 
@@ -103,8 +104,15 @@ main(int argc, char **argv)
   GError *error = NULL;
   GOptionContext *oc = g_option_context_new("- cost of switching plan shapes");
   g_option_context_add_main_entries(oc, entries, NULL);
-  if (!g_option_context_parse(oc, &argc, &argv, &error))
-    g_error("%s", error->message);
+  const OptionRange ranges[] = {
+      OPTION_INT("rounds", &opt_rounds, 1, 1000000),
+      OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
+  };
+  if (!g_option_context_parse(oc, &argc, &argv, &error) ||
+      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+    g_printerr("qkv-bench-shapes: %s\n", error->message);
+    return 2;
+  }
   g_option_context_free(oc);
   opt_rounds = MAX(opt_rounds, 3);
 

@@ -49,6 +49,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include "../examples/common/options.h"
 
 typedef struct {
   const gchar *name;
@@ -672,7 +673,17 @@ main(int argc, char **argv)
   g_autoptr(GOptionContext) context =
       g_option_context_new("- train the d2l Transformer as bench/peers/torch_transformer.py does");
   g_option_context_add_main_entries(context, entries, NULL);
-  if (!g_option_context_parse(context, &argc, &argv, &error)) {
+  /* dropout and lr: -1 (any negative) takes the config's */
+  const OptionRange ranges[] = {
+      OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
+      OPTION_INT("steps", &opt_steps, 0, 1000000),
+      OPTION_INT("warmup", &opt_warmup, 0, 1000000),
+      OPTION_INT64("seed", &opt_seed, G_MININT64, G_MAXINT64),
+      OPTION_DOUBLE_OPEN("dropout", &opt_dropout, -1, 1, FALSE, TRUE),
+      OPTION_DOUBLE("lr", &opt_lr, -1, 10),
+  };
+  if (!g_option_context_parse(context, &argc, &argv, &error) ||
+      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
     g_printerr("qkv-bench-transformer: %s\n", error->message);
     return 2;
   }

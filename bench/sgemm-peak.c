@@ -119,6 +119,7 @@ random_matrix(gsize n, guint32 *seed)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 #include <immintrin.h>
+#include "../examples/common/options.h"
 
 /* 12 independent accumulators (more than FMA latency × pipes on any x86 core
  * so far), FMA_ITERS iterations; returns FLOPs done. */
@@ -476,7 +477,12 @@ main(int argc, char **argv)
   g_autoptr(GOptionContext) context =
       g_option_context_new("- FMA peak, OpenBLAS and qkv_sgemm at the peer Transformer's GEMMs");
   g_option_context_add_main_entries(context, entries, NULL);
-  if (!g_option_context_parse(context, &argc, &argv, &error)) {
+  const OptionRange ranges[] = {
+      OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
+      OPTION_DOUBLE("seconds", &opt_seconds, 0, 3600),
+  };
+  if (!g_option_context_parse(context, &argc, &argv, &error) ||
+      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
     g_printerr("qkv-sgemm-peak: %s\n", error->message);
     return 2;
   }

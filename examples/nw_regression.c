@@ -14,6 +14,8 @@
 #include <string.h>
 #include <qkv/qkv.h>
 
+#include "common/options.h"
+
 #define N_TRAIN 50
 #define N_TEST 50
 
@@ -256,8 +258,14 @@ main(int argc, char **argv)
   g_autoptr(GOptionContext) context =
       g_option_context_new("- Nadaraya-Watson attention pooling (d2l 10.2)");
   g_option_context_add_main_entries(context, entries, NULL);
-  if (!g_option_context_parse(context, &argc, &argv, &error)) {
-    g_printerr("%s\n", error->message);
+  const OptionRange ranges[] = {
+      OPTION_INT("epochs", &opt_epochs, 0, 1000000),
+      OPTION_DOUBLE("lr", &opt_lr, 0, 1000),
+      OPTION_INT64("seed", &opt_seed, G_MININT64, G_MAXINT64),
+  };
+  if (!g_option_context_parse(context, &argc, &argv, &error) ||
+      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+    g_printerr("qkv-nw-regression: %s\n", error->message);
     return 2;
   }
   if (opt_version) {
@@ -265,7 +273,7 @@ main(int argc, char **argv)
     return 0;
   }
   if (!run(&error)) {
-    g_printerr("nw_regression: %s\n", error->message);
+    g_printerr("qkv-nw-regression: %s\n", error->message);
     return 1;
   }
   return 0;

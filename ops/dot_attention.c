@@ -84,7 +84,8 @@ check_qkv(QkvShapeCtx *ctx, GError **error)
   if (v->dims[1] != k->dims[1])
     return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
                            "k and v must have the same number of keys");
-  return TRUE;
+  return qkv_attn_check_sizes(ctx, q->dims[0], 1, q->dims[1], k->dims[1],
+                              MAX(q->dims[2], v->dims[2]), error);
 }
 
 static gboolean
@@ -513,7 +514,7 @@ qkv_dot_product_attention_masked(QkvValue *q, QkvValue *k, QkvValue *v, QkvValue
    * they are small. */
   const QkvShape *qs = qkv_value_shape(q), *ks = qkv_value_shape(k);
   if (weights == NULL && qs->rank == 3 && ks->rank == 3 &&
-      qkv_flash_wanted(qs->dims[0] * qs->dims[1] * ks->dims[1] * (gint64)sizeof(float)))
+      qkv_flash_wanted_for(qs->dims[0], 1, qs->dims[1], ks->dims[1]))
     g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
   QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "dot_product_attention", inputs,
                                      in.n_inputs, g_variant_builder_end(&attrs), error);

@@ -107,6 +107,42 @@ qkv_flash_check_blocks(const QkvShapeCtx *ctx, GError **error)
  * which is what small models (the book's, at T ≈ 10) spend their time on. */
 #define QKV_FLASH_MIN_WEIGHTS_BYTES (G_GINT64_CONSTANT(1) << 22)
 
+/* The product of n sizes (each 0 or more) in *product; FALSE, and
+ * G_MAXINT64 there, when it does not fit a gint64. */
+static inline gboolean
+qkv_attn_size_product(const gint64 *sizes, guint n, gint64 *product)
+{
+  gint64 p = 1;
+  for (guint i = 0; i < n; i++)
+    if (__builtin_mul_overflow(p, sizes[i], &p)) {
+      *product = G_MAXINT64;
+      return FALSE;
+    }
+  *product = p;
+  return TRUE;
+}
+
+/* The attention kernels count the scores (batch · heads · n_q · n_k), their
+ * work (that times the features of a product) and their bytes in gint64 and
+ * gsize. Sizes whose product does not fit are refused here, where they enter
+ * (the shape rules), so that no product further on can overflow: q and k of
+ * (2, 2^31, 4) are valid tensors, but their 2^63 scores are not. */
+static inline gboolean
+qkv_attn_check_sizes(QkvShapeCtx *ctx, gint64 batch, gint64 heads, gint64 n_q, gint64 n_k,
+                     gint64 features, GError **error)
+{
+  const gint64 sizes[] = {batch, heads, n_q, n_k, MAX(features, 1), (gint64)sizeof(float)};
+  gint64 bytes;
+  if (qkv_attn_size_product(sizes, G_N_ELEMENTS(sizes), &bytes))
+    return TRUE;
+  return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                         "the attention scores (batch %" G_GINT64_FORMAT ", heads %" G_GINT64_FORMAT
+                         ", queries %" G_GINT64_FORMAT ", keys %" G_GINT64_FORMAT
+                         ") times %" G_GINT64_FORMAT
+                         " features take more than 2^63 bytes of work to count",
+                         batch, heads, n_q, n_k, MAX(features, 1));
+}
+
 /* Whether a typed builder takes the flash kernel for a node whose weights
  * (not asked for) would take weights_bytes: QKV_FLASH_ATTENTION=1 always,
  * =0 never (for comparisons), otherwise from QKV_FLASH_MIN_WEIGHTS_BYTES. */
@@ -119,4 +155,16 @@ qkv_flash_wanted(gint64 weights_bytes)
   if (g_strcmp0(env, "1") == 0)
     return TRUE;
   return weights_bytes >= QKV_FLASH_MIN_WEIGHTS_BYTES;
+}
+
+/* qkv_flash_wanted() for the weights of batch · heads · n_q · n_k floats,
+ * computed without overflow (past gint64 they are surely large; the op's
+ * shape rule then refuses them). */
+static inline gboolean
+qkv_flash_wanted_for(gint64 batch, gint64 heads, gint64 n_q, gint64 n_k)
+{
+  const gint64 sizes[] = {batch, heads, n_q, n_k, (gint64)sizeof(float)};
+  gint64 bytes;
+  qkv_attn_size_product(sizes, G_N_ELEMENTS(sizes), &bytes);
+  return qkv_flash_wanted(bytes);
 }

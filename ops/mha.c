@@ -100,6 +100,20 @@ mha_check_inputs(QkvShapeCtx *ctx, gint bias_index, GError **error)
                            "the hidden size %" G_GINT64_FORMAT
                            " is not a multiple of num_heads = %" G_GINT64_FORMAT,
                            hidden, heads);
+  MhaDims d = mha_dims(s, heads);
+  if (!qkv_attn_check_sizes(ctx, d.batch, d.heads, d.n_q, d.n_k, d.dh, error))
+    return FALSE;
+  /* the backward's shared scratch: at most 8 floats per position of
+   * queries and keys times the widest of their features (mha-backward.c) */
+  const gint64 rows[] = {d.batch, d.n_q + d.n_k, MAX(MAX(hidden, d.d_q), MAX(d.d_k, d.d_v)), 8,
+                         (gint64)sizeof(float)};
+  gint64 bytes;
+  if (!qkv_attn_size_product(rows, G_N_ELEMENTS(rows), &bytes))
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "%" G_GINT64_FORMAT " queries and %" G_GINT64_FORMAT
+                           " keys per batch element of %" G_GINT64_FORMAT
+                           " take more than 2^63 bytes to project",
+                           d.n_q, d.n_k, d.batch);
   return qkv_attn_check_dropout(ctx, "dropout", error);
 }
 
@@ -404,8 +418,7 @@ qkv_multi_head_attention_masked(QkvValue *queries, QkvValue *keys, QkvValue *val
    * small (see qkv_dot_product_attention_masked) */
   const QkvShape *qs = qkv_value_shape(queries), *ks = qkv_value_shape(keys);
   if (weights == NULL && qs->rank == 3 && ks->rank == 3 &&
-      qkv_flash_wanted(qs->dims[0] * MAX(num_heads, 1) * qs->dims[1] * ks->dims[1] *
-                       (gint64)sizeof(float)))
+      qkv_flash_wanted_for(qs->dims[0], MAX(num_heads, 1), qs->dims[1], ks->dims[1]))
     g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
   QkvNode *node = qkv_graph_add_node(qkv_value_graph(queries), "multi_head_attention", inputs,
                                      in.n_inputs, g_variant_builder_end(&attrs), error);

@@ -273,6 +273,99 @@ test_schedule_position_limit(void)
   g_assert_cmpint(qkv_schedule_get_position(s), ==, G_MAXINT64);
 }
 
+/* ---- attention on huge but valid inputs (issue 29, item 6) ----
+ *
+ * q and k of (2, 2^31, 4) are valid tensors (2^34 floats each), but the
+ * scores they imply, 2 · 2^31 · 2^31 of them, overflowed gint64 in the
+ * builders' flash decision (signed overflow under UBSan) and in the kernels'
+ * products. Each op refuses them where they enter, when the node is built;
+ * nothing is allocated. With QKV_FLASH_ATTENTION=1 (the memory-efficient
+ * kernel, whose weights output is only the row statistics) the nodes were
+ * accepted. */
+
+static QkvValue *
+huge_input(QkvGraph *g, const gchar *name, QkvShape s)
+{
+  g_autoptr(GError) error = NULL;
+  QkvValue *x = qkv_graph_input(g, name, QKV_F32, &s, &error);
+  g_assert_no_error(error);
+  return x;
+}
+
+/* force: the builders' choice by size (unset) or always flash */
+static void
+set_flash_env(gboolean force)
+{
+  if (force)
+    g_setenv("QKV_FLASH_ATTENTION", "1", TRUE);
+  else
+    g_unsetenv("QKV_FLASH_ATTENTION");
+}
+
+static void
+assert_huge_attention_error(QkvValue *out, GError *error)
+{
+  g_assert_null(out);
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+  g_test_message("%s", error->message);
+  g_assert_nonnull(strstr(error->message, "2^63 bytes"));
+}
+
+static void
+test_attention_huge(void)
+{
+  const gint64 n = G_GINT64_CONSTANT(1) << 31;
+  for (gint c = 0; c < 4; c++) {
+    gboolean want_weights = c & 1;
+    set_flash_env(c < 2);
+    g_autoptr(QkvGraph) g = qkv_graph_new();
+    g_autoptr(GError) error = NULL;
+    QkvValue *q = huge_input(g, "q", QKV_SHAPE(2, n, 4));
+    QkvValue *k = huge_input(g, "k", QKV_SHAPE(2, n, 4));
+    QkvValue *v = huge_input(g, "v", QKV_SHAPE(2, n, 4));
+    QkvValue *weights = NULL;
+    QkvValue *out =
+        qkv_dot_product_attention(q, k, v, NULL, TRUE, 0.0, want_weights ? &weights : NULL, &error);
+    assert_huge_attention_error(out, error);
+  }
+  g_unsetenv("QKV_FLASH_ATTENTION");
+  /* the fused backward op, built by name as a gradient rule would */
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  g_autoptr(GError) error = NULL;
+  QkvValue *inputs[] = {
+      huge_input(g, "q", QKV_SHAPE(2, n, 4)),   huge_input(g, "k", QKV_SHAPE(2, n, 4)),
+      huge_input(g, "v", QKV_SHAPE(2, n, 4)),   huge_input(g, "stats", QKV_SHAPE(2, n, 2)),
+      huge_input(g, "out", QKV_SHAPE(2, n, 4)), huge_input(g, "dout", QKV_SHAPE(2, n, 4))};
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "flash", g_variant_new_boolean(TRUE));
+  g_variant_builder_add(&attrs, "{sv}", "grad_out", g_variant_new_boolean(TRUE));
+  QkvNode *node = qkv_graph_add_node(g, "dot_product_attention_backward", inputs,
+                                     G_N_ELEMENTS(inputs), g_variant_builder_end(&attrs), &error);
+  assert_huge_attention_error((QkvValue *)node, error);
+}
+
+static void
+test_mha_huge(void)
+{
+  const gint64 n = G_GINT64_CONSTANT(1) << 31;
+  for (gint c = 0; c < 4; c++) {
+    gboolean want_weights = c & 1;
+    set_flash_env(c < 2);
+    g_autoptr(GError) error = NULL;
+    g_autoptr(QkvGraph) g = qkv_graph_new();
+    QkvValue *x = huge_input(g, "x", QKV_SHAPE(2, n, 4));
+    QkvValue *w[4];
+    for (guint i = 0; i < 4; i++)
+      w[i] = huge_input(g, (const gchar *[]){"w_q", "w_k", "w_v", "w_o"}[i], QKV_SHAPE(4, 4));
+    QkvValue *weights = NULL;
+    QkvValue *out = qkv_multi_head_attention(x, x, x, w[0], w[1], w[2], w[3], NULL, 2, NULL, TRUE,
+                                             0.0, want_weights ? &weights : NULL, &error);
+    assert_huge_attention_error(out, error);
+  }
+  g_unsetenv("QKV_FLASH_ATTENTION");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -284,5 +377,7 @@ main(int argc, char **argv)
   g_test_add_func("/hostile/tensor-bad-arguments", test_tensor_bad_arguments);
   g_test_add_func("/hostile/optimizer-step-range", test_optimizer_step_range);
   g_test_add_func("/hostile/schedule-position-limit", test_schedule_position_limit);
+  g_test_add_func("/hostile/attention-huge", test_attention_huge);
+  g_test_add_func("/hostile/mha-huge", test_mha_huge);
   return g_test_run();
 }

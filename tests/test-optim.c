@@ -628,6 +628,65 @@ test_schedule_bad_values_quiet(void)
   g_assert_nonnull(one);
 }
 
+/* Any message logged while a test that installs this runs fails it: a
+ * value a user can pass must be refused or clamped, never a critical. */
+static void
+fail_on_any_message(const gchar *domain, GLogLevelFlags level, const gchar *message,
+                    gpointer user_data)
+{
+  g_error("unexpected message [%s]: %s", domain != NULL ? domain : "", message);
+}
+
+/* Values a user can pass to the optimizer's and the schedules' setters:
+ * refused (the try forms say why) or clamped, as the headers say; once a
+ * critical each (set_lr NaN, inf or negative; set_step negative). */
+static void
+test_optimizer_setters_quiet(void)
+{
+  guint handler = g_log_set_handler(
+      "qkv", G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION, fail_on_any_message, NULL);
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s = QKV_SHAPE(3);
+  g_assert_nonnull(qkv_params_add(params, "w", &s, NULL));
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, NULL);
+  const double bad[] = {NAN, INFINITY, -INFINITY, -0.5, -G_MINDOUBLE};
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    qkv_optimizer_set_lr(opt, bad[i]);
+    g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, 0.01);
+    g_autoptr(GError) error = NULL;
+    g_assert_false(qkv_optimizer_try_set_lr(opt, bad[i], &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+    g_assert_nonnull(strstr(error->message, "lr must be finite"));
+    g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, 0.01);
+  }
+  /* the edges that are allowed */
+  g_autoptr(GError) error = NULL;
+  g_assert_true(qkv_optimizer_try_set_lr(opt, 0.0, &error));
+  g_assert_no_error(error);
+  g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, 0.0);
+  qkv_optimizer_set_lr(opt, G_MAXDOUBLE);
+  g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, G_MAXDOUBLE);
+
+  qkv_optimizer_set_step(opt, 7);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 7);
+  qkv_optimizer_set_step(opt, -4);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 0);
+  qkv_optimizer_set_step(opt, G_MININT64);
+  g_assert_cmpint(qkv_optimizer_get_step(opt), ==, 0);
+
+  /* the schedules' setters and steps with the same kind of values */
+  g_autoptr(QkvSchedule) sched = qkv_schedule_new_step(0.1, 1, 1e300);
+  qkv_schedule_set_position(sched, -4);
+  g_assert_cmpint(qkv_schedule_get_position(sched), ==, 0);
+  for (gint i = 0; i < 4; i++)
+    g_assert_true(isfinite(qkv_schedule_step(sched, opt)));
+  g_assert_cmpfloat(qkv_optimizer_get_lr(opt), ==, qkv_schedule_lr_at(sched, 4));
+  g_assert_true(isfinite(qkv_schedule_lr_at(sched, G_MININT64)));
+  g_assert_true(isfinite(qkv_schedule_lr_at(sched, G_MAXINT64)));
+  g_log_remove_handler("qkv", handler);
+}
+
 /* The qkv_schedule_try_new_*() forms say what is wrong. */
 static void
 test_schedule_try_new_errors(void)
@@ -1032,6 +1091,7 @@ main(int argc, char **argv)
   g_test_add_func("/optim/schedule-warmup", test_schedule_warmup);
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
   g_test_add_func("/optim/schedule-bad-values-quiet", test_schedule_bad_values_quiet);
+  g_test_add_func("/optim/optimizer-setters-quiet", test_optimizer_setters_quiet);
   g_test_add_func("/optim/schedule-try-new-errors", test_schedule_try_new_errors);
   g_test_add_func("/optim/schedule-position-and-overflow", test_schedule_position_and_overflow);
   g_test_add_func("/optim/grad-accumulator", test_grad_accumulator);

@@ -24,6 +24,7 @@
 
 #include "../common/batch.h"
 #include "../common/grid-heatmap.h"
+#include "../common/options.h"
 #include "../common/runlog.h"
 #include "../common/text.h"
 #include "data.h"
@@ -520,42 +521,28 @@ round_trip(const QkvPoolingClassifierConfig *cfg, QkvParams *params, const Class
 static gboolean
 check_options(GError **error)
 {
-  struct {
-    const gchar *name;
-    gint value, min;
-  } ints[] = {{"--epochs", opt_epochs, 0},
-              {"--batch-size", opt_batch, 1},
-              {"--embed", opt_embed, 1},
-              {"--key-size", opt_key, 1},
-              {"--queries", opt_queries, 1},
-              {"--max-sentences", opt_max_sentences, 0},
-              {"--max-len", opt_max_len, 1},
-              {"--min-freq", opt_min_freq, 1},
-              {"--threads", opt_threads, 0},
-              {"--valid", opt_valid, 0},
-              {"--valid-every", opt_valid_every, 1},
-              {"--early-stop", opt_early_stop, 0}};
-  for (guint i = 0; i < G_N_ELEMENTS(ints); i++)
-    if (ints[i].value < ints[i].min) {
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s is %d, it must be >= %d",
-                  ints[i].name, ints[i].value, ints[i].min);
-      return FALSE;
-    }
-  if (!(opt_held_out > 0 && opt_held_out < 1)) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "--held-out is %g, it must be in (0, 1)", opt_held_out);
+  /* The upper limits are far beyond useful settings; they keep a typo from
+   * asking for terabytes. */
+  const OptionRange ranges[] = {
+      OPTION_INT("epochs", &opt_epochs, 0, 1000000),
+      OPTION_INT("batch-size", &opt_batch, 1, 1000000),
+      OPTION_INT("embed", &opt_embed, 1, 8192),
+      OPTION_INT("key-size", &opt_key, 1, 8192),
+      OPTION_INT("queries", &opt_queries, 1, 1024),
+      OPTION_INT("max-sentences", &opt_max_sentences, 0, 100000000),
+      OPTION_INT("max-len", &opt_max_len, 1, 4096),
+      OPTION_INT("min-freq", &opt_min_freq, 1, 1000000),
+      OPTION_INT("threads", &opt_threads, 0, options_max_threads()),
+      OPTION_INT("valid", &opt_valid, 0, 1000000),
+      OPTION_INT("valid-every", &opt_valid_every, 1, 1000000),
+      OPTION_INT("early-stop", &opt_early_stop, 0, 1000000),
+      OPTION_INT64("seed", &opt_seed, G_MININT64, G_MAXINT64),
+      OPTION_DOUBLE_OPEN("held-out", &opt_held_out, 0, 1, TRUE, TRUE),
+      OPTION_DOUBLE_OPEN("lr", &opt_lr, 0, 10, TRUE, FALSE),
+      OPTION_DOUBLE_OPEN("tau", &opt_tau, 0, 1e6, TRUE, FALSE),
+  };
+  if (!options_check_ranges(ranges, G_N_ELEMENTS(ranges), error))
     return FALSE;
-  }
-  if (!(opt_lr > 0 && opt_lr <= 10)) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "--lr is %g, it must be in (0, 10]", opt_lr);
-    return FALSE;
-  }
-  if (!(opt_tau > 0 && isfinite(opt_tau))) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "--tau is %g, it must be finite and > 0", opt_tau);
-    return FALSE;
-  }
   if ((opt_save_best != NULL || opt_early_stop > 0 || opt_valid_every != 1) && opt_valid == 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--save-best, --early-stop and --valid-every act on validation; give --valid N");

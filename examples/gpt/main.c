@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "gpt.h"
+#include "../common/options.h"
 #include "../common/text.h"
 
 static gint opt_steps = 1000, opt_threads = 0, opt_length = 200, opt_top_k = 0;
@@ -63,35 +64,28 @@ static GOptionEntry entries[] = {
 static gboolean
 check_options(GError **error)
 {
-  struct {
-    const gchar *name;
-    double value, lo, hi;
-  } ranges[] = {
-      {"steps", opt_steps, 0, 1e6},
-      {"threads", opt_threads == 0 ? 1 : opt_threads, 1, 256},
-      {"length", opt_length, 1, 1e5},
-      {"temperature", opt_temperature, 0, 100},
-      {"top-k", opt_top_k, 0, 1e5},
-      {"top-p", opt_top_p, 1e-9, 1},
-      {"seed", (double)opt_seed, 0, (double)G_MAXINT64},
-      {"d-model", opt_d_model, 4, 4096},
-      {"layers", opt_layers, 1, 64},
-      {"heads", opt_heads, 1, opt_d_model},
-      {"block", opt_block, 2, 4096},
-      {"batch", opt_batch, 1, 4096},
-      {"lr", opt_lr, 1e-12, 1},
-      {"warmup", opt_warmup, 0, opt_steps > 0 ? opt_steps : 1e6},
-      {"weight-decay", opt_weight_decay, 0, 1},
-      {"clip", opt_clip, 1e-12, 1e6},
-      {"eval-every", opt_eval_every, 1, 1e6},
-      {"max-lines", opt_max_lines, 0, G_MAXINT},
+  const OptionRange ranges[] = {
+      OPTION_INT("steps", &opt_steps, 0, 1000000),
+      OPTION_INT("threads", &opt_threads, 0, MIN(options_max_threads(), 256)),
+      OPTION_INT("length", &opt_length, 1, 100000),
+      OPTION_DOUBLE("temperature", &opt_temperature, 0, 100),
+      OPTION_INT("top-k", &opt_top_k, 0, 100000),
+      OPTION_DOUBLE_OPEN("top-p", &opt_top_p, 0, 1, TRUE, FALSE),
+      OPTION_INT64("seed", &opt_seed, 0, G_MAXINT64),
+      OPTION_INT("d-model", &opt_d_model, 4, 4096),
+      OPTION_INT("layers", &opt_layers, 1, 64),
+      OPTION_INT("heads", &opt_heads, 1, 4096),
+      OPTION_INT("block", &opt_block, 2, 4096),
+      OPTION_INT("batch", &opt_batch, 1, 4096),
+      OPTION_DOUBLE_OPEN("lr", &opt_lr, 0, 1, TRUE, FALSE),
+      OPTION_INT("warmup", &opt_warmup, 0, opt_steps > 0 ? opt_steps : 1000000),
+      OPTION_DOUBLE("weight-decay", &opt_weight_decay, 0, 1),
+      OPTION_DOUBLE_OPEN("clip", &opt_clip, 0, 1e6, TRUE, FALSE),
+      OPTION_INT("eval-every", &opt_eval_every, 1, 1000000),
+      OPTION_INT("max-lines", &opt_max_lines, 0, G_MAXINT),
   };
-  for (guint i = 0; i < G_N_ELEMENTS(ranges); i++)
-    if (!(ranges[i].value >= ranges[i].lo && ranges[i].value <= ranges[i].hi)) {
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "--%s %g is outside [%g, %g]",
-                  ranges[i].name, ranges[i].value, ranges[i].lo, ranges[i].hi);
-      return FALSE;
-    }
+  if (!options_check_ranges(ranges, G_N_ELEMENTS(ranges), error))
+    return FALSE;
   if (opt_d_model % opt_heads != 0) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--heads %d does not divide --d-model %d", opt_heads, opt_d_model);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <glib/gstdio.h>
 
+#include "../common/options.h"
 #include "data.h"
 
 void
@@ -34,18 +35,12 @@ seq2seq_options_init(Seq2seqOptions *o)
   };
 }
 
-/* The numeric options are read as text and parsed by parse_numeric_options
- * rather than by GOption, which takes "nan" for a double and knows no ranges:
- * every value is parsed in full and checked against its range, so nonsense
- * stops the program before any work. The upper limits are far beyond the
- * book's settings; they keep a typo from asking for terabytes. */
-typedef struct {
-  const gchar *name;
-  gint *value;
-  gint64 min, max; /* max 0: worked out when parsed (--threads) */
-  gchar *text;     /* as given, or NULL */
-} IntOption;
-
+/* The numeric options are read as text and parsed by the shared checker
+ * (../common/options.h) rather than by GOption, so that a refusal quotes the
+ * text as given: every value is parsed in full and checked against its
+ * range, so nonsense stops the program before any work. The upper limits
+ * are far beyond the book's settings; they keep a typo from asking for
+ * terabytes. */
 enum {
   O_EPOCHS,
   O_NUM_EXAMPLES,
@@ -69,66 +64,73 @@ enum {
   O_MIN_FREQ,
   O_MAX_LEN,
   O_HEATMAP_BLOCK,
-  N_INT_OPTIONS
+  O_LR,
+  O_DROPOUT,
+  O_CLIP,
+  O_LENGTH_PENALTY,
+  O_LABEL_SMOOTHING,
+  N_NUMERIC_OPTIONS
 };
 
+/* The texts GOption fills (NULL: not given), and their ranges. */
 typedef struct {
-  const gchar *name;
-  double *value;
-  double min, max;
-  gboolean min_open, max_open; /* whether the bound itself is excluded */
-  gchar *text;
-} DoubleOption;
-
-enum { O_LR, O_DROPOUT, O_CLIP, O_LENGTH_PENALTY, O_LABEL_SMOOTHING, N_DOUBLE_OPTIONS };
-
-/* The texts GOption fills, and where each parsed value goes. */
-typedef struct {
-  IntOption ints[N_INT_OPTIONS];
-  DoubleOption doubles[N_DOUBLE_OPTIONS];
+  gchar *texts[N_NUMERIC_OPTIONS];
+  OptionRange ranges[N_NUMERIC_OPTIONS];
+  gchar *threads_why;
 } NumericOptions;
 
-static NumericOptions
-numeric_options(Seq2seqOptions *o)
+#define INT_RANGE(i, name, field, lo, hi)                                                          \
+  [i] = {name, OPTION_RANGE_INT, &o->field, lo, hi, 0, 0, FALSE, FALSE, &num->texts[i], NULL}
+#define DOUBLE_RANGE(i, name, field, lo, hi, lo_open, hi_open)                                     \
+  [i] = {name, OPTION_RANGE_DOUBLE, &o->field, 0, 0, lo, hi, lo_open, hi_open, &num->texts[i], NULL}
+
+static void
+numeric_options_init(NumericOptions *num, Seq2seqOptions *o)
 {
-  return (NumericOptions){
-      .ints =
-          {
-              [O_EPOCHS] = {"epochs", &o->epochs, 0, 1000000, NULL},
-              [O_NUM_EXAMPLES] = {"num-examples", &o->num_examples, 1, SEQ2SEQ_MAX_EXAMPLES, NULL},
-              [O_BATCH] = {"batch-size", &o->batch, 1, 1000000, NULL},
-              [O_STEPS] = {"num-steps", &o->steps, 2, SEQ2SEQ_MAX_STEPS, NULL},
-              [O_HIDDEN] = {"hidden", &o->hidden, 1, 8192, NULL},
-              [O_LAYERS] = {"layers", &o->layers, 1, 64, NULL},
-              [O_HEADS] = {"heads", &o->heads, 1, 8192, NULL},
-              [O_FFN] = {"ffn", &o->ffn, 1, 65536, NULL},
-              [O_THREADS] = {"threads", &o->threads, 1, 0, NULL},
-              [O_REVERSE_VOCAB] = {"reverse-vocab", &o->reverse_vocab, 4, SEQ2SEQ_MAX_REVERSE_VOCAB,
-                                   NULL},
-              [O_REVERSE_SIZE] = {"reverse-size", &o->reverse_size, 1, SEQ2SEQ_MAX_EXAMPLES, NULL},
-              [O_BEAM] = {"beam", &o->beam, 1, 64, NULL},
-              [O_SAVE_EVERY] = {"save-every", &o->save_every, 1, 1000000, NULL},
-              [O_ACCUMULATE] = {"accumulate", &o->accumulate, 1, 1000000, NULL},
-              [O_WARMUP] = {"warmup", &o->warmup, 0, 100000000, NULL},
-              [O_HELDOUT] = {"heldout", &o->heldout, 0, 100000, NULL},
-              [O_VALID] = {"valid", &o->valid, 1, 100000, NULL},
-              [O_VALID_EVERY] = {"valid-every", &o->valid_every, 1, 1000000, NULL},
-              [O_EARLY_STOP] = {"early-stop", &o->early_stop, 1, 1000000, NULL},
-              [O_MIN_FREQ] = {"min-freq", &o->min_freq, 1, 1000000, NULL},
-              [O_MAX_LEN] = {"max-len", &o->max_len, 1, 1000000, NULL},
-              [O_HEATMAP_BLOCK] = {"heatmap-block", &o->heatmap_block, 1, 64, NULL},
-          },
-      .doubles = {
-          [O_LR] = {"lr", &o->lr, 0, 10, TRUE, FALSE, NULL},
-          [O_DROPOUT] = {"dropout", &o->dropout, 0, 1, FALSE, TRUE, NULL},
-          [O_CLIP] = {"clip", &o->clip, 0, 1e30, FALSE, FALSE, NULL},
-          [O_LENGTH_PENALTY] = {"length-penalty", &o->length_penalty, 0, 100, FALSE, FALSE, NULL},
-          [O_LABEL_SMOOTHING] = {"label-smoothing", &o->label_smoothing, 0, 1, FALSE, FALSE, NULL},
+  *num = (NumericOptions){
+      .ranges = {
+          INT_RANGE(O_EPOCHS, "epochs", epochs, 0, 1000000),
+          INT_RANGE(O_NUM_EXAMPLES, "num-examples", num_examples, 1, SEQ2SEQ_MAX_EXAMPLES),
+          INT_RANGE(O_BATCH, "batch-size", batch, 1, 1000000),
+          INT_RANGE(O_STEPS, "num-steps", steps, 2, SEQ2SEQ_MAX_STEPS),
+          INT_RANGE(O_HIDDEN, "hidden", hidden, 1, 8192),
+          INT_RANGE(O_LAYERS, "layers", layers, 1, 64),
+          INT_RANGE(O_HEADS, "heads", heads, 1, 8192),
+          INT_RANGE(O_FFN, "ffn", ffn, 1, 65536),
+          INT_RANGE(O_THREADS, "threads", threads, 1, options_max_threads()),
+          INT_RANGE(O_REVERSE_VOCAB, "reverse-vocab", reverse_vocab, 4, SEQ2SEQ_MAX_REVERSE_VOCAB),
+          INT_RANGE(O_REVERSE_SIZE, "reverse-size", reverse_size, 1, SEQ2SEQ_MAX_EXAMPLES),
+          INT_RANGE(O_BEAM, "beam", beam, 1, 64),
+          INT_RANGE(O_SAVE_EVERY, "save-every", save_every, 1, 1000000),
+          INT_RANGE(O_ACCUMULATE, "accumulate", accumulate, 1, 1000000),
+          INT_RANGE(O_WARMUP, "warmup", warmup, 0, 100000000),
+          INT_RANGE(O_HELDOUT, "heldout", heldout, 0, 100000),
+          INT_RANGE(O_VALID, "valid", valid, 1, 100000),
+          INT_RANGE(O_VALID_EVERY, "valid-every", valid_every, 1, 1000000),
+          INT_RANGE(O_EARLY_STOP, "early-stop", early_stop, 1, 1000000),
+          INT_RANGE(O_MIN_FREQ, "min-freq", min_freq, 1, 1000000),
+          INT_RANGE(O_MAX_LEN, "max-len", max_len, 1, 1000000),
+          INT_RANGE(O_HEATMAP_BLOCK, "heatmap-block", heatmap_block, 1, 64),
+          DOUBLE_RANGE(O_LR, "lr", lr, 0, 10, TRUE, FALSE),
+          DOUBLE_RANGE(O_DROPOUT, "dropout", dropout, 0, 1, FALSE, TRUE),
+          DOUBLE_RANGE(O_CLIP, "clip", clip, 0, 1e30, FALSE, FALSE),
+          DOUBLE_RANGE(O_LENGTH_PENALTY, "length-penalty", length_penalty, 0, 100, FALSE, FALSE),
+          DOUBLE_RANGE(O_LABEL_SMOOTHING, "label-smoothing", label_smoothing, 0, 1, FALSE, FALSE),
       }};
+  num->threads_why = g_strdup_printf("(4 times the %u processors here)", g_get_num_processors());
+  num->ranges[O_THREADS].why = num->threads_why;
 }
 
-#define INT_ARG(i) G_OPTION_ARG_STRING, &num->ints[i].text
-#define DOUBLE_ARG(i) G_OPTION_ARG_STRING, &num->doubles[i].text
+static void
+numeric_options_clear(NumericOptions *num)
+{
+  for (guint i = 0; i < N_NUMERIC_OPTIONS; i++)
+    g_free(num->texts[i]);
+  g_free(num->threads_why);
+}
+
+#define INT_ARG(i) G_OPTION_ARG_STRING, &num->texts[i]
+#define DOUBLE_ARG(i) G_OPTION_ARG_STRING, &num->texts[i]
 
 /* The option table, pointing into o and, for the numeric options, at the
  * texts that parse_numeric_options reads; free with g_free(). */
@@ -458,54 +460,6 @@ check_watch_options(Seq2seqOptions *o, GError **error)
   return TRUE;
 }
 
-/* More threads than this only adds overhead: --threads 10000 took 53.6 s and
- * 2.2 GB where 2 threads took 0.11 s. */
-static gint
-max_threads(void)
-{
-  return 4 * (gint)g_get_num_processors();
-}
-
-static gboolean
-parse_numeric_options(const NumericOptions *num, GError **error)
-{
-  for (guint i = 0; i < N_INT_OPTIONS; i++) {
-    const IntOption *o = &num->ints[i];
-    if (o->text == NULL)
-      continue;
-    gint64 max = o->max > 0 ? o->max : max_threads(), n;
-    if (!g_ascii_string_to_signed(o->text, 10, o->min, max, &n, NULL)) {
-      g_autofree gchar *why =
-          o->max > 0 ? g_strdup("")
-                     : g_strdup_printf(" (4 times the %u processors here)", g_get_num_processors());
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "--%s must be an integer from %" G_GINT64_FORMAT " to %" G_GINT64_FORMAT
-                  "%s, not '%s'",
-                  o->name, o->min, max, why, o->text);
-      return FALSE;
-    }
-    *o->value = (gint)n;
-  }
-  for (guint i = 0; i < N_DOUBLE_OPTIONS; i++) {
-    const DoubleOption *o = &num->doubles[i];
-    if (o->text == NULL)
-      continue;
-    gchar *end = NULL;
-    double x = g_ascii_strtod(o->text, &end);
-    gboolean ok = end != o->text && *end == '\0' && isfinite(x) &&
-                  (o->min_open ? x > o->min : x >= o->min) &&
-                  (o->max_open ? x < o->max : x <= o->max);
-    if (!ok) {
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "--%s must be a number in %c%g, %g%c, not '%s'", o->name, o->min_open ? '(' : '[',
-                  o->min, o->max, o->max_open ? ')' : ']', o->text);
-      return FALSE;
-    }
-    *o->value = x;
-  }
-  return TRUE;
-}
-
 /* The checks between options, made before any work (each option's own
  * range is checked as it is parsed). */
 static gboolean
@@ -641,7 +595,8 @@ seq2seq_options_check_paths(const Seq2seqOptions *o, GError **error)
 gboolean
 seq2seq_options_parse(Seq2seqOptions *o, gint *argc, gchar ***argv, GError **error)
 {
-  NumericOptions num = numeric_options(o);
+  NumericOptions num;
+  numeric_options_init(&num, o);
   g_autofree GOptionEntry *entries = all_entries_new(o, &num);
   g_autoptr(GOptionContext) context = g_option_context_new(
       "- train a seq2seq model of Dive into Deep Learning (ch. 10) and translate");
@@ -655,17 +610,14 @@ seq2seq_options_parse(Seq2seqOptions *o, gint *argc, gchar ***argv, GError **err
                                    "--help-distribution list one group each.\n");
   add_grouped_entries(context, entries);
   gboolean ok = g_option_context_parse(context, argc, argv, error) &&
-                parse_numeric_options(&num, error) && check_options(o, error) &&
-                check_watch_options(o, error);
-  if (ok && num.ints[O_EPOCHS].text == NULL)
+                options_check_ranges(num.ranges, N_NUMERIC_OPTIONS, error) &&
+                check_options(o, error) && check_watch_options(o, error);
+  if (ok && num.texts[O_EPOCHS] == NULL)
     o->epochs = o->kind == MODEL_TRANSFORMER ? 200 : 250;
   /* a filter from a checkpoint translates with it as it is */
-  if (ok && num.ints[O_EPOCHS].text == NULL && o->translate_stdin && o->resume != NULL)
+  if (ok && num.texts[O_EPOCHS] == NULL && o->translate_stdin && o->resume != NULL)
     o->epochs = 0;
-  for (guint i = 0; i < N_INT_OPTIONS; i++)
-    g_free(num.ints[i].text);
-  for (guint i = 0; i < N_DOUBLE_OPTIONS; i++)
-    g_free(num.doubles[i].text);
+  numeric_options_clear(&num);
   return ok;
 }
 

@@ -215,8 +215,15 @@ QKV_API
 gboolean qkv_optimizer_step_clipped(QkvOptimizer *opt, double max_norm, QkvClipRule rule,
                                     double *norm, GError **error);
 
+/* Set the learning rate. An lr must be finite and at least 0, as in the
+ * config; any other (NaN, ±inf, negative) leaves the lr unchanged, without a
+ * message: qkv_optimizer_try_set_lr() says so. */
 QKV_API
 void qkv_optimizer_set_lr(QkvOptimizer *opt, double lr);
+/* qkv_optimizer_set_lr() that refuses an lr that is not finite or below 0
+ * with QKV_ERROR_INVALID_ARGUMENT (the lr unchanged). */
+QKV_API
+gboolean qkv_optimizer_try_set_lr(QkvOptimizer *opt, double lr, GError **error);
 QKV_API
 double qkv_optimizer_get_lr(const QkvOptimizer *opt);
 /* The live hyper-parameters; change them with set_config or set_lr. */
@@ -228,6 +235,7 @@ gboolean qkv_optimizer_set_config(QkvOptimizer *opt, const QkvOptimConfig *confi
 /* Updates made so far (restored by qkv_checkpoint_load()). */
 QKV_API
 gint64 qkv_optimizer_get_step(const QkvOptimizer *opt);
+/* A negative step counts as 0 (a new optimizer's). */
 QKV_API
 void qkv_optimizer_set_step(QkvOptimizer *opt, gint64 step);
 QKV_API

@@ -650,12 +650,26 @@ qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
   return norm;
 }
 
+gboolean
+qkv_optimizer_try_set_lr(QkvOptimizer *opt, double lr, GError **error)
+{
+  g_return_val_if_fail(opt != NULL, FALSE);
+  /* a value a user (or a schedule) passes: refused, never a critical */
+  if (!(lr >= 0) || !isfinite(lr)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_optimizer_try_set_lr (%s optimizer): lr must be finite and at least 0, got %g",
+                qkv_optimizer_kind_name(opt->kind), lr);
+    return FALSE;
+  }
+  opt->config.lr = lr;
+  return TRUE;
+}
+
 void
 qkv_optimizer_set_lr(QkvOptimizer *opt, double lr)
 {
   g_return_if_fail(opt != NULL);
-  g_return_if_fail(lr >= 0 && isfinite(lr));
-  opt->config.lr = lr;
+  qkv_optimizer_try_set_lr(opt, lr, NULL);
 }
 
 double
@@ -693,8 +707,9 @@ qkv_optimizer_get_step(const QkvOptimizer *opt)
 void
 qkv_optimizer_set_step(QkvOptimizer *opt, gint64 step)
 {
-  g_return_if_fail(opt != NULL && step >= 0);
-  opt->step = step;
+  g_return_if_fail(opt != NULL);
+  /* as qkv_schedule_set_position(): a negative count is a new optimizer's */
+  opt->step = MAX(step, 0);
 }
 
 QkvOptimizerKind
