@@ -761,6 +761,7 @@ fixture_clear(void)
        qkv_optimizer_add_group(f->opt, NULL, accept_all, NULL, 0.5, 0.0, error) == 0)              \
   CALL(qkv_optimizer_set_group_settings,                                                           \
        !qkv_optimizer_set_group_settings(f->opt, 1, 2.0, 0.01, error))                             \
+  CALL(qkv_optimizer_try_set_lr, !qkv_optimizer_try_set_lr(f->opt, 0.5, error))                    \
   CALL(qkv_optimizer_step, !qkv_optimizer_step(f->opt, error))                                     \
   CALL(qkv_optimizer_step_clipped,                                                                 \
        !qkv_optimizer_step_clipped(f->opt, 1.0, QKV_CLIP_TORCH, NULL, error))                      \

@@ -653,6 +653,7 @@ qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
 gboolean
 qkv_optimizer_try_set_lr(QkvOptimizer *opt, double lr, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   g_return_val_if_fail(opt != NULL, FALSE);
   /* a value a user (or a schedule) passes: refused, never a critical */
   if (!(lr >= 0) || !isfinite(lr)) {
