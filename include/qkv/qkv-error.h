@@ -40,6 +40,13 @@ typedef enum {
   QKV_ERROR_INDEX,
 } QkvError;
 
+/**
+ * qkv_error_quark:
+ *
+ * Error quark.
+ *
+ * Returns: the GQuark
+ */
 QKV_API
 GQuark qkv_error_quark(void);
 

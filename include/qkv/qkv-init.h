@@ -21,46 +21,162 @@
 
 G_BEGIN_DECLS
 
-/* fan_in and fan_out of a weight of this shape; FALSE for rank < 2. */
+/**
+ * qkv_init_compute_fans:
+ * @shape: a #QkvShape
+ * @fan_in: (out) (optional): where to store the fan in, or %NULL
+ * @fan_out: (out) (optional): where to store the fan out, or %NULL
+ * @error: return location for a #GError, or %NULL
+ *
+ * fan_in and fan_out of a weight of this shape; FALSE for rank < 2.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_compute_fans(const QkvShape *shape, gint64 *fan_in, gint64 *fan_out,
                                GError **error);
-/* A seed for one parameter derived from a base seed and its name, so that a
- * model's initial values do not depend on the order its params are added. */
+/**
+ * qkv_init_seed_for_name:
+ * @seed: the seed
+ * @name: the name
+ *
+ * A seed for one parameter derived from a base seed and its name, so that a
+ * model's initial values do not depend on the order its params are added.
+ *
+ * Returns: the guint64
+ */
 QKV_API
 guint64 qkv_init_seed_for_name(guint64 seed, const gchar *name);
 
-/* Fill with 0, 1, or value. */
+/**
+ * qkv_init_zeros:
+ * @tensor: a #QkvTensor
+ * @error: return location for a #GError, or %NULL
+ *
+ * Fill with 0, 1, or value.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_zeros(QkvTensor *tensor, GError **error);
+/**
+ * qkv_init_ones:
+ * @tensor: a #QkvTensor
+ * @error: return location for a #GError, or %NULL
+ *
+ * See qkv_init_zeros().
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_ones(QkvTensor *tensor, GError **error);
+/**
+ * qkv_init_constant:
+ * @tensor: a #QkvTensor
+ * @value: the value
+ * @error: return location for a #GError, or %NULL
+ *
+ * See qkv_init_zeros().
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_constant(QkvTensor *tensor, double value, GError **error);
 
-/* U(low, high); low < high. */
+/**
+ * qkv_init_uniform:
+ * @tensor: a #QkvTensor
+ * @low: the low
+ * @high: the high
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * U(low, high); low < high.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_uniform(QkvTensor *tensor, double low, double high, guint64 seed, GError **error);
-/* N(mean, std²); std >= 0. */
+/**
+ * qkv_init_normal:
+ * @tensor: a #QkvTensor
+ * @mean: the mean
+ * @std: the std
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * N(mean, std²); std >= 0.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_normal(QkvTensor *tensor, double mean, double std, guint64 seed, GError **error);
-/* Glorot: U(±gain·√(6/(fan_in+fan_out))), variance gain²·2/(fan_in+fan_out). */
+/**
+ * qkv_init_xavier_uniform:
+ * @tensor: a #QkvTensor
+ * @gain: the gain
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * Glorot: U(±gain·√(6/(fan_in+fan_out))), variance gain²·2/(fan_in+fan_out).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_xavier_uniform(QkvTensor *tensor, double gain, guint64 seed, GError **error);
-/* Glorot: N(0, gain²·2/(fan_in+fan_out)). */
+/**
+ * qkv_init_xavier_normal:
+ * @tensor: a #QkvTensor
+ * @gain: the gain
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * Glorot: N(0, gain²·2/(fan_in+fan_out)).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_xavier_normal(QkvTensor *tensor, double gain, guint64 seed, GError **error);
-/* He, fan_in mode, leaky-ReLU gain √(2/(1+a²)): U(±gain·√(3/fan_in)).
- * a = 0 is the ReLU rule; a = √5 is what nn.Linear uses (bound 1/√fan_in). */
+/**
+ * qkv_init_kaiming_uniform:
+ * @tensor: a #QkvTensor
+ * @a: the a
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * He, fan_in mode, leaky-ReLU gain √(2/(1+a²)): U(±gain·√(3/fan_in)).
+ * a = 0 is the ReLU rule; a = √5 is what nn.Linear uses (bound 1/√fan_in).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_kaiming_uniform(QkvTensor *tensor, double a, guint64 seed, GError **error);
 
-/* PyTorch's default for nn.Linear: weight (out, in) Kaiming-uniform with
+/**
+ * qkv_init_linear:
+ * @weight: a #QkvTensor
+ * @bias: (nullable): a #QkvTensor
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * PyTorch's default for nn.Linear: weight (out, in) Kaiming-uniform with
  * a = √5, i.e. U(±1/√in); bias (out) U(±1/√in). bias may be NULL. The bias
- * draws from a seed derived from seed, so one seed covers the layer. */
+ * draws from a seed derived from seed, so one seed covers the layer.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_linear(QkvTensor *weight, QkvTensor *bias, guint64 seed, GError **error);
-/* PyTorch's default for nn.Embedding: N(0, 1). */
+/**
+ * qkv_init_embedding:
+ * @weight: a #QkvTensor
+ * @seed: the seed
+ * @error: return location for a #GError, or %NULL
+ *
+ * PyTorch's default for nn.Embedding: N(0, 1).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_init_embedding(QkvTensor *weight, guint64 seed, GError **error);
 

@@ -54,7 +54,9 @@ compile_state_init(CompileState *cs, QkvGraph *graph, QkvValue *const *outputs, 
   cs->n_nodes = graph->nodes->len;
 
   QkvPlan *plan = cs->plan = g_new0(QkvPlan, 1);
-  plan->graph = graph;
+  /* a plan reads its graph's nodes when it binds and runs */
+  plan->graph = qkv_graph_ref(graph);
+  plan->ref_count = 1;
   plan->options = *opts;
   plan->n_threads = opts->n_threads > 0 ? opts->n_threads : qkv_get_num_threads();
   /* room for a later qkv_plan_set_n_threads() up to the machine's cores */
@@ -324,6 +326,9 @@ qkv_plan_free(QkvPlan *plan)
 {
   if (plan == NULL)
     return;
+  /* a boxed reference (qkv_plan_ref()) may still hold it */
+  if (!g_atomic_int_dec_and_test(&plan->ref_count))
+    return;
   for (guint s = 0; s < plan->n_steps; s++) {
     g_free(plan->steps[s].in);
     g_free(plan->steps[s].out);
@@ -347,5 +352,6 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->rule_in_dtypes);
   qkv_aligned_free(plan->arena);
   g_clear_error(&plan->kernel_failure);
+  qkv_graph_free(plan->graph);
   g_free(plan);
 }

@@ -1,6 +1,7 @@
 /* schedule.c: learning-rate schedules. */
 #include "core/core-private.h"
 #include "qkv/qkv-optim.h"
+#include "qkv/qkv-types.h"
 
 #include <math.h>
 
@@ -298,4 +299,11 @@ qkv_schedule_kind_name(QkvScheduleKind kind)
     return "warmup_constant";
   }
   return "?";
+}
+
+QkvSchedule *
+qkv_schedule_copy(const QkvSchedule *schedule)
+{
+  g_return_val_if_fail(schedule != NULL, NULL);
+  return g_memdup2(schedule, sizeof *schedule);
 }
