@@ -30,8 +30,20 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QKV_BLEU_MAX_ORDER:
+ *
+ * Bleu max order.
+ */
 #define QKV_BLEU_MAX_ORDER 4
 
+/**
+ * QkvBleuTokenize:
+ * @QKV_BLEU_TOKENIZE_13A: sacrebleu's default: mteval-v13a's rules (tok:13a)
+ * @QKV_BLEU_TOKENIZE_NONE: the text is tokenised already: split on white space only (tok:none)
+ *
+ * The bleu tokenize values.
+ */
 typedef enum {
   /* sacrebleu's default: mteval-v13a's rules (tok:13a) */
   QKV_BLEU_TOKENIZE_13A,
@@ -39,6 +51,11 @@ typedef enum {
   QKV_BLEU_TOKENIZE_NONE,
 } QkvBleuTokenize;
 
+/**
+ * QkvBleuOptions:
+ *
+ * A bleu options.
+ */
 typedef struct {
   QkvBleuTokenize tokenize;
   /* lower-case hypothesis and reference before tokenising (case:lc) */
@@ -58,9 +75,13 @@ typedef struct {
 QKV_API
 QkvBleuOptions qkv_bleu_options_default(void);
 
-/* The sufficient statistics of corpus BLEU, summed over sentences: clipped
+/**
+ * QkvBleuStats:
+ *
+ * The sufficient statistics of corpus BLEU, summed over sentences: clipped
  * n-gram matches and hypothesis n-grams per order, and the lengths in
- * tokens. Start from zeros ({0}); two corpora's stats add field by field. */
+ * tokens. Start from zeros ({0}); two corpora's stats add field by field.
+ */
 typedef struct {
   gint64 correct[QKV_BLEU_MAX_ORDER];
   gint64 total[QKV_BLEU_MAX_ORDER];
@@ -121,7 +142,11 @@ void qkv_bleu_stats_add_text_multi(QkvBleuStats *stats, const gchar *hypothesis,
                                    const gchar *const *references, gsize n_refs,
                                    const QkvBleuOptions *options);
 
-/* A score with the figures sacrebleu prints beside it. */
+/**
+ * QkvBleuScore:
+ *
+ * A score with the figures sacrebleu prints beside it.
+ */
 typedef struct {
   double score;                          /* 0 to 100 */
   double precisions[QKV_BLEU_MAX_ORDER]; /* per cent, smoothed where 0 */

@@ -19,10 +19,14 @@
 
 G_BEGIN_DECLS
 
-/* The initialisers a builder gives the parameters it creates, by role. A
+/**
+ * QkvBuilderInits:
+ *
+ * The initialisers a builder gives the parameters it creates, by role. A
  * role whose kind is QKV_INIT_DEFAULT (zero) keeps the book's choice, so a
  * zero-initialised QkvBuilderInits changes nothing. Parameters that already
- * exist in the store are reused as they are. */
+ * exist in the store are reused as they are.
+ */
 typedef struct {
   /* every table initialised as nn.Embedding is (init "embedding"): the
    * embeddings, a tied output matrix, the attention pooling's queries;
@@ -38,13 +42,21 @@ typedef struct {
   gpointer reserved[2];
 } QkvBuilderInits;
 
-/* The scope stack of a builder (private; see qkv_builder_push()). */
+/**
+ * QkvBuilderScopes:
+ *
+ * The scope stack of a builder (private; see qkv_builder_push()).
+ */
 typedef struct _QkvBuilderScopes QkvBuilderScopes;
 
-/* Where builders put their nodes and parameters, and how they initialise new
+/**
+ * QkvBuilder:
+ *
+ * Where builders put their nodes and parameters, and how they initialise new
  * parameters: each from qkv_init_seed_for_name(seed, name), so values do not
  * depend on the order of creation. Zero-initialise it (designated
- * initialisers do): every field after seed is optional. */
+ * initialisers do): every field after seed is optional.
+ */
 typedef struct {
   QkvGraph *graph;
   QkvParams *params;
@@ -82,7 +94,11 @@ typedef struct {
  * found it, failed or not: levels it pushed and did not pop are popped at
  * qkv_builder_end(). */
 
-/* The longest scope (the joined names, in bytes) a push accepts. */
+/**
+ * QKV_BUILDER_SCOPE_MAX:
+ *
+ * The longest scope (the joined names, in bytes) a push accepts.
+ */
 #define QKV_BUILDER_SCOPE_MAX 1024
 
 /**
@@ -187,8 +203,12 @@ gchar *qkv_builder_scoped_name(const QkvBuilder *b, const gchar *name);
  * so calls can be chained. Your own builders get the same with
  * qkv_builder_begin() and qkv_builder_end(). */
 
-/* What qkv_builder_begin() saw: the graph, the store, the graph's scope and
- * the depth of the builder's scope stack. */
+/**
+ * QkvBuilderMark:
+ *
+ * What qkv_builder_begin() saw: the graph, the store, the graph's scope and
+ * the depth of the builder's scope stack.
+ */
 typedef struct {
   QkvGraphMark graph;
   QkvParamsMark params;
@@ -392,9 +412,13 @@ QkvValue *qkv_build_mha_masked(QkvBuilder *b, const gchar *name, QkvValue *queri
                                QkvValue *values, gint64 num_hiddens, gint num_heads,
                                QkvValue *valid_lens, QkvValue *mask, QkvMaskKind kind,
                                gboolean causal, double dropout, QkvValue **weights, GError **error);
-/* How qkv_build_mha_full() attends; zero-initialise it (designated
+/**
+ * QkvMhaOptions:
+ *
+ * How qkv_build_mha_full() attends; zero-initialise it (designated
  * initialisers do): all zero is qkv_build_mha() with no lengths, no mask, no
- * dropout and no biases. */
+ * dropout and no biases.
+ */
 typedef struct {
   QkvValue *valid_lens;  /* i32 (B) or (B, n_q), or NULL (qkv_masked_softmax) */
   QkvValue *mask;        /* NULL, or a mask of mask_kind for the scores */
@@ -437,8 +461,16 @@ QkvValue *qkv_build_mha_full(QkvBuilder *b, const gchar *name, QkvValue *queries
                              QkvValue *values, gint64 num_hiddens, gint num_heads,
                              const QkvMhaOptions *options, QkvValue **weights, GError **error);
 
-/* The activation between the two dense layers of a position-wise FFN (and
- * of the Transformer's, QkvTransformerConfig.ffn_activation). */
+/**
+ * QkvActivation:
+ * @QKV_ACTIVATION_RELU: the book's
+ * @QKV_ACTIVATION_GELU: exact, nn.GELU() (qkv_gelu)
+ * @QKV_ACTIVATION_GELU_TANH: nn.GELU(approximate="tanh")
+ * @QKV_ACTIVATION_SILU: nn.SiLU() (qkv_silu)
+ *
+ * The activation between the two dense layers of a position-wise FFN (and
+ * of the Transformer's, QkvTransformerConfig.ffn_activation).
+ */
 typedef enum {
   QKV_ACTIVATION_RELU = 0,  /* the book's */
   QKV_ACTIVATION_GELU,      /* exact, nn.GELU() (qkv_gelu) */
@@ -534,7 +566,15 @@ QKV_API
 QkvValue *qkv_build_rms_norm(QkvBuilder *b, const gchar *name, QkvValue *x, double eps,
                              GError **error);
 
-/* Weight tying (Press & Wolf 2017; "Attention is all you need" §3.4) in the
+/**
+ * QkvTieEmbeddings:
+ * @QKV_TIE_NONE: separate matrices, the book's model
+ * @QKV_TIE_DECODER: the decoder's output projection is "decoder.embedding.weight" (tgt_vocab, d)
+ * @QKV_TIE_ALL: a joint vocabulary (src_vocab must equal tgt_vocab): the encoder's embedding, the
+ *   decoder's and the output projection are all "encoder.embedding.weight";
+ *   "decoder.embedding.weight" does not exist
+ *
+ * Weight tying (Press & Wolf 2017; "Attention is all you need" §3.4) in the
  * Transformer: one matrix E (vocab, d) is both an embedding table and the
  * output projection, logits = h Eᵀ + "decoder.dense.bias" (PyTorch's
  * convention: tying dense.weight to embedding.weight keeps the Linear's
@@ -542,7 +582,8 @@ QkvValue *qkv_build_rms_norm(QkvBuilder *b, const gchar *name, QkvValue *x, doub
  * ahead). Inputs are still scaled by √d, as without tying. Autodiff sums the
  * gradients of every use of E. The shared matrix is one parameter, stored
  * (and saved in checkpoints) once, under the name given below;
- * "decoder.dense.weight" does not exist. */
+ * "decoder.dense.weight" does not exist.
+ */
 typedef enum {
   QKV_TIE_NONE = 0, /* separate matrices, the book's model */
   /* the decoder's output projection is "decoder.embedding.weight" (tgt_vocab, d) */
@@ -553,8 +594,12 @@ typedef enum {
   QKV_TIE_ALL,
 } QkvTieEmbeddings;
 
-/* Zero-initialise it (designated initialisers do): fields added later take
- * their defaults from zero. */
+/**
+ * QkvTransformerConfig:
+ *
+ * Zero-initialise it (designated initialisers do): fields added later take
+ * their defaults from zero.
+ */
 typedef struct {
   gint64 src_vocab;
   gint64 tgt_vocab;
@@ -633,10 +678,14 @@ QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfi
                                         QkvValue *enc_valid_lens, QkvValue **cross_weights,
                                         GError **error);
 
-/* Intermediates of the Transformer builders, for looking at them. Each
+/**
+ * QkvTransformerTaps:
+ *
+ * Intermediates of the Transformer builders, for looking at them. Each
  * array the caller sets (non-NULL) must have cfg->num_layers slots; slot i
  * receives block i's attention weights (B, heads, n_q, n_k), before dropout.
- * On failure every slot asked for is NULL. */
+ * On failure every slot asked for is NULL.
+ */
 typedef struct {
   /* encoder: self-attention (B, heads, T, T); decoder: the causal
    * self-attention attention1 (B, heads, T, T) */
@@ -708,6 +757,11 @@ QKV_API
 QkvValue *qkv_build_gru(QkvBuilder *b, const gchar *name, QkvValue *x, QkvValue *h0, gint64 hidden,
                         gint num_layers, double dropout, QkvValue **h_n, GError **error);
 
+/**
+ * QkvGruSeq2SeqConfig:
+ *
+ * A gru seq2 seq config.
+ */
 typedef struct {
   gint64 src_vocab;
   gint64 tgt_vocab;
@@ -740,7 +794,11 @@ QkvValue *qkv_build_bahdanau_seq2seq(QkvBuilder *b, const QkvGruSeq2SeqConfig *c
                                      QkvValue *src_valid, QkvValue *dec_in, QkvValue **weights,
                                      GError **error);
 
-/* Intermediates of qkv_build_bahdanau_seq2seq_taps(); all NULL on failure. */
+/**
+ * QkvSeq2SeqTaps:
+ *
+ * Intermediates of qkv_build_bahdanau_seq2seq_taps(); all NULL on failure.
+ */
 typedef struct {
   QkvValue *enc_outputs;       /* the encoder GRU's outputs, (B, T_src, H) */
   QkvValue *enc_state;         /* its final hidden state, (L, B, H) */
@@ -767,14 +825,22 @@ QkvValue *qkv_build_bahdanau_seq2seq_taps(QkvBuilder *b, const QkvGruSeq2SeqConf
                                           QkvValue *src, QkvValue *src_valid, QkvValue *dec_in,
                                           QkvSeq2SeqTaps *taps, GError **error);
 
-/* ---- Luong attention (Luong, Pham & Manning 2015, "Effective Approaches
+/**
+ * QkvLuongScore:
+ * @QKV_LUONG_DOT: h_tᵀ h̄_s (no parameters, no 1/√d scaling)
+ * @QKV_LUONG_GENERAL: h_tᵀ W_a h̄_s; "<name>.W_a.weight" (H, H)
+ * @QKV_LUONG_CONCAT: v_aᵀ tanh(W_a [h_t; h̄_s]); "<name>.W_a.weight" (H, 2H), whose first H columns
+ *   take h_t, and "<name>.v_a.weight" (1, H)
+ *
+ * ---- Luong attention (Luong, Pham & Manning 2015, "Effective Approaches
  * to Attention-based Neural Machine Translation") ---------------------------
  *
  * A decoder state h_t (a query) scores every source state h̄_s (the encoder's
  * outputs), the scores go through a softmax over the source positions (a
  * masked softmax: positions at or past the sentence's valid length and, for
  * local attention, outside the window are masked as the book masks padding),
- * and the context c_t is the weighted sum of the h̄_s. */
+ * and the context c_t is the weighted sum of the h̄_s.
+ */
 typedef enum {
   QKV_LUONG_DOT,     /* h_tᵀ h̄_s (no parameters, no 1/√d scaling) */
   QKV_LUONG_GENERAL, /* h_tᵀ W_a h̄_s; "<name>.W_a.weight" (H, H) */
@@ -783,6 +849,19 @@ typedef enum {
   QKV_LUONG_CONCAT,
 } QkvLuongScore;
 
+/**
+ * QkvLuongAlign:
+ * @QKV_LUONG_GLOBAL: every source position
+ * @QKV_LUONG_LOCAL_M: local-m: the positions s with |s − p_t| ≤ D, p_t = min(t, S − 1) for the
+ *   query at target position t (the paper's p_t = t, held at the sentence's last word so that a
+ *   target longer than its source still sees one)
+ * @QKV_LUONG_LOCAL_P: local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t)) ∈ [0, S], the positions |s −
+ *   p_t| ≤ D, and the softmax's weights then multiplied (not renormalised, as in the paper's eq.
+ *   10) by exp(−(s − p_t)² / (2σ²)), σ = D / 2; "<name>.W_p.weight" (H, H), "<name>.v_p.weight" (1,
+ *   H). The window's edge passes no gradient; the Gaussian trains W_p and v_p.
+ *
+ * The luong align values.
+ */
 typedef enum {
   QKV_LUONG_GLOBAL, /* every source position */
   /* local-m: the positions s with |s − p_t| ≤ D, p_t = min(t, S − 1) for
@@ -798,9 +877,13 @@ typedef enum {
   QKV_LUONG_LOCAL_P,
 } QkvLuongAlign;
 
-/* S above is the source sentence's own length, its valid length (the book's
+/**
+ * QkvLuongAttentionConfig:
+ *
+ * S above is the source sentence's own length, its valid length (the book's
  * valid lengths count <eos>), so p_t follows each sentence and not the
- * padded T_src; with no valid lengths it is T_src. Positions count from 0. */
+ * padded T_src; with no valid lengths it is T_src. Positions count from 0.
+ */
 typedef struct {
   QkvLuongScore score;
   QkvLuongAlign align;
@@ -851,6 +934,11 @@ QKV_API
 QkvValue *qkv_build_luong_attentional(QkvBuilder *b, const gchar *name, QkvValue *context,
                                       QkvValue *h, GError **error);
 
+/**
+ * QkvLuongConfig:
+ *
+ * A luong config.
+ */
 typedef struct {
   gint64 src_vocab;
   gint64 tgt_vocab;
@@ -1045,12 +1133,25 @@ QKV_API
 QkvValue *qkv_build_mean_pooling(QkvBuilder *b, QkvValue *x, QkvValue *valid_lens,
                                  QkvValue **weights, GError **error);
 
+/**
+ * QkvPooling:
+ * @QKV_POOLING_ATTENTION: attention
+ * @QKV_POOLING_MEAN: mean
+ * @QKV_POOLING_HARD: qkv_build_hard_attention_pooling()
+ *
+ * The pooling values.
+ */
 typedef enum {
   QKV_POOLING_ATTENTION,
   QKV_POOLING_MEAN,
   QKV_POOLING_HARD, /* qkv_build_hard_attention_pooling() */
 } QkvPooling;
 
+/**
+ * QkvPoolingClassifierConfig:
+ *
+ * A pooling classifier config.
+ */
 typedef struct {
   gint64 vocab_size;
   gint64 embed_size;  /* D, the word vectors' size */

@@ -13,11 +13,26 @@
 
 G_BEGIN_DECLS
 
-/* Build the function under test from graph inputs (in the same order as the
- * tensors given to qkv_check_gradients()); return its output (any shape). */
+/**
+ * QkvCheckBuildFunc:
+ * @graph: the graph
+ * @inputs: the inputs
+ * @user_data: data given with the callback
+ * @error: return location for a #GError
+ *
+ * Build the function under test from graph inputs (in the same order as the
+ * tensors given to qkv_check_gradients()); return its output (any shape).
+ *
+ * Returns: as described above
+ */
 typedef QkvValue *(*QkvCheckBuildFunc)(QkvGraph *graph, QkvValue *const *inputs, gpointer user_data,
                                        GError **error);
 
+/**
+ * QkvCheckOptions:
+ *
+ * A check options.
+ */
 typedef struct {
   double eps;        /* finite-difference step (default 1e-2 for f32 math in double) */
   double rel_tol;    /* allowed |analytic - numeric| / max(|numeric|, abs_floor) */

@@ -88,6 +88,14 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvCheckpointFlags:
+ * @QKV_CHECKPOINT_STRICT: strict
+ * @QKV_CHECKPOINT_ALLOW_MISSING: params of the store that the file lacks keep their values
+ * @QKV_CHECKPOINT_ALLOW_UNEXPECTED: tensors of the file that the store lacks are ignored
+ *
+ * The checkpoint flags values.
+ */
 typedef enum {
   QKV_CHECKPOINT_STRICT = 0,
   /* params of the store that the file lacks keep their values */
@@ -96,7 +104,13 @@ typedef enum {
   QKV_CHECKPOINT_ALLOW_UNEXPECTED = 1 << 1,
 } QkvCheckpointFlags;
 
-/* The dtype qkv_checkpoint_save_full() writes parameter values in. */
+/**
+ * QkvCheckpointDType:
+ * @QKV_CHECKPOINT_DTYPE_F32: f32
+ * @QKV_CHECKPOINT_DTYPE_BF16: bf16
+ *
+ * The dtype qkv_checkpoint_save_full() writes parameter values in.
+ */
 typedef enum {
   QKV_CHECKPOINT_DTYPE_F32 = 0,
   QKV_CHECKPOINT_DTYPE_BF16 = 1,

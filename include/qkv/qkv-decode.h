@@ -22,7 +22,17 @@
 
 G_BEGIN_DECLS
 
-/* One decoding step for n_rows rows (sentences × beam slots, row r belongs
+/**
+ * QkvDecodeStepFunc:
+ * @user_data: data given with the callback
+ * @step: the step
+ * @tokens: the tokens
+ * @parents: the parents
+ * @n_rows: the n rows
+ * @logits: the logits
+ * @error: return location for a #GError
+ *
+ * One decoding step for n_rows rows (sentences × beam slots, row r belongs
  * to sentence r / beam_size). Before reading tokens the model moves its
  * per-row state: row r continues the history of row parents[r] of the
  * previous step (at step 0, parents[r] == r). tokens[r] is the token row r
@@ -31,11 +41,19 @@ G_BEGIN_DECLS
  * search takes a log-softmax of each row, which leaves log-probabilities as
  * they are). Scores of rows that hold a live hypothesis must be finite or
  * -inf (a token that cannot follow). Returns FALSE with error set to stop
- * the search. */
+ * the search.
+ *
+ * Returns: as described above
+ */
 typedef gboolean (*QkvDecodeStepFunc)(gpointer user_data, gint step, const gint32 *tokens,
                                       const gint32 *parents, gint n_rows, float *logits,
                                       GError **error);
 
+/**
+ * QkvBeamOptions:
+ *
+ * A beam options.
+ */
 typedef struct {
   /* k ≥ 1: hypotheses kept per sentence; 1 is greedy decoding. */
   gint beam_size;
@@ -120,7 +138,10 @@ gboolean qkv_beam_search(const QkvBeamOptions *options, gint batch, QkvDecodeSte
 QKV_API
 double qkv_beam_length_penalty(gint length, double alpha);
 
-/* Threads: a step decoder decodes for one thread at a time.
+/**
+ * QkvStepDecoder:
+ *
+ * Threads: a step decoder decodes for one thread at a time.
  * qkv_step_decoder_start(), _step() and _translate() called while another
  * thread is in one of them on the same decoder fail at once with
  * QKV_ERROR_BUSY and change nothing (translate holds the decoder for its
@@ -129,7 +150,8 @@ double qkv_beam_length_penalty(gint length, double alpha);
  * (QKV_ERROR_INVALID_ARGUMENT). Decoders over one parameter store only read
  * it: different decoders, and plans, may run in different threads at once.
  * qkv_step_decoder_cross_weights() is valid until the next step from any
- * thread; free a decoder when no thread uses it. */
+ * thread; free a decoder when no thread uses it.
+ */
 typedef struct _QkvStepDecoder QkvStepDecoder;
 
 /**
@@ -316,6 +338,11 @@ gint64 qkv_step_decoder_vocab(const QkvStepDecoder *decoder);
  * prompts through a QkvDecodeStepFunc one token per step and samples each
  * row's continuation until its stop token or a length limit. */
 
+/**
+ * QkvSampleOptions:
+ *
+ * A sample options.
+ */
 typedef struct {
   /* T ≥ 0, finite. 0 is greedy decoding: the argmax of each row, the
    * lowest token id on a tie (as torch.argmax), and top_k, top_p and seed do
@@ -386,6 +413,11 @@ gboolean qkv_sample_logits(const QkvSampleOptions *options, const float *logits,
                            gint64 vocab, guint64 step, const guint64 *row_ids, gint32 *tokens_out,
                            GError **error);
 
+/**
+ * QkvGenerateOptions:
+ *
+ * A generate options.
+ */
 typedef struct {
   /* How each token is chosen; temperature 0 is greedy generation. */
   QkvSampleOptions sample;

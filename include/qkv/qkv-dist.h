@@ -58,7 +58,24 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QKV_DIST_ERROR:
+ *
+ * Dist error.
+ */
 #define QKV_DIST_ERROR (qkv_dist_error_quark())
+/**
+ * QkvDistError:
+ * @QKV_DIST_ERROR_UNAVAILABLE: qkv was built without MPI
+ * @QKV_DIST_ERROR_MPI: an MPI call failed
+ * @QKV_DIST_ERROR_PEER_LOST: another rank died; the message names it
+ * @QKV_DIST_ERROR_TIMEOUT: a collective waited longer than the timeout
+ * @QKV_DIST_ERROR_MISMATCH: mismatch
+ * @QKV_DIST_ERROR_BROKEN: an earlier call failed or the group ended: unusable
+ * @QKV_DIST_ERROR_PEER_LEFT: peer left
+ *
+ * The dist error values.
+ */
 typedef enum {
   QKV_DIST_ERROR_UNAVAILABLE, /* qkv was built without MPI */
   QKV_DIST_ERROR_MPI,         /* an MPI call failed */
@@ -82,14 +99,30 @@ typedef enum {
 QKV_API
 GQuark qkv_dist_error_quark(void);
 
+/**
+ * QkvDist:
+ *
+ * An opaque dist.
+ */
 typedef struct _QkvDist QkvDist;
 
+/**
+ * QkvDistReduce:
+ * @QKV_DIST_SUM: the sum over ranks
+ * @QKV_DIST_MEAN: the sum divided by the world size
+ *
+ * The dist reduce values.
+ */
 typedef enum {
   QKV_DIST_SUM,  /* the sum over ranks */
   QKV_DIST_MEAN, /* the sum divided by the world size */
 } QkvDistReduce;
 
-/* Counters since creation (or qkv_dist_reset_stats()). */
+/**
+ * QkvDistStats:
+ *
+ * Counters since creation (or qkv_dist_reset_stats()).
+ */
 typedef struct {
   guint64 reductions;    /* qkv_dist_allreduce_grads() calls */
   guint64 mpi_calls;     /* all-reduce calls issued for them (buckets) */
@@ -213,6 +246,11 @@ gint qkv_dist_local_size(const QkvDist *dist);
 QKV_API
 gboolean qkv_dist_is_root(const QkvDist *dist);
 
+/**
+ * QKV_DIST_DEFAULT_TIMEOUT:
+ *
+ * Dist default timeout.
+ */
 #define QKV_DIST_DEFAULT_TIMEOUT 60.0
 
 /**

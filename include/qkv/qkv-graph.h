@@ -21,11 +21,35 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvGraph:
+ *
+ * An opaque graph.
+ */
 typedef struct _QkvGraph QkvGraph;
+/**
+ * QkvNode:
+ *
+ * An opaque node.
+ */
 typedef struct _QkvNode QkvNode;
-/* One output of a node (or an input, parameter or constant). Owned by its graph. */
+/**
+ * QkvValue:
+ *
+ * One output of a node (or an input, parameter or constant). Owned by its graph.
+ */
 typedef struct _QkvValue QkvValue;
 
+/**
+ * QkvValueKind:
+ * @QKV_VALUE_INPUT: input
+ * @QKV_VALUE_PARAM: param
+ * @QKV_VALUE_CONSTANT: constant
+ * @QKV_VALUE_OP: op
+ * @QKV_VALUE_STATE: state
+ *
+ * The value kind values.
+ */
 typedef enum {
   QKV_VALUE_INPUT,
   QKV_VALUE_PARAM,
@@ -63,7 +87,14 @@ typedef enum {
  */
 QKV_API
 gboolean qkv_values_present(const gchar *what, QkvValue *const *values, guint n, GError **error);
-/* Return NULL from the calling function unless every value given is non-NULL. */
+/**
+ * QKV_RETURN_IF_MISSING:
+ * @what: the what
+ * @error: the error
+ * @...: the values
+ *
+ * Return NULL from the calling function unless every value given is non-NULL.
+ */
 #define QKV_RETURN_IF_MISSING(what, error, ...)                                                    \
   G_STMT_START                                                                                     \
   {                                                                                                \
@@ -380,12 +411,16 @@ void qkv_graph_set_scope(QkvGraph *graph, const gchar *scope);
 QKV_API
 const gchar *qkv_graph_get_scope(const QkvGraph *graph);
 
-/* A point to roll a graph back to, for all-or-nothing construction: take a
+/**
+ * QkvGraphMark:
+ *
+ * A point to roll a graph back to, for all-or-nothing construction: take a
  * mark, add inputs, constants, parameters and nodes, and on failure roll
  * back to the mark. Plain data; nothing to free. generation is the graph's
  * count of truncations when the mark was taken, which lets a rollback tell
  * a stale mark (this field took one of the two reserved pointers: the
- * struct's size is unchanged on 64-bit systems). */
+ * struct's size is unchanged on 64-bit systems).
+ */
 typedef struct {
   guint n_values;
   guint n_nodes;

@@ -180,9 +180,24 @@ gboolean qkv_init_linear(QkvTensor *weight, QkvTensor *bias, guint64 seed, GErro
 QKV_API
 gboolean qkv_init_embedding(QkvTensor *weight, guint64 seed, GError **error);
 
-/* An initialiser chosen as data, for the builders (qkv-builders.h:
+/**
+ * QkvInitKind:
+ * @QKV_INIT_DEFAULT: the builder's own choice for the parameter: the book's (see QkvBuilderInits);
+ *   has no meaning where there is no builder's choice
+ * @QKV_INIT_ZEROS: 0
+ * @QKV_INIT_ONES: 1
+ * @QKV_INIT_CONSTANT: value
+ * @QKV_INIT_UNIFORM: U(a, b), uniform_(a, b)
+ * @QKV_INIT_NORMAL: N(mean, std²), normal_(mean, std)
+ * @QKV_INIT_XAVIER_UNIFORM: xavier_uniform_(gain)
+ * @QKV_INIT_XAVIER_NORMAL: xavier_normal_(gain)
+ * @QKV_INIT_KAIMING_UNIFORM: kaiming_uniform_(a), fan_in mode: U(±√(2/(1+a²))·√(3/fan_in))
+ * @QKV_INIT_KAIMING_NORMAL: kaiming_normal_(a), fan_in mode: N(0, 2/((1+a²)·fan_in))
+ *
+ * An initialiser chosen as data, for the builders (qkv-builders.h:
  * qkv_build_param_init(), qkv_build_linear_init(), qkv_build_embedding_init()
- * and QkvBuilderInits), as one would pick a torch.nn.init function. */
+ * and QkvBuilderInits), as one would pick a torch.nn.init function.
+ */
 typedef enum {
   /* the builder's own choice for the parameter: the book's (see
    * QkvBuilderInits); has no meaning where there is no builder's choice */
@@ -198,7 +213,10 @@ typedef enum {
   QKV_INIT_KAIMING_NORMAL,  /* kaiming_normal_(a), fan_in mode: N(0, 2/((1+a²)·fan_in)) */
 } QkvInitKind;
 
-/* Zero-initialise it and set what the kind reads (designated initialisers:
+/**
+ * QkvInit:
+ *
+ * Zero-initialise it and set what the kind reads (designated initialisers:
  * (QkvInit){.kind = QKV_INIT_NORMAL, .std = 0.02}). A field left at zero
  * where zero would make no sense takes torch.nn.init's default: std 0 is 1,
  * gain 0 is 1, and a = b = 0 for QKV_INIT_UNIFORM is U(0, 1). A zero a for
@@ -206,7 +224,8 @@ typedef enum {
  * parameter of rank < 2 (a bias) is refused with QKV_ERROR_SHAPE; a uniform
  * with a >= b, a negative std or a non-finite number with
  * QKV_ERROR_INVALID_ARGUMENT (the qkv_init_* functions' errors). Random
- * kinds draw from the parameter's seed (qkv_init_seed_for_name()). */
+ * kinds draw from the parameter's seed (qkv_init_seed_for_name()).
+ */
 typedef struct {
   QkvInitKind kind;
   double mean;  /* QKV_INIT_NORMAL */

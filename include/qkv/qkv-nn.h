@@ -13,7 +13,12 @@
 
 G_BEGIN_DECLS
 
-/* How a mask input of the attention ops applies to the scores.
+/**
+ * QkvMaskKind:
+ * @QKV_MASK_BOOLEAN: boolean
+ * @QKV_MASK_ADDITIVE: additive
+ *
+ * How a mask input of the attention ops applies to the scores.
  *
  * QKV_MASK_BOOLEAN: a 0 masks the key out: its score becomes -1e6 before the
  *   softmax, exactly like a key beyond the valid length (so a row with every
@@ -34,7 +39,8 @@ G_BEGIN_DECLS
  * (or (B, 1, n_k), …), shared by the heads like valid lengths, and a per-head
  * mask is rank 4: (B, H, n_q, n_k), or (1, H, n_q, n_k) for all batch
  * elements. Other shapes are refused with QKV_ERROR_SHAPE. Without a mask the
- * kernels run exactly as before masks existed. */
+ * kernels run exactly as before masks existed.
+ */
 typedef enum {
   QKV_MASK_BOOLEAN,
   QKV_MASK_ADDITIVE,

@@ -364,6 +364,14 @@ QkvValue *qkv_log_softmax(QkvValue *x, GError **error);
 QKV_API
 QkvValue *qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error);
 
+/**
+ * QkvReduction:
+ * @QKV_REDUCTION_NONE: none
+ * @QKV_REDUCTION_SUM: sum
+ * @QKV_REDUCTION_MEAN: mean
+ *
+ * The reduction values.
+ */
 typedef enum {
   QKV_REDUCTION_NONE,
   QKV_REDUCTION_SUM,

@@ -34,17 +34,39 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvOptimizer:
+ *
+ * An opaque optimizer.
+ */
 typedef struct _QkvOptimizer QkvOptimizer;
+/**
+ * QkvSchedule:
+ *
+ * An opaque schedule.
+ */
 typedef struct _QkvSchedule QkvSchedule;
 
+/**
+ * QkvOptimizerKind:
+ * @QKV_OPTIMIZER_SGD: sgd
+ * @QKV_OPTIMIZER_ADAM: adam
+ * @QKV_OPTIMIZER_ADAMW: adamw
+ *
+ * The optimizer kind values.
+ */
 typedef enum {
   QKV_OPTIMIZER_SGD,
   QKV_OPTIMIZER_ADAM,
   QKV_OPTIMIZER_ADAMW,
 } QkvOptimizerKind;
 
-/* Hyper-parameters, PyTorch's names and meanings. Fields an optimizer does
- * not use are ignored. Start from qkv_optim_config_sgd/adam/adamw(). */
+/**
+ * QkvOptimConfig:
+ *
+ * Hyper-parameters, PyTorch's names and meanings. Fields an optimizer does
+ * not use are ignored. Start from qkv_optim_config_sgd/adam/adamw().
+ */
 typedef struct {
   double lr;
   /* SGD and Adam: L2 term wd·p added to the gradient; AdamW: decoupled
@@ -94,7 +116,15 @@ QkvOptimConfig qkv_optim_config_adam(double lr);
 QKV_API
 QkvOptimConfig qkv_optim_config_adamw(double lr);
 
-/* Selects params: TRUE to include param. */
+/**
+ * QkvParamFilter:
+ * @param: the param
+ * @user_data: data given with the callback
+ *
+ * Selects params: TRUE to include param.
+ *
+ * Returns: as described above
+ */
 typedef gboolean (*QkvParamFilter)(QkvParam *param, gpointer user_data);
 
 /**
@@ -401,7 +431,13 @@ gboolean qkv_optimizer_step(QkvOptimizer *opt, GError **error);
  */
 QKV_API
 void qkv_optimizer_zero_grad(QkvOptimizer *opt);
-/* How clipping scales gradients whose global L2 norm ‖g‖ is above max_norm θ. */
+/**
+ * QkvClipRule:
+ * @QKV_CLIP_TORCH: torch.nn.utils.clip_grad_norm_: by θ / (‖g‖ + 1e-6) whenever that is < 1
+ * @QKV_CLIP_D2L: the book's grad_clipping (d2l): by θ / ‖g‖ when ‖g‖ > θ, no 1e-6
+ *
+ * How clipping scales gradients whose global L2 norm ‖g‖ is above max_norm θ.
+ */
 typedef enum {
   /* torch.nn.utils.clip_grad_norm_: by θ / (‖g‖ + 1e-6) whenever that is < 1 */
   QKV_CLIP_TORCH,
@@ -572,7 +608,10 @@ QKV_API
 double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer user_data,
                           double max_norm, QkvClipRule rule);
 
-/* Gradient accumulation (micro-batches).
+/**
+ * QkvGradAccumulator:
+ *
+ * Gradient accumulation (micro-batches).
  *
  * A plan run overwrites the gradient buffers. To take one optimizer step over
  * a batch run in parts, add each part's gradients to an accumulator after
@@ -589,7 +628,8 @@ double qkv_clip_grad_norm(QkvParams *params, QkvParamFilter filter, gpointer use
  * whole batch's. With the parts split as qkv_dist_shard() splits a batch over
  * ranks, the arithmetic is that of data-parallel training: two parts give bit
  * for bit the gradients that qkv_dist_allreduce_grads() (QKV_DIST_SUM) gives
- * two ranks, since a sum of two floats does not depend on their order. */
+ * two ranks, since a sum of two floats does not depend on their order.
+ */
 typedef struct _QkvGradAccumulator QkvGradAccumulator;
 
 /**
@@ -668,14 +708,25 @@ gboolean qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint6
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvGradAccumulator, qkv_grad_accumulator_free)
 
-/* Learning-rate schedules.
+/**
+ * QkvScheduleKind:
+ * @QKV_SCHEDULE_CONSTANT: constant
+ * @QKV_SCHEDULE_STEP: step
+ * @QKV_SCHEDULE_COSINE: cosine
+ * @QKV_SCHEDULE_WARMUP: warmup
+ * @QKV_SCHEDULE_WARMUP_COSINE: warmup cosine
+ * @QKV_SCHEDULE_WARMUP_LINEAR: warmup linear
+ * @QKV_SCHEDULE_WARMUP_CONSTANT: warmup constant
+ *
+ * Learning-rate schedules.
  *
  * qkv_schedule_lr_at(s, step) is the lr for the step-th update, counted from
  * 1. A schedule also keeps a position, the number of updates it has scheduled
  * (0 when new): qkv_schedule_step() advances it and returns, and optionally
  * sets on an optimizer, the lr for the update about to be made. Call it once
  * before every qkv_optimizer_step(). Checkpoints save and restore the
- * position. */
+ * position.
+ */
 typedef enum {
   QKV_SCHEDULE_CONSTANT,
   QKV_SCHEDULE_STEP,
@@ -686,7 +737,14 @@ typedef enum {
   QKV_SCHEDULE_WARMUP_CONSTANT,
 } QkvScheduleKind;
 
-/* What follows the linear warm-up of qkv_schedule_new_warmup_decay(). */
+/**
+ * QkvDecay:
+ * @QKV_DECAY_COSINE: half a cosine from peak_lr down to min_lr
+ * @QKV_DECAY_LINEAR: a straight line from peak_lr down to min_lr
+ * @QKV_DECAY_CONSTANT: none: peak_lr from then on
+ *
+ * What follows the linear warm-up of qkv_schedule_new_warmup_decay().
+ */
 typedef enum {
   /* half a cosine from peak_lr down to min_lr */
   QKV_DECAY_COSINE,

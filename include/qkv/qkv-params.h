@@ -21,7 +21,17 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvParams:
+ *
+ * An opaque params.
+ */
 typedef struct _QkvParams QkvParams;
+/**
+ * QkvParam:
+ *
+ * An opaque param.
+ */
 typedef struct _QkvParam QkvParam;
 
 /**
@@ -263,9 +273,13 @@ guint qkv_param_n_states(QkvParam *param);
 QKV_API
 const gchar *qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor);
 
-/* A point to roll a store back to (see QkvGraphMark): what
+/**
+ * QkvParamsMark:
+ *
+ * A point to roll a store back to (see QkvGraphMark): what
  * qkv_params_mark() saw. Plain data; nothing to free. generation took one
- * of the reserved pointers (same size on 64-bit systems). */
+ * of the reserved pointers (same size on 64-bit systems).
+ */
 typedef struct {
   guint n_params;
   guint64 generation;

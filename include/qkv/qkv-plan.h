@@ -28,9 +28,19 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvPlan:
+ *
+ * An opaque plan.
+ */
 typedef struct _QkvPlan QkvPlan;
 
-/* The arithmetic of a plan's matrix products, as PyTorch's autocast.
+/**
+ * QkvPrecision:
+ * @QKV_PRECISION_FP32: fp32
+ * @QKV_PRECISION_BF16: bf16
+ *
+ * The arithmetic of a plan's matrix products, as PyTorch's autocast.
  *
  * FP32: float32 throughout (the default; the numbers of every earlier
  * release, bit for bit).
@@ -49,12 +59,18 @@ typedef struct _QkvPlan QkvPlan;
  * float32 summation error; one message says so on first use).
  * qkv_bf16_native() tells which. The first bf16 run grows per-thread
  * conversion buffers and builds the oneDNN kernels for its shapes; later
- * runs at those shapes allocate nothing of qkv's. */
+ * runs at those shapes allocate nothing of qkv's.
+ */
 typedef enum {
   QKV_PRECISION_FP32,
   QKV_PRECISION_BF16,
 } QkvPrecision;
 
+/**
+ * QkvPlanOptions:
+ *
+ * A plan options.
+ */
 typedef struct {
   /* TRUE: dropout and other training-only behaviour is on. */
   gboolean training;

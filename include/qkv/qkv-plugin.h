@@ -27,12 +27,36 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QKV_OP_ABI_MAJOR:
+ *
+ * Op abi major.
+ */
 #define QKV_OP_ABI_MAJOR 1
+/**
+ * QKV_OP_ABI_MINOR:
+ *
+ * Op abi minor.
+ */
 #define QKV_OP_ABI_MINOR 2
 
-/* The most outputs one node may have. */
+/**
+ * QKV_MAX_OUTPUTS:
+ *
+ * The most outputs one node may have.
+ */
 #define QKV_MAX_OUTPUTS 16
 
+/**
+ * QkvAttrType:
+ * @QKV_ATTR_INT: GVariant "i" or "x"
+ * @QKV_ATTR_FLOAT: GVariant "d" (an "i" or "x" is accepted and converted)
+ * @QKV_ATTR_BOOL: GVariant "b"
+ * @QKV_ATTR_INTS: GVariant "ai" or "ax"
+ * @QKV_ATTR_STRING: GVariant "s"
+ *
+ * The attr type values.
+ */
 typedef enum {
   QKV_ATTR_INT,    /* GVariant "i" or "x" */
   QKV_ATTR_FLOAT,  /* GVariant "d" (an "i" or "x" is accepted and converted) */
@@ -41,7 +65,11 @@ typedef enum {
   QKV_ATTR_STRING, /* GVariant "s" */
 } QkvAttrType;
 
-/* One attribute of an op's schema. Attributes not given take the default. */
+/**
+ * QkvAttrSpec:
+ *
+ * One attribute of an op's schema. Attributes not given take the default.
+ */
 typedef struct {
   const gchar *name;
   QkvAttrType type;
@@ -52,8 +80,12 @@ typedef struct {
   const gchar *doc;
 } QkvAttrSpec;
 
-/* A node's attributes, validated against the schema when the node was added.
- * Lookups are by name and allocate nothing. */
+/**
+ * QkvAttrs:
+ *
+ * A node's attributes, validated against the schema when the node was added.
+ * Lookups are by name and allocate nothing.
+ */
 typedef struct _QkvAttrs QkvAttrs;
 
 /**
@@ -124,7 +156,11 @@ const gchar *qkv_attrs_get_string(const QkvAttrs *attrs, const gchar *name);
 QKV_API
 gboolean qkv_attrs_has(const QkvAttrs *attrs, const gchar *name);
 
-/* What a shape rule sees and fills in. */
+/**
+ * QkvShapeCtx:
+ *
+ * What a shape rule sees and fills in.
+ */
 typedef struct {
   const gchar *op_name;
   const gchar *node_name;
@@ -157,16 +193,24 @@ QKV_API
 gboolean qkv_shape_error(const QkvShapeCtx *ctx, GError **error, QkvError code, const gchar *format,
                          ...) G_GNUC_PRINTF(4, 5);
 
-/* A tensor as a kernel sees it: contiguous, row-major. */
+/**
+ * QkvView:
+ *
+ * A tensor as a kernel sees it: contiguous, row-major.
+ */
 typedef struct {
   gpointer data;
   QkvShape shape;
   QkvDType dtype;
 } QkvView;
 
-/* What a kernel sees. The kernel is called once per node run; it may use up to
+/**
+ * QkvKernelCtx:
+ *
+ * What a kernel sees. The kernel is called once per node run; it may use up to
  * n_threads threads, through qkv_kernel_parallel_for() (an OpenMP team of
- * its own would spin beside qkv's pool). */
+ * its own would spin beside qkv's pool).
+ */
 typedef struct {
   const gchar *op_name;
   const gchar *node_name;
@@ -210,10 +254,14 @@ QKV_API
 void qkv_kernel_fail(const QkvKernelCtx *ctx, QkvError code, const gchar *format, ...)
     G_GNUC_PRINTF(3, 4);
 
-/* What a gradient rule sees. The rule adds nodes to graph (with the typed op
+/**
+ * QkvGradCtx:
+ *
+ * What a gradient rule sees. The rule adds nodes to graph (with the typed op
  * functions or qkv_graph_add_node()) and stores d loss / d input i in
  * in_grads[i] for each input with needs_grad[i]; it may leave a gradient NULL
- * when it is zero. out_grads[j] is NULL where no gradient reaches output j. */
+ * when it is zero. out_grads[j] is NULL where no gradient reaches output j.
+ */
 typedef struct {
   QkvGraph *graph;
   QkvNode *node;
@@ -228,12 +276,16 @@ typedef struct {
   gpointer reserved[4];
 } QkvGradCtx;
 
-/* What a decomposition sees (ABI 1.1). The function adds to graph, with the
+/**
+ * QkvDecomposeCtx:
+ *
+ * What a decomposition sees (ABI 1.1). The function adds to graph, with the
  * typed op functions or qkv_graph_add_node(), nodes of existing ops that
  * compute the same function as the node, built from inputs (and constants)
  * only, and stores in outputs[j] the value equal to output j of the node.
  * Autodiff uses it for an op without a gradient rule: it builds the
- * decomposition next to the node and differentiates through it. */
+ * decomposition next to the node and differentiates through it.
+ */
 typedef struct {
   QkvGraph *graph;
   QkvNode *node;
@@ -245,13 +297,65 @@ typedef struct {
   gpointer reserved[4];
 } QkvDecomposeCtx;
 
+/**
+ * QkvShapeFunc:
+ * @ctx: the ctx
+ * @error: return location for a #GError
+ *
+ * The signature of a shape func.
+ *
+ * Returns: as described above
+ */
 typedef gboolean (*QkvShapeFunc)(QkvShapeCtx *ctx, GError **error);
+/**
+ * QkvKernelFunc:
+ * @ctx: the ctx
+ *
+ * The signature of a kernel func.
+ */
 typedef void (*QkvKernelFunc)(const QkvKernelCtx *ctx);
+/**
+ * QkvGradFunc:
+ * @ctx: the ctx
+ * @error: return location for a #GError
+ *
+ * The signature of a grad func.
+ *
+ * Returns: as described above
+ */
 typedef gboolean (*QkvGradFunc)(QkvGradCtx *ctx, GError **error);
-/* Scratch bytes a node needs, given its shapes and the thread count. */
+/**
+ * QkvScratchFunc:
+ * @ctx: the ctx
+ * @n_threads: the n threads
+ *
+ * Scratch bytes a node needs, given its shapes and the thread count.
+ *
+ * Returns: as described above
+ */
 typedef gsize (*QkvScratchFunc)(const QkvShapeCtx *ctx, gint n_threads);
+/**
+ * QkvDecomposeFunc:
+ * @ctx: the ctx
+ * @error: return location for a #GError
+ *
+ * The signature of a decompose func.
+ *
+ * Returns: as described above
+ */
 typedef gboolean (*QkvDecomposeFunc)(QkvDecomposeCtx *ctx, GError **error);
 
+/**
+ * QkvOpFlags:
+ * @QKV_OP_INPLACE: Output 0 may share input 0's buffer (same byte size) when input 0 is an
+ *   intermediate read by no later node. The kernel must then cope with out[0].data == in[0].data.
+ * @QKV_OP_RANDOM: The kernel draws random numbers (from ctx->seed, step, node_id).
+ * @QKV_OP_STATIC_SHAPE: The output shape comes from an attribute fixed when the graph was built
+ *   (broadcast_to's target, for instance): a plan refuses to run the node on inputs smaller than
+ *   those it was compiled for.
+ *
+ * The op flags values.
+ */
 typedef enum {
   /* Output 0 may share input 0's buffer (same byte size) when input 0 is an
    * intermediate read by no later node. The kernel must then cope with
@@ -265,6 +369,11 @@ typedef enum {
   QKV_OP_STATIC_SHAPE = 1 << 2,
 } QkvOpFlags;
 
+/**
+ * QkvOpDef:
+ *
+ * A op def.
+ */
 typedef struct _QkvOpDef {
   /* sizeof(QkvOpDef) as the author compiled it, and the ABI version. */
   guint32 struct_size;
@@ -302,7 +411,11 @@ typedef struct _QkvOpDef {
   gpointer reserved[11];
 } QkvOpDef;
 
-/* Initialise a QkvOpDef for the header the caller compiles against. */
+/**
+ * QKV_OP_DEF_INIT:
+ *
+ * Initialise a QkvOpDef for the header the caller compiles against.
+ */
 #define QKV_OP_DEF_INIT                                                                            \
   .struct_size = sizeof(QkvOpDef), .abi_major = QKV_OP_ABI_MAJOR, .abi_minor = QKV_OP_ABI_MINOR
 
@@ -350,10 +463,18 @@ const gchar *qkv_op_origin(const gchar *name);
 QKV_API
 gchar **qkv_op_list(void);
 
-/* Run body(begin, end, thread_index, user_data) over [0, n) split into
+/**
+ * QkvRangeFunc:
+ * @begin: the begin
+ * @end: the end
+ * @thread_index: the thread index
+ * @user_data: data given with the callback
+ *
+ * Run body(begin, end, thread_index, user_data) over [0, n) split into
  * contiguous chunks, one per thread (up to ctx->n_threads), on qkv's thread
  * pool. Chunk i is [n·i/t, n·(i+1)/t) for t chunks, so results that depend on
- * the split depend only on the thread count. */
+ * the split depend only on the thread count.
+ */
 typedef void (*QkvRangeFunc)(gint64 begin, gint64 end, gint thread_index, gpointer user_data);
 /**
  * qkv_kernel_parallel_for: (skip)
@@ -529,13 +650,20 @@ void qkv_vec_erf(float *dst, const float *src, gsize n);
 QKV_API
 const gchar *qkv_vec_isa(void);
 
-/* Sparse backward: whether backward kernels may run their products over the
+/**
+ * QkvSparseBackward:
+ * @QKV_SPARSE_BACKWARD_OFF: off
+ * @QKV_SPARSE_BACKWARD_AUTO: auto
+ * @QKV_SPARSE_BACKWARD_ALWAYS: always
+ *
+ * Sparse backward: whether backward kernels may run their products over the
  * rows of a gradient that are not all zero (padded positions under a masked
  * loss) instead of over every row. The result is the same up to the order of
  * float sums. AUTO (the default) does it where the product is large enough
  * to pay for gathering the rows; ALWAYS wherever a row is zero (for tests);
  * OFF never. The environment variable QKV_SPARSE_BACKWARD=0 starts it OFF.
- * Process-wide; change it between runs, not during one. */
+ * Process-wide; change it between runs, not during one.
+ */
 typedef enum {
   QKV_SPARSE_BACKWARD_OFF,
   QKV_SPARSE_BACKWARD_AUTO,
@@ -601,10 +729,14 @@ guint64 qkv_random_key(guint64 seed, guint64 step, guint32 node_id);
  * Plugins
  * ------------------------------------------------------------------------- */
 
-/* What a plugin says about itself. abi_major/abi_minor are the op ABI of the
+/**
+ * QkvPluginInfo:
+ *
+ * What a plugin says about itself. abi_major/abi_minor are the op ABI of the
  * header the plugin was compiled against (QKV_OP_ABI_MAJOR/MINOR): the loader
  * refuses a different major or a newer minor. Strings must stay valid while
- * the module is loaded (string literals are right). */
+ * the module is loaded (string literals are right).
+ */
 typedef struct {
   guint32 struct_size; /* sizeof(QkvPluginInfo) as the author compiled it */
   guint16 abi_major;
@@ -620,11 +752,30 @@ typedef struct {
   gpointer reserved[8];
 } QkvPluginInfo;
 
-/* The one symbol the loader looks up in a module. */
+/**
+ * QKV_PLUGIN_DESCRIBE_SYMBOL:
+ *
+ * The one symbol the loader looks up in a module.
+ */
 #define QKV_PLUGIN_DESCRIBE_SYMBOL "qkv_plugin_describe"
+/**
+ * QkvPluginDescribeFunc:
+ *
+ * The signature of a plugin describe func.
+ *
+ * Returns: as described above
+ */
 typedef const QkvPluginInfo *(*QkvPluginDescribeFunc)(void);
 
-/* Define the plugin's descriptor; use once, at file scope, in one source file
+/**
+ * QKV_PLUGIN_DEFINE:
+ * @name_: the name
+ * @version_: the version
+ * @license_: the license
+ * @description_: the description
+ * @register_func_: the register func
+ *
+ * Define the plugin's descriptor; use once, at file scope, in one source file
  * of the module:
  *
  *   QKV_PLUGIN_DEFINE("gelu", "1.0.0", "MIT", "GELU activation", register_gelu);
@@ -647,8 +798,12 @@ typedef const QkvPluginInfo *(*QkvPluginDescribeFunc)(void);
   }                                                                                                \
   G_MODULE_EXPORT const QkvPluginInfo *qkv_plugin_describe(void)
 
-/* A loaded plugin; owned by the library, valid until the process ends
- * (plugins are never unloaded). */
+/**
+ * QkvPlugin:
+ *
+ * A loaded plugin; owned by the library, valid until the process ends
+ * (plugins are never unloaded).
+ */
 typedef struct _QkvPlugin QkvPlugin;
 
 /**

@@ -11,22 +11,42 @@
 
 G_BEGIN_DECLS
 
-/* The highest rank a shape may have. */
+/**
+ * QKV_MAX_RANK:
+ *
+ * The highest rank a shape may have.
+ */
 #define QKV_MAX_RANK 6
 
+/**
+ * QkvDType:
+ * @QKV_F32: f32
+ * @QKV_I32: i32
+ *
+ * The dtype values.
+ */
 typedef enum {
   QKV_F32 = 0,
   QKV_I32 = 1,
 } QkvDType;
 
-/* A shape: rank 0 (a scalar) up to QKV_MAX_RANK. Plain data, copy freely. */
+/**
+ * QkvShape:
+ *
+ * A shape: rank 0 (a scalar) up to QKV_MAX_RANK. Plain data, copy freely.
+ */
 typedef struct {
   gint rank;
   gint64 dims[QKV_MAX_RANK];
 } QkvShape;
 
-/* QKV_SHAPE(2, 3, 4) builds a QkvShape from its dimensions;
- * QKV_SHAPE() is not valid C, use qkv_shape_scalar() for rank 0. */
+/**
+ * QKV_SHAPE:
+ * @...: the values
+ *
+ * QKV_SHAPE(2, 3, 4) builds a QkvShape from its dimensions;
+ * QKV_SHAPE() is not valid C, use qkv_shape_scalar() for rank 0.
+ */
 #define QKV_SHAPE(...)                                                                             \
   qkv_shape_from_array((gint)(sizeof((gint64[]){__VA_ARGS__}) / sizeof(gint64)),                   \
                        (const gint64[]){__VA_ARGS__})
@@ -127,6 +147,11 @@ const gchar *qkv_dtype_name(QkvDType dtype);
 QKV_API
 gsize qkv_dtype_size(QkvDType dtype);
 
+/**
+ * QkvTensor:
+ *
+ * An opaque tensor.
+ */
 typedef struct _QkvTensor QkvTensor;
 
 /**
@@ -404,7 +429,10 @@ double qkv_tensor_get(const QkvTensor *tensor, gint64 index);
 QKV_API
 double qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double floor);
 
-/* Printing, NumPy style: nested brackets, elements right-aligned to one
+/**
+ * QKV_PRINT_THRESHOLD:
+ *
+ * Printing, NumPy style: nested brackets, elements right-aligned to one
  * width, f32 as "%.6g" with a trailing "." when that reads as an integer
  * ("1."), then the dtype and shape ("[[1., 2.],\n [3., 4.]] f32(2, 2)").
  * A tensor of more than threshold elements is summarised: each axis longer
@@ -412,8 +440,14 @@ double qkv_tensor_max_rel_diff(const QkvTensor *a, const QkvTensor *b, double fl
  * "...". An empty tensor counts its empty sub-arrays instead (a (10^6, 0)
  * tensor has a million "[]" rows), so it summarises too. edge_items 0 shows
  * a summarised axis as "[...]" alone; below 0 counts as 0. Lines are not
- * wrapped. Free the string with g_free(). */
+ * wrapped. Free the string with g_free().
+ */
 #define QKV_PRINT_THRESHOLD 1000
+/**
+ * QKV_PRINT_EDGE_ITEMS:
+ *
+ * Print edge items.
+ */
 #define QKV_PRINT_EDGE_ITEMS 3
 /**
  * qkv_tensor_to_string_full:

@@ -231,6 +231,8 @@ QkvShape *qkv_shape_new(const gint64 *dims, gint rank);
  * qkv_shape_copy:
  * @shape: a shape
  *
+ * Copy a shape onto the heap.
+ *
  * Returns: (transfer full): a copy of @shape on the heap
  */
 QKV_API
@@ -247,6 +249,8 @@ void qkv_shape_free(QkvShape *shape);
  * qkv_shape_get_dims:
  * @shape: a shape
  * @rank: (out): the number of dimensions
+ *
+ * The dimensions of @shape, for bindings (C reads shape->dims).
  *
  * Returns: (array length=rank) (transfer none): the dimensions, owned by
  *   @shape
@@ -317,6 +321,8 @@ QkvPlanOptions *qkv_plan_options_new(void);
  * qkv_plan_options_copy:
  * @options: plan options
  *
+ * Copy plan options onto the heap.
+ *
  * Returns: (transfer full): a copy of @options on the heap
  */
 QKV_API
@@ -346,6 +352,8 @@ QkvOptimConfig *qkv_optim_config_new(QkvOptimizerKind kind, double lr);
  * qkv_optim_config_copy:
  * @config: a config
  *
+ * Copy an optimizer config onto the heap.
+ *
  * Returns: (transfer full): a copy of @config on the heap
  */
 QKV_API
@@ -362,6 +370,8 @@ void qkv_optim_config_free(QkvOptimConfig *config);
 /**
  * qkv_schedule_copy:
  * @schedule: a schedule
+ *
+ * A schedule of its own with @schedule's rule and position.
  *
  * Returns: (transfer full): a new schedule with the same rule and position
  */
