@@ -435,4 +435,9 @@ GPtrArray *qkv_graph_eval_to_array(QkvGraph *graph, const gchar *const *input_na
                                    QkvTensor *const *inputs, guint n_inputs,
                                    QkvValue *const *outputs, guint n_outputs, GError **error);
 
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvShape, qkv_shape_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvPlanOptions, qkv_plan_options_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvOptimConfig, qkv_optim_config_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QkvBuilder, qkv_builder_free)
+
 G_END_DECLS

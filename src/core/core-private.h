@@ -136,6 +136,10 @@ void qkv_node_fill_shape_ctx(const QkvNode *node, QkvShapeCtx *ctx, QkvShape *in
  * autodiff undoing a failed backward pass); bumps the generation when
  * anything goes. */
 void qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes);
+/* TRUE for a value of graph that a truncation removed and a boxed reference
+ * kept alive (QkvGraph.retire): it may not go into new nodes, plans or
+ * backward passes. */
+gboolean qkv_value_is_retired(const QkvGraph *graph, const QkvValue *value);
 
 /* Registry internals (the built-in registration entry lives in ops/builtins.h). */
 void qkv_registry_init(void);

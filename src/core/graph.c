@@ -294,6 +294,12 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
                   i, inputs[i]->name ? inputs[i]->name : "?");
       return NULL;
     }
+    if (qkv_value_is_retired(graph, inputs[i])) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "op '%s' (node %s): input %u ('%s') was removed from the graph by a rollback",
+                  op_name, node_name, i, inputs[i]->name ? inputs[i]->name : "?");
+      return NULL;
+    }
   }
   QkvAttrs *parsed = qkv_attrs_parse(op, node_name, attrs, error);
   if (parsed == NULL)
@@ -584,6 +590,12 @@ qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes)
   }
   g_ptr_array_set_size(graph->nodes, n_nodes);
   g_ptr_array_set_size(graph->values, n_values);
+}
+
+gboolean
+qkv_value_is_retired(const QkvGraph *graph, const QkvValue *value)
+{
+  return value->id >= graph->values->len || g_ptr_array_index(graph->values, value->id) != value;
 }
 
 const gchar *

@@ -39,6 +39,12 @@ check_outputs(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs, GError
                   "compile: output %u ('%s') belongs to another graph", i, outputs[i]->name);
       return FALSE;
     }
+    if (qkv_value_is_retired(graph, outputs[i])) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "compile: output %u ('%s') was removed from the graph by a rollback", i,
+                  outputs[i]->name);
+      return FALSE;
+    }
   }
   return TRUE;
 }
