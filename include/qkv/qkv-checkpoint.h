@@ -88,6 +88,14 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvCheckpointFlags:
+ * @QKV_CHECKPOINT_STRICT: strict
+ * @QKV_CHECKPOINT_ALLOW_MISSING: params of the store that the file lacks keep their values
+ * @QKV_CHECKPOINT_ALLOW_UNEXPECTED: tensors of the file that the store lacks are ignored
+ *
+ * The checkpoint flags values.
+ */
 typedef enum {
   QKV_CHECKPOINT_STRICT = 0,
   /* params of the store that the file lacks keep their values */
@@ -96,20 +104,48 @@ typedef enum {
   QKV_CHECKPOINT_ALLOW_UNEXPECTED = 1 << 1,
 } QkvCheckpointFlags;
 
-/* The dtype qkv_checkpoint_save_full() writes parameter values in. */
+/**
+ * QkvCheckpointDType:
+ * @QKV_CHECKPOINT_DTYPE_F32: f32
+ * @QKV_CHECKPOINT_DTYPE_BF16: bf16
+ *
+ * The dtype qkv_checkpoint_save_full() writes parameter values in.
+ */
 typedef enum {
   QKV_CHECKPOINT_DTYPE_F32 = 0,
   QKV_CHECKPOINT_DTYPE_BF16 = 1,
 } QkvCheckpointDType;
 
-/* Write params (and, if not NULL, optimizer state and schedule position, and
+/**
+ * qkv_checkpoint_save:
+ * @path: the path
+ * @params: (nullable): a #QkvParams
+ * @optimizer: (nullable): a #QkvOptimizer
+ * @schedule: (nullable): a #QkvSchedule
+ * @metadata: (nullable) (element-type utf8 utf8): the metadata
+ * @error: return location for a #GError, or %NULL
+ *
+ * Write params (and, if not NULL, optimizer state and schedule position, and
  * string→string metadata) to path, atomically. The same as
- * qkv_checkpoint_save_full() with QKV_CHECKPOINT_DTYPE_F32. */
+ * qkv_checkpoint_save_full() with QKV_CHECKPOINT_DTYPE_F32.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                              QkvSchedule *schedule, GHashTable *metadata, GError **error);
 
-/* qkv_checkpoint_save() with the parameter values written as param_dtype.
+/**
+ * qkv_checkpoint_save_full:
+ * @path: the path
+ * @params: a #QkvParams
+ * @optimizer: (nullable): a #QkvOptimizer
+ * @schedule: (nullable): a #QkvSchedule
+ * @metadata: (nullable) (element-type utf8 utf8): the metadata
+ * @param_dtype: the param dtype
+ * @error: return location for a #GError, or %NULL
+ *
+ * qkv_checkpoint_save() with the parameter values written as param_dtype.
  * QKV_CHECKPOINT_DTYPE_BF16 halves their size: every value is rounded to
  * bfloat16 as IEEE 754 rounds, to nearest with ties to even, subnormals
  * too (nothing is flushed to zero); values past the largest bfloat16 by half
@@ -119,13 +155,27 @@ gboolean qkv_checkpoint_save(const gchar *path, QkvParams *params, QkvOptimizer 
  * a run resumed from a BF16 file continues from rounded parameters but the
  * exact optimizer state: lossy in the parameters only.
  * The F32 and I32 tensors' data comes first in the file, then the BF16, so
- * every tensor starts at a multiple of its element size. */
+ * every tensor starts at a multiple of its element size.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                                   QkvSchedule *schedule, GHashTable *metadata,
                                   QkvCheckpointDType param_dtype, GError **error);
 
-/* Read path into params, and if not NULL optimizer (its state tensors in the
+/**
+ * qkv_checkpoint_load:
+ * @path: (nullable): the path
+ * @params: (nullable): a #QkvParams
+ * @optimizer: (nullable): a #QkvOptimizer
+ * @schedule: (nullable): a #QkvSchedule
+ * @flags: the flags
+ * @missing: (out) (optional) (transfer container) (element-type utf8): the missing
+ * @unexpected: (out) (optional) (transfer container) (element-type utf8): the unexpected
+ * @error: return location for a #GError, or %NULL
+ *
+ * Read path into params, and if not NULL optimizer (its state tensors in the
  * store, step count, hyper-parameters and group settings; the file must hold
  * state of an optimizer of the same kind) and schedule (its position; same
  * kind). The optimizer's parameter groups must be the file's: as many added
@@ -139,22 +189,42 @@ gboolean qkv_checkpoint_save_full(const gchar *path, QkvParams *params, QkvOptim
  * of every loaded param becomes exactly the file's (states the file lacks are
  * dropped). On success, if missing/unexpected are not NULL, they receive the
  * names of the store's params the file lacks and of the file's tensors the
- * store lacks (new arrays of strings; empty in strict mode). */
+ * store lacks (new arrays of strings; empty in strict mode).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_checkpoint_load(const gchar *path, QkvParams *params, QkvOptimizer *optimizer,
                              QkvSchedule *schedule, QkvCheckpointFlags flags, GPtrArray **missing,
                              GPtrArray **unexpected, GError **error);
 
-/* The "__metadata__" map of a checkpoint (string → string; empty if none),
- * after checking the whole file as load does. */
+/**
+ * qkv_checkpoint_read_metadata:
+ * @path: the path
+ * @error: return location for a #GError, or %NULL
+ *
+ * The "__metadata__" map of a checkpoint (string → string; empty if none),
+ * after checking the whole file as load does.
+ *
+ * Returns: (transfer container) (element-type utf8 utf8) (nullable): the result
+ */
 QKV_API
 GHashTable *qkv_checkpoint_read_metadata(const gchar *path, GError **error);
 
-/* Read any safetensors file: name → new QkvTensor* (F32, BF16, F16 and F64
+/**
+ * qkv_safetensors_read:
+ * @path: the path
+ * @metadata: (out) (optional) (transfer container) (element-type utf8 utf8): the metadata
+ * @error: return location for a #GError, or %NULL
+ *
+ * Read any safetensors file: name → new QkvTensor* (F32, BF16, F16 and F64
  * as f32, converted as qkv_checkpoint_load() does: exactly, F64 rounded; I32,
  * and I64 whose values fit, as i32; other dtypes are a QKV_ERROR_DTYPE), and
  * its metadata if metadata is not NULL. qkv has no half-precision tensors:
- * a tensor's dtype says what it holds now, not what the file held. */
+ * a tensor's dtype says what it holds now, not what the file held.
+ *
+ * Returns: (transfer container) (element-type utf8 QkvTensor) (nullable): the result
+ */
 QKV_API
 GHashTable *qkv_safetensors_read(const gchar *path, GHashTable **metadata, GError **error);
 

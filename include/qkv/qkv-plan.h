@@ -28,9 +28,19 @@
 
 G_BEGIN_DECLS
 
+/**
+ * QkvPlan:
+ *
+ * An opaque plan.
+ */
 typedef struct _QkvPlan QkvPlan;
 
-/* The arithmetic of a plan's matrix products, as PyTorch's autocast.
+/**
+ * QkvPrecision:
+ * @QKV_PRECISION_FP32: fp32
+ * @QKV_PRECISION_BF16: bf16
+ *
+ * The arithmetic of a plan's matrix products, as PyTorch's autocast.
  *
  * FP32: float32 throughout (the default; the numbers of every earlier
  * release, bit for bit).
@@ -49,12 +59,18 @@ typedef struct _QkvPlan QkvPlan;
  * float32 summation error; one message says so on first use).
  * qkv_bf16_native() tells which. The first bf16 run grows per-thread
  * conversion buffers and builds the oneDNN kernels for its shapes; later
- * runs at those shapes allocate nothing of qkv's. */
+ * runs at those shapes allocate nothing of qkv's.
+ */
 typedef enum {
   QKV_PRECISION_FP32,
   QKV_PRECISION_BF16,
 } QkvPrecision;
 
+/**
+ * QkvPlanOptions:
+ *
+ * A plan options.
+ */
 typedef struct {
   /* TRUE: dropout and other training-only behaviour is on. */
   gboolean training;
@@ -72,21 +88,61 @@ typedef struct {
   gpointer reserved[3];
 } QkvPlanOptions;
 
-/* The defaults: evaluation, global thread count, seed 0, fp32. */
+/**
+ * qkv_plan_options_default: (skip)
+ *
+ * The defaults: evaluation, global thread count, seed 0, fp32.
+ *
+ * Returns: the #QkvPlanOptions
+ */
 QKV_API
 QkvPlanOptions qkv_plan_options_default(void);
 
-/* Compile graph for the outputs given (values of this graph). All memory a run
+/**
+ * qkv_graph_compile:
+ * @graph: a #QkvGraph
+ * @outputs: (array length=n_outputs): the outputs, @n_outputs of them
+ * @n_outputs: the number of @outputs
+ * @options: (nullable): a #QkvPlanOptions
+ * @error: return location for a #GError, or %NULL
+ *
+ * Compile graph for the outputs given (values of this graph). All memory a run
  * needs is allocated here (runs allocate nothing); if it cannot be had, or
  * the layout would exceed the address space (huge shapes, a plugin's huge
- * scratch_size), NULL with QKV_ERROR_MEMORY naming the largest request. */
+ * scratch_size), NULL with QKV_ERROR_MEMORY naming the largest request.
+ *
+ * Returns: (transfer full) (nullable): a new #QkvPlan, or %NULL with @error set
+ */
 QKV_API
 QkvPlan *qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
                            const QkvPlanOptions *options, GError **error);
+/**
+ * qkv_plan_free:
+ * @plan: a #QkvPlan
+ *
+ * See qkv_graph_compile().
+ */
 QKV_API
 void qkv_plan_free(QkvPlan *plan);
+/**
+ * qkv_plan_ref:
+ * @plan: a plan
+ *
+ * Take a reference on @plan; qkv_plan_free() drops one.
+ *
+ * Returns: (transfer full): @plan
+ */
+QKV_API
+QkvPlan *qkv_plan_ref(QkvPlan *plan);
 
-/* Bind a tensor to the graph input of that name. The plan borrows it: keep it
+/**
+ * qkv_plan_bind:
+ * @plan: a #QkvPlan
+ * @input_name: the input name
+ * @tensor: a #QkvTensor
+ * @error: return location for a #GError, or %NULL
+ *
+ * Bind a tensor to the graph input of that name. The plan borrows it: keep it
  * alive and unchanged in shape until the last run that uses it.
  *
  * Variable shapes: the tensor must have the input's dtype and rank, and each
@@ -104,10 +160,18 @@ void qkv_plan_free(QkvPlan *plan);
  *  - a parameter gradient would change shape.
  * Reductions (mean, cross_entropy's "mean") divide by the bound sizes.
  * Numbers a builder computed from shapes at build time and stored as
- * attributes (a scale by 1/T, an expand to a fixed size) stay as built. */
+ * attributes (a scale by 1/T, an expand to a fixed size) stay as built.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **error);
-/* Run once. Every input the plan needs must be bound. A kernel that finds
+/**
+ * qkv_plan_run:
+ * @plan: a #QkvPlan
+ * @error: return location for a #GError, or %NULL
+ *
+ * Run once. Every input the plan needs must be bound. A kernel that finds
  * its inputs unusable (QKV_ERROR_INDEX: a cross_entropy target, an embedding
  * id, a gather or index_select index out of range) stops the run after its
  * node, which the GError names with the position and the value; the later
@@ -118,96 +182,264 @@ gboolean qkv_plan_bind(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor
  * plan, or runs a plan writing gradients into a store this one writes (see
  * the top of this file). A thread binding its own tensors then running can
  * still find another thread's tensors bound in between: share a plan between
- * threads only under a lock of your own, or give each thread its own plan. */
+ * threads only under a lock of your own, or give each thread its own plan.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_plan_run(QkvPlan *plan, GError **error);
-/* Requested output i, valid until the next run (from any thread) or
- * qkv_plan_free(). */
+/**
+ * qkv_plan_output:
+ * @plan: a #QkvPlan
+ * @index: the index
+ *
+ * Requested output i, valid until the next run (from any thread) or
+ * qkv_plan_free().
+ *
+ * Returns: (transfer none): a #QkvTensor
+ */
 QKV_API
 const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
-/* The plan's buffer of the state called name (qkv_graph_state()), borrowed:
+/**
+ * qkv_plan_state:
+ * @plan: a #QkvPlan
+ * @name: the name
+ *
+ * The plan's buffer of the state called name (qkv_graph_state()), borrowed:
  * valid until qkv_plan_free(); its contents change with each run. NULL when
- * the graph has no such state. */
+ * the graph has no such state.
+ *
+ * Returns: (transfer none) (nullable): a #QkvTensor
+ */
 QKV_API
 const QkvTensor *qkv_plan_state(QkvPlan *plan, const gchar *name);
-/* Zero the state called name, or every state when name is NULL; FALSE with
- * QKV_ERROR_NOT_FOUND for an unknown name, QKV_ERROR_BUSY while it runs. */
+/**
+ * qkv_plan_reset_state:
+ * @plan: a #QkvPlan
+ * @name: (nullable): the name
+ * @error: return location for a #GError, or %NULL
+ *
+ * Zero the state called name, or every state when name is NULL; FALSE with
+ * QKV_ERROR_NOT_FOUND for an unknown name, QKV_ERROR_BUSY while it runs.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error);
-/* Beam search's reordering of the states' rows (axis 0, a batch row each):
+/**
+ * qkv_plan_reorder_states:
+ * @plan: a #QkvPlan
+ * @parents: (array length=n_rows): the parents, @n_rows of them
+ * @n_rows: the number of @parents
+ * @error: return location for a #GError, or %NULL
+ *
+ * Beam search's reordering of the states' rows (axis 0, a batch row each):
  * row r of every state becomes what row parents[r] held, for r < n_rows;
  * rows from n_rows on stay. The first call allocates room for the largest
  * state; later ones allocate nothing. QKV_ERROR_INVALID_ARGUMENT for a
  * parent outside [0, n_rows) or a state with fewer rows (nothing moves
- * then), QKV_ERROR_BUSY while the plan runs. */
+ * then), QKV_ERROR_BUSY while the plan runs.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_rows,
                                  GError **error);
-/* Requested output i as a float (element 0). */
+/**
+ * qkv_plan_output_scalar:
+ * @plan: a #QkvPlan
+ * @index: the index
+ *
+ * Requested output i as a float (element 0).
+ *
+ * Returns: the float
+ */
 QKV_API
 float qkv_plan_output_scalar(QkvPlan *plan, guint index);
 
-/* One-shot evaluation, for looking at values: compile graph for outputs in
+/**
+ * qkv_graph_eval: (skip)
+ * @graph: a #QkvGraph
+ * @input_names: (array zero-terminated=1): the input names, %NULL-terminated
+ * @inputs: (array length=n_inputs): the inputs, @n_inputs of them
+ * @n_inputs: the number of @inputs
+ * @outputs: (nullable): a #QkvValue
+ * @results: (array length=n_outputs) (nullable): the results, @n_outputs of them
+ * @n_outputs: the number of @results
+ * @error: return location for a #GError, or %NULL
+ *
+ * One-shot evaluation, for looking at values: compile graph for outputs in
  * evaluation mode (no dropout, no parameter gradients), bind inputs[i] to
  * the input named input_names[i], run once, and give each results[i] a new
  * tensor (free with qkv_tensor_free()) holding a copy of outputs[i]; the plan
  * is freed before returning. Inputs the outputs do not need may be given or
  * left out; a name the graph lacks is QKV_ERROR_NOT_FOUND. On failure every
  * results[i] is NULL. A NULL among outputs (an earlier call failed) returns
- * FALSE and keeps the error already set, as typed ops do. */
+ * FALSE and keeps the error already set, as typed ops do.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_graph_eval(QkvGraph *graph, const gchar *const *input_names, QkvTensor *const *inputs,
                         guint n_inputs, QkvValue *const *outputs, QkvTensor **results,
                         guint n_outputs, GError **error);
 
-/* Bytes of the arena that holds all intermediates. */
+/**
+ * qkv_plan_arena_size:
+ * @plan: a #QkvPlan
+ *
+ * Bytes of the arena that holds all intermediates.
+ *
+ * Returns: the gsize
+ */
 QKV_API
 gsize qkv_plan_arena_size(const QkvPlan *plan);
-/* Sum of the bytes of every intermediate, as if none shared memory. */
+/**
+ * qkv_plan_intermediates_size:
+ * @plan: a #QkvPlan
+ *
+ * Sum of the bytes of every intermediate, as if none shared memory.
+ *
+ * Returns: the gsize
+ */
 QKV_API
 gsize qkv_plan_intermediates_size(const QkvPlan *plan);
-/* Number of nodes the plan runs. */
+/**
+ * qkv_plan_n_steps:
+ * @plan: a #QkvPlan
+ *
+ * Number of nodes the plan runs.
+ *
+ * Returns: the guint
+ */
 QKV_API
 guint qkv_plan_n_steps(const QkvPlan *plan);
 
-/* Profiling: while enabled, each run adds the wall time of every node's
+/**
+ * qkv_plan_set_profiling:
+ * @plan: a #QkvPlan
+ * @enable: the enable
+ *
+ * Profiling: while enabled, each run adds the wall time of every node's
  * kernel to a per-node total (two clock reads per node). The report sums them
- * by op and lists ms per run and share, largest first; free it with g_free. */
+ * by op and lists ms per run and share, largest first; free it with g_free.
+ */
 QKV_API
 void qkv_plan_set_profiling(QkvPlan *plan, gboolean enable);
+/**
+ * qkv_plan_profile_reset:
+ * @plan: a #QkvPlan
+ *
+ * See qkv_plan_set_profiling().
+ */
 QKV_API
 void qkv_plan_profile_reset(QkvPlan *plan);
+/**
+ * qkv_plan_profile_report:
+ * @plan: a #QkvPlan
+ *
+ * See qkv_plan_set_profiling().
+ *
+ * Returns: (transfer full): a new string; free with g_free()
+ */
 QKV_API
 gchar *qkv_plan_profile_report(const QkvPlan *plan);
 
-/* Threads for later runs; capped at the larger of the compile-time count and
- * the number of cores, which kernels' scratch memory was sized for. */
+/**
+ * qkv_plan_set_n_threads:
+ * @plan: a #QkvPlan
+ * @n_threads: the n threads
+ *
+ * Threads for later runs; capped at the larger of the compile-time count and
+ * the number of cores, which kernels' scratch memory was sized for.
+ */
 QKV_API
 void qkv_plan_set_n_threads(QkvPlan *plan, gint n_threads);
+/**
+ * qkv_plan_get_n_threads:
+ * @plan: a #QkvPlan
+ *
+ * See qkv_plan_set_n_threads().
+ *
+ * Returns: the gint
+ */
 QKV_API
 gint qkv_plan_get_n_threads(const QkvPlan *plan);
-/* The precision of later runs' matrix products (see QkvPrecision). */
+/**
+ * qkv_plan_set_precision:
+ * @plan: a #QkvPlan
+ * @precision: the precision
+ *
+ * The precision of later runs' matrix products (see QkvPrecision).
+ */
 QKV_API
 void qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision);
+/**
+ * qkv_plan_get_precision:
+ * @plan: a #QkvPlan
+ *
+ * See qkv_plan_set_precision().
+ *
+ * Returns: the #QkvPrecision
+ */
 QKV_API
 QkvPrecision qkv_plan_get_precision(const QkvPlan *plan);
-/* The dropout generator draws from (seed, step, node); step counts runs and
- * goes up by one after each run. */
+/**
+ * qkv_plan_set_seed:
+ * @plan: a #QkvPlan
+ * @seed: the seed
+ *
+ * The dropout generator draws from (seed, step, node); step counts runs and
+ * goes up by one after each run.
+ */
 QKV_API
 void qkv_plan_set_seed(QkvPlan *plan, guint64 seed);
+/**
+ * qkv_plan_set_step:
+ * @plan: a #QkvPlan
+ * @step: the step
+ *
+ * See qkv_plan_set_seed().
+ */
 QKV_API
 void qkv_plan_set_step(QkvPlan *plan, guint64 step);
+/**
+ * qkv_plan_get_step:
+ * @plan: a #QkvPlan
+ *
+ * See qkv_plan_set_seed().
+ *
+ * Returns: the guint64
+ */
 QKV_API
 guint64 qkv_plan_get_step(const QkvPlan *plan);
 
-/* Global default thread count for new plans (initially the OpenMP maximum). */
+/**
+ * qkv_set_num_threads:
+ * @n_threads: the n threads
+ *
+ * Global default thread count for new plans (initially the OpenMP maximum).
+ */
 QKV_API
 void qkv_set_num_threads(gint n_threads);
+/**
+ * qkv_get_num_threads:
+ *
+ * See qkv_set_num_threads().
+ *
+ * Returns: the gint
+ */
 QKV_API
 gint qkv_get_num_threads(void);
 
-/* Allocations made by qkv's tensor and arena allocator since start; a test
- * can check that running a plan makes none. */
+/**
+ * qkv_alloc_count:
+ *
+ * Allocations made by qkv's tensor and arena allocator since start; a test
+ * can check that running a plan makes none.
+ *
+ * Returns: the guint64
+ */
 QKV_API
 guint64 qkv_alloc_count(void);
 

@@ -25,13 +25,23 @@
 
 G_BEGIN_DECLS
 
-/* Initialise the library: register the built-in ops, then load the plugins
+/**
+ * qkv_init:
+ *
+ * Initialise the library: register the built-in ops, then load the plugins
  * found in the directories of QKV_PLUGIN_PATH and in the installed plugin
  * directory (a plugin that fails to load is a warning). Every entry point
- * calls it on demand; calling it again is harmless. */
+ * calls it on demand; calling it again is harmless.
+ */
 QKV_API
 void qkv_init(void);
-/* The library version, "MAJOR.MINOR.PATCH". */
+/**
+ * qkv_version:
+ *
+ * The library version, "MAJOR.MINOR.PATCH".
+ *
+ * Returns: (transfer none): the string
+ */
 QKV_API
 const gchar *qkv_version(void);
 

@@ -370,6 +370,11 @@ check_loss(QkvGraph *graph, QkvValue *loss, GError **error)
                 "backward: the loss '%s' belongs to another graph", loss->name);
     return FALSE;
   }
+  if (qkv_value_is_retired(graph, loss)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "backward: the loss '%s' was removed from the graph by a rollback", loss->name);
+    return FALSE;
+  }
   if (graph->has_backward) {
     /* One set of gradient nodes per graph: qkv_graph_gradient() and the
      * parameters' gradient buffers have room for one loss's gradients. */

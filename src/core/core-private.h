@@ -12,6 +12,8 @@ struct _QkvTensor {
   QkvShape shape;
   gpointer data;
   gboolean owns_data;
+  /* References (qkv_tensor_ref()); qkv_tensor_free() drops one. */
+  gint ref_count;
 };
 
 typedef struct {
@@ -56,6 +58,10 @@ struct _QkvParams {
    * later replaced one that a rollback removed. */
   guint64 generation;
   gint grads_busy; /* atomic: a plan run is writing the gradient buffers */
+  /* References (qkv_params_ref()): graphs that took a parameter and
+   * optimizers hold one, so a binding that frees objects in any order
+   * (Python's garbage collector) never leaves them a freed store. */
+  gint ref_count;
 };
 
 /* The first mark->n_params params are still those the mark counted. */
@@ -109,6 +115,17 @@ struct _QkvGraph {
    * is stale when the last value or node it counted was born later than
    * the generation it saw (see QkvParams). */
   guint64 generation;
+  /* References (qkv_graph_ref()): plans and boxed values and nodes (the
+   * GObject type glue, src/gtypes.c) hold one each. */
+  gint ref_count;
+  /* Set once a value or node was handed out as a boxed reference: from then
+   * on a truncation keeps the values and nodes it removes (in retired_*)
+   * until the graph is freed, so a reference to one never dangles. */
+  gboolean retire;
+  GPtrArray *retired_values;
+  GPtrArray *retired_nodes;
+  /* The stores that qkv_graph_param() took values from, one reference each. */
+  GPtrArray *held_params;
 };
 
 /* Build the shape context of a node from its input values. */
@@ -119,6 +136,10 @@ void qkv_node_fill_shape_ctx(const QkvNode *node, QkvShapeCtx *ctx, QkvShape *in
  * autodiff undoing a failed backward pass); bumps the generation when
  * anything goes. */
 void qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes);
+/* TRUE for a value of graph that a truncation removed and a boxed reference
+ * kept alive (QkvGraph.retire): it may not go into new nodes, plans or
+ * backward passes. */
+gboolean qkv_value_is_retired(const QkvGraph *graph, const QkvValue *value);
 
 /* Registry internals (the built-in registration entry lives in ops/builtins.h). */
 void qkv_registry_init(void);
@@ -135,4 +156,3 @@ QkvTensor *qkv_param_try_state(QkvParam *param, const gchar *name, QkvDType dtyp
 /* A tensor over data with no checks: data may be NULL until a plan binds an
  * input (plan outputs that are graph inputs). */
 QkvTensor *qkv_tensor_new_view(QkvDType dtype, const QkvShape *shape, gpointer data);
-

@@ -28,6 +28,7 @@ qkv_graph_new(void)
 {
   qkv_init();
   QkvGraph *g = g_new0(QkvGraph, 1);
+  g->ref_count = 1;
   g->values = g_ptr_array_new_with_free_func(value_free);
   g->nodes = g_ptr_array_new_with_free_func(node_free);
   g->inputs = g_ptr_array_new();
@@ -43,6 +44,15 @@ qkv_graph_free(QkvGraph *graph)
 {
   if (graph == NULL)
     return;
+  /* plans and boxed values may hold references (qkv_graph_ref()) */
+  if (!g_atomic_int_dec_and_test(&graph->ref_count))
+    return;
+  if (graph->retired_nodes != NULL)
+    g_ptr_array_unref(graph->retired_nodes);
+  if (graph->retired_values != NULL)
+    g_ptr_array_unref(graph->retired_values);
+  if (graph->held_params != NULL)
+    g_ptr_array_unref(graph->held_params);
   g_ptr_array_unref(graph->param_grads);
   g_hash_table_unref(graph->grads);
   g_hash_table_unref(graph->param_values);
@@ -146,6 +156,12 @@ qkv_graph_param(QkvGraph *graph, QkvParams *params, const gchar *name, GError **
   v->param = p;
   v->params = params;
   g_hash_table_insert(graph->param_values, p, v);
+  /* the store must outlive the graph: hold it, for bindings that free in
+   * any order */
+  if (graph->held_params == NULL)
+    graph->held_params = g_ptr_array_new_with_free_func((GDestroyNotify)qkv_params_free);
+  if (!g_ptr_array_find(graph->held_params, params, NULL))
+    g_ptr_array_add(graph->held_params, qkv_params_ref(params));
   return v;
 }
 
@@ -309,6 +325,12 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
       g_set_error(error, QKV_ERROR, QKV_ERROR_GRAPH_MISMATCH,
                   "op '%s' (node %s): input %u ('%s') belongs to another graph", op_name, node_name,
                   i, inputs[i]->name ? inputs[i]->name : "?");
+      return NULL;
+    }
+    if (qkv_value_is_retired(graph, inputs[i])) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "op '%s' (node %s): input %u ('%s') was removed from the graph by a rollback",
+                  op_name, node_name, i, inputs[i]->name ? inputs[i]->name : "?");
       return NULL;
     }
   }
@@ -587,8 +609,27 @@ qkv_graph_truncate(QkvGraph *graph, guint n_values, guint n_nodes)
       g_ptr_array_remove(graph->inputs, v);
     }
   }
+  if (graph->retire) {
+    /* boxed references may point at what goes: keep it until the graph is freed */
+    if (graph->retired_values == NULL) {
+      graph->retired_values = g_ptr_array_new_with_free_func(value_free);
+      graph->retired_nodes = g_ptr_array_new_with_free_func(node_free);
+    }
+    while (graph->nodes->len > n_nodes)
+      g_ptr_array_add(graph->retired_nodes,
+                      g_ptr_array_steal_index(graph->nodes, graph->nodes->len - 1));
+    while (graph->values->len > n_values)
+      g_ptr_array_add(graph->retired_values,
+                      g_ptr_array_steal_index(graph->values, graph->values->len - 1));
+  }
   g_ptr_array_set_size(graph->nodes, n_nodes);
   g_ptr_array_set_size(graph->values, n_values);
+}
+
+gboolean
+qkv_value_is_retired(const QkvGraph *graph, const QkvValue *value)
+{
+  return value->id >= graph->values->len || g_ptr_array_index(graph->values, value->id) != value;
 }
 
 const gchar *

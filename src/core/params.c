@@ -18,6 +18,7 @@ QkvParams *
 qkv_params_new(void)
 {
   QkvParams *params = g_new0(QkvParams, 1);
+  params->ref_count = 1;
   params->list = g_ptr_array_new_with_free_func(param_free);
   params->by_name = g_hash_table_new(g_str_hash, g_str_equal);
   return params;
@@ -27,6 +28,9 @@ void
 qkv_params_free(QkvParams *params)
 {
   if (params == NULL)
+    return;
+  /* graphs, optimizers and bindings may hold references (qkv_params_ref()) */
+  if (!g_atomic_int_dec_and_test(&params->ref_count))
     return;
   g_hash_table_unref(params->by_name);
   g_ptr_array_unref(params->list);

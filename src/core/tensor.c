@@ -107,6 +107,7 @@ static QkvTensor *
 tensor_alloc(QkvDType dtype, const QkvShape *shape)
 {
   QkvTensor *t = g_new0(QkvTensor, 1);
+  t->ref_count = 1;
   t->dtype = dtype;
   t->shape = *shape;
   return t;
@@ -240,6 +241,9 @@ void
 qkv_tensor_free(QkvTensor *tensor)
 {
   if (tensor == NULL)
+    return;
+  /* a boxed reference (qkv_tensor_ref()) may still hold it */
+  if (!g_atomic_int_dec_and_test(&tensor->ref_count))
     return;
   if (tensor->owns_data)
     qkv_aligned_free(tensor->data);

@@ -40,6 +40,12 @@ check_outputs(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs, GError
                   "compile: output %u ('%s') belongs to another graph", i, outputs[i]->name);
       return FALSE;
     }
+    if (qkv_value_is_retired(graph, outputs[i])) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "compile: output %u ('%s') was removed from the graph by a rollback", i,
+                  outputs[i]->name);
+      return FALSE;
+    }
   }
   return TRUE;
 }
@@ -55,7 +61,9 @@ compile_state_init(CompileState *cs, QkvGraph *graph, QkvValue *const *outputs, 
   cs->n_nodes = graph->nodes->len;
 
   QkvPlan *plan = cs->plan = g_new0(QkvPlan, 1);
-  plan->graph = graph;
+  /* a plan reads its graph's nodes when it binds and runs */
+  plan->graph = qkv_graph_ref(graph);
+  plan->ref_count = 1;
   plan->options = *opts;
   plan->n_threads = opts->n_threads > 0 ? opts->n_threads : qkv_get_num_threads();
   /* room for a later qkv_plan_set_n_threads() up to the machine's cores */
@@ -326,6 +334,9 @@ qkv_plan_free(QkvPlan *plan)
 {
   if (plan == NULL)
     return;
+  /* a boxed reference (qkv_plan_ref()) may still hold it */
+  if (!g_atomic_int_dec_and_test(&plan->ref_count))
+    return;
   for (guint s = 0; s < plan->n_steps; s++) {
     g_free(plan->steps[s].in);
     g_free(plan->steps[s].out);
@@ -349,5 +360,6 @@ qkv_plan_free(QkvPlan *plan)
   g_free(plan->rule_in_dtypes);
   qkv_aligned_free(plan->arena);
   g_clear_error(&plan->kernel_failure);
+  qkv_graph_free(plan->graph);
   g_free(plan);
 }

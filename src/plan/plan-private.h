@@ -33,7 +33,8 @@ typedef struct {
 } ParamGrad;
 
 struct _QkvPlan {
-  QkvGraph *graph;
+  QkvGraph *graph; /* a reference */
+  gint ref_count;  /* qkv_plan_ref(); qkv_plan_free() drops one */
   QkvPlanOptions options;
   gint n_threads;
   gint max_threads; /* scratch memory is sized for this many */

@@ -13,6 +13,7 @@ struct _QkvGradAccumulator {
   float *sum;            /* their gradients end to end */
   gsize n;
   guint adds;
+  gint ref_count; /* qkv_grad_accumulator_ref(); _free() drops one */
 };
 
 QkvGradAccumulator *
@@ -38,7 +39,9 @@ qkv_grad_accumulator_new(QkvParams *params, GError **error)
     return NULL;
   }
   QkvGradAccumulator *acc = g_new0(QkvGradAccumulator, 1);
-  acc->params = params;
+  acc->ref_count = 1;
+  /* the store must outlive the accumulator: hold it */
+  acc->params = qkv_params_ref(params);
   qkv_params_mark(params, &acc->created);
   acc->members = members;
   acc->sum = sum;
@@ -51,6 +54,9 @@ qkv_grad_accumulator_free(QkvGradAccumulator *acc)
 {
   if (acc == NULL)
     return;
+  if (!g_atomic_int_dec_and_test(&acc->ref_count))
+    return;
+  qkv_params_free(acc->params);
   g_ptr_array_unref(acc->members);
   g_free(acc->sum);
   g_free(acc);
@@ -121,4 +127,12 @@ qkv_split_range(gint64 n, gint parts, gint index, gint64 *offset, gint64 *count)
   *offset = index * base + MIN(index, extra);
   *count = base + (index < extra ? 1 : 0);
   return TRUE;
+}
+
+QkvGradAccumulator *
+qkv_grad_accumulator_ref(QkvGradAccumulator *acc)
+{
+  g_return_val_if_fail(acc != NULL, NULL);
+  g_atomic_int_inc(&acc->ref_count);
+  return acc;
 }

@@ -32,6 +32,7 @@ struct _QkvOptimizer {
   QkvParamFilter filter;
   gpointer filter_data;
   GPtrArray *groups; /* OptimGroup*: groups 1, 2, ...; group 0 is config itself */
+  gint ref_count;    /* qkv_optimizer_ref(); qkv_optimizer_free() drops one */
 };
 
 void qkv_optim_group_free(gpointer group);

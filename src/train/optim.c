@@ -112,8 +112,10 @@ qkv_optimizer_new(QkvOptimizerKind kind, QkvParams *params, const QkvOptimConfig
   if (!validate_config(kind, config, error))
     return NULL;
   QkvOptimizer *opt = g_new0(QkvOptimizer, 1);
+  opt->ref_count = 1;
   opt->kind = kind;
-  opt->params = params;
+  /* the store must outlive the optimizer: hold it */
+  opt->params = qkv_params_ref(params);
   opt->config = *config;
   opt->mode = SELECT_ALL;
   return opt;
@@ -145,6 +147,9 @@ qkv_optimizer_free(QkvOptimizer *opt)
 {
   if (opt == NULL)
     return;
+  if (!g_atomic_int_dec_and_test(&opt->ref_count))
+    return;
+  qkv_params_free(opt->params);
   if (opt->selected != NULL)
     g_hash_table_unref(opt->selected);
   if (opt->groups != NULL)

@@ -1,6 +1,7 @@
 /* schedule.c: learning-rate schedules. */
 #include "core/core-private.h"
 #include "qkv/qkv-optim.h"
+#include "qkv/qkv-types.h"
 
 #include <math.h>
 #include "error-private.h"
@@ -304,4 +305,11 @@ qkv_schedule_kind_name(QkvScheduleKind kind)
     return "warmup_constant";
   }
   return "?";
+}
+
+QkvSchedule *
+qkv_schedule_copy(const QkvSchedule *schedule)
+{
+  g_return_val_if_fail(schedule != NULL, NULL);
+  return g_memdup2(schedule, sizeof *schedule);
 }
