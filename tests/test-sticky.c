@@ -21,6 +21,7 @@
 #include <qkv/qkv.h>
 #include <qkv/qkv-checkpoint.h>
 #include <qkv/qkv-dist.h>
+#include <qkv/qkv-types.h>
 #include "test-util.h"
 
 /* ---- everything logged is counted ----------------------------------------- */
@@ -796,7 +797,11 @@ fixture_clear(void)
   CALL(qkv_tensor_try_new, take_tensor(f, qkv_tensor_try_new(QKV_F32, &f->s34, error)))            \
   CALL(qkv_tensor_try_new_borrowed,                                                                \
        take_tensor(f, qkv_tensor_try_new_borrowed(QKV_F32, &f->s4, f->logits, error)))             \
-  CALL(qkv_tensor_copy_from, !qkv_tensor_copy_from(f->tw34, f->t34, error))
+  CALL(qkv_tensor_copy_from, !qkv_tensor_copy_from(f->tw34, f->t34, error))                        \
+  /* qkv-types.h */                                                                                \
+  CALL(qkv_tensor_new_from_bytes, bytes_fail(f, TRUE, error))                                      \
+  CALL(qkv_tensor_set_bytes, bytes_fail(f, FALSE, error))                                          \
+  CALL(qkv_graph_eval_to_array, eval_array_fails(f, error))
 
 /* Helpers for the calls that return something to free: TRUE when the call
  * gave nothing back. */
@@ -877,6 +882,30 @@ eval_fails(Fixture *f, GError **error)
   if (result != f->t4)
     qkv_tensor_free(result);
   return !ok && result == NULL;
+}
+
+/* Valid bytes for f->t4 (4 f32): the refusal comes from the error alone. */
+static gboolean
+bytes_fail(Fixture *f, gboolean make_new, GError **error)
+{
+  float values[4] = {1, 2, 3, 4};
+  g_autoptr(GBytes) bytes = g_bytes_new(values, sizeof values);
+  if (make_new)
+    return take_tensor(f, qkv_tensor_new_from_bytes(QKV_F32, &f->s4, bytes, error));
+  float before = ((const float *)qkv_tensor_const_data(f->t4))[0];
+  return !qkv_tensor_set_bytes(f->t4, bytes, error) &&
+         ((const float *)qkv_tensor_const_data(f->t4))[0] == before;
+}
+
+static gboolean
+eval_array_fails(Fixture *f, GError **error)
+{
+  const gchar *names[] = {"a"};
+  QkvTensor *inputs[] = {f->ta};
+  GPtrArray *results = qkv_graph_eval_to_array(f->pgraph, names, inputs, 1, &f->pout, 1, error);
+  if (results != NULL)
+    g_ptr_array_unref(results);
+  return results == NULL;
 }
 
 static gboolean

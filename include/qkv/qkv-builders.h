@@ -166,7 +166,10 @@ typedef struct {
  * built under a name that is not the one asked for. With an error already
  * set (an earlier call of a chain failed) the push returns FALSE and keeps
  * that first error, as every call does then, and the level it adds is a
- * refused one, there for the matching pop. */
+ * refused one, there for the matching pop.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
 QKV_API
 gboolean qkv_builder_push(QkvBuilder *b, const gchar *name, GError **error);
 /**
@@ -760,7 +763,10 @@ QkvValue *qkv_build_transformer_encoder(QkvBuilder *b, const QkvTransformerConfi
  * cross_weights (may be NULL) receives the last block's encoder-decoder
  * attention weights (B, heads, T, T_src). With b->cache (QkvBuilderCache)
  * it is the step decoder's graph: tgt holds each row's new tokens at
- * b->cache->positions, and attention1 attends over its key/value cache. */
+ * b->cache->positions, and attention1 attends over its key/value cache.
+ *
+ * Returns: (transfer none) (nullable): a #QkvValue, or %NULL with @error set
+ */
 QKV_API
 QkvValue *qkv_build_transformer_decoder(QkvBuilder *b, const QkvTransformerConfig *cfg,
                                         QkvValue *tgt, QkvValue *enc_outputs,

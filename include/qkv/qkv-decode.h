@@ -547,7 +547,7 @@ gboolean qkv_generate(const QkvGenerateOptions *options, gint batch, const gint3
 typedef struct _QkvPlanDecoder QkvPlanDecoder;
 
 /**
- * qkv_plan_decoder_new:
+ * qkv_plan_decoder_new: (skip)
  * @plan: a #QkvPlan
  * @rows: the rows
  * @max_len: the max len

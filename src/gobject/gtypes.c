@@ -5,6 +5,7 @@
 #include "plan/plan-private.h"
 #include "train/optim-private.h"
 #include "qkv/qkv-types.h"
+#include "error-private.h"
 
 #include <string.h>
 
@@ -155,6 +156,7 @@ qkv_shape_get_dims(const QkvShape *shape, gint *rank)
 QkvTensor *
 qkv_tensor_new_from_bytes(QkvDType dtype, const QkvShape *shape, GBytes *bytes, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   if (bytes == NULL) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
                 "qkv_tensor_new_from_bytes: bytes is NULL");
@@ -188,6 +190,7 @@ qkv_tensor_to_bytes(const QkvTensor *tensor)
 gboolean
 qkv_tensor_set_bytes(QkvTensor *tensor, GBytes *bytes, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
   if (tensor == NULL || bytes == NULL) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT, "qkv_tensor_set_bytes: %s is NULL",
                 tensor == NULL ? "tensor" : "bytes");
@@ -304,6 +307,7 @@ GPtrArray *
 qkv_graph_eval_to_array(QkvGraph *graph, const gchar *const *input_names, QkvTensor *const *inputs,
                         guint n_inputs, QkvValue *const *outputs, guint n_outputs, GError **error)
 {
+  QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_autofree QkvTensor **results = g_new0(QkvTensor *, MAX(n_outputs, 1));
   if (!qkv_graph_eval(graph, input_names, inputs, n_inputs, outputs, results, n_outputs, error))
     return NULL;
