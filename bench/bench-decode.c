@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../examples/common/program-version.h"
+
 typedef struct {
   const gchar *name;
   gint64 d_model, ffn;
@@ -51,12 +53,14 @@ static gint opt_len = 64;
 static gint opt_reps = 5;
 static gint opt_threads = 2;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (default M)", "NAME"},
     {"batch", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Sentences decoded together (default 1)", "N"},
     {"len", 0, 0, G_OPTION_ARG_INT, &opt_len, "Tokens decoded per sentence (default 64)", "N"},
     {"reps", 0, 0, G_OPTION_ARG_INT, &opt_reps, "Timed runs of each way (default 5)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads (default 2)", "N"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 static void
@@ -229,6 +233,10 @@ main(int argc, char **argv)
   g_option_context_add_main_entries(ctx, entries, NULL);
   if (!g_option_context_parse(ctx, &argc, &argv, &error))
     die("options", error);
+  if (opt_version) {
+    program_print_version("qkv-bench-decode");
+    return 0;
+  }
   const DecodeConfig *c = NULL;
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     if (g_strcmp0(opt_config ? opt_config : "M", configs[i].name) == 0)

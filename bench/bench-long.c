@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include "../examples/common/program-version.h"
+
 enum { D_MODEL = 512, HEADS = 8, FFN = 2048 };
 
 static gint64 opt_t = 1024;
@@ -33,6 +35,7 @@ static gint opt_steps = 3;
 static gint opt_warmup = 1;
 static gboolean opt_attention = FALSE;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"T", 'T', 0, G_OPTION_ARG_INT64, &opt_t, "sequence length (default 1024)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "threads (default 1)", "N"},
@@ -40,6 +43,7 @@ static GOptionEntry entries[] = {
     {"warmup", 'w', 0, G_OPTION_ARG_INT, &opt_warmup, "untimed steps first (default 1)", "N"},
     {"attention", 'a', 0, G_OPTION_ARG_NONE, &opt_attention,
      "time the attention kernels and sgemm instead", NULL},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 static double
@@ -214,6 +218,10 @@ main(int argc, char **argv)
   g_option_context_add_main_entries(ctx, entries, NULL);
   if (!g_option_context_parse(ctx, &argc, &argv, &error))
     die(error);
+  if (opt_version) {
+    program_print_version("qkv-bench-long");
+    return 0;
+  }
   qkv_set_num_threads(opt_threads);
   if (opt_attention)
     time_attention();

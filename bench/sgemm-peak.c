@@ -48,17 +48,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "../examples/common/program-version.h"
+
 static gchar *opt_config = NULL;
 static gint opt_threads = 1;
 static double opt_seconds = 1.0;
 static gboolean opt_candidates = FALSE;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (default L)", "NAME"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Threads (default 1)", "N"},
     {"seconds", 0, 0, G_OPTION_ARG_DOUBLE, &opt_seconds, "Minimum time per GEMM (default 1)", "S"},
     {"candidates", 0, 0, G_OPTION_ARG_NONE, &opt_candidates,
      "Also time every GEMM backend qkv can use", NULL},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 typedef struct {
@@ -469,6 +473,10 @@ main(int argc, char **argv)
   if (!g_option_context_parse(context, &argc, &argv, &error)) {
     g_printerr("qkv-sgemm-peak: %s\n", error->message);
     return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-sgemm-peak");
+    return 0;
   }
   const Config *cfg = NULL;
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)

@@ -15,6 +15,8 @@
 #include <glib/gstdio.h>
 #include <qkv/qkv.h>
 
+#include "common/program-version.h"
+
 #define N_TRAIN 1024
 #define N_TEST 512
 #define BATCH 32
@@ -179,8 +181,12 @@ run(GError **error)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("qkv-first");
+    return EXIT_SUCCESS;
+  }
   g_autoptr(GError) error = NULL;
   if (!run(&error)) {
     fprintf(stderr, "first: %s\n", error->message);

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <qkv/qkv.h>
 
+#include "common/program-version.h"
+
 #define N_TRAIN 50
 #define N_TEST 50
 
@@ -261,7 +263,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (opt_version) {
-    printf("qkv-nw-regression %s\n", qkv_version());
+    program_print_version("qkv-nw-regression");
     return 0;
   }
   if (!run(&error)) {

@@ -24,6 +24,7 @@
 
 #include "../common/batch.h"
 #include "../common/grid-heatmap.h"
+#include "../common/program-version.h"
 #include "../common/runlog.h"
 #include "../common/text.h"
 #include "data.h"
@@ -633,7 +634,8 @@ run(GError **error)
   double mean_s = (g_get_monotonic_time() - t0) / 1e6;
   double acc_majority = (double)held_counts[majority] / data.held_out.n;
   if (opt_plot != NULL) {
-    if (!run_log_plot(run_log, opt_plot, "qkv-classify: attention, hard attention and mean pooling", error))
+    if (!run_log_plot(run_log, opt_plot, "qkv-classify: attention, hard attention and mean pooling",
+                      error))
       goto out;
     if (!opt_quiet)
       printf("plot written to %s\n", opt_plot);
@@ -698,7 +700,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (opt_version) {
-    printf("qkv-classify %s\n", qkv_version());
+    program_print_version("qkv-classify");
     return EXIT_SUCCESS;
   }
   if (!run(&error)) {

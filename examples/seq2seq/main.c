@@ -17,6 +17,7 @@
 #include <qkv/qkv-optim.h>
 
 #include "../common/batch.h"
+#include "../common/program-version.h"
 #include "../common/text.h"
 #include "distributed.h"
 #include "evaluate.h"
@@ -474,7 +475,7 @@ print_setup(Trainer *tr, GError **error)
       const gchar *why;
       gboolean native = qkv_bf16_native(&why);
       fprintf(tr->out, "precision: bf16 matrix products (%s: %s), float32 everything else\n",
-             native ? "native" : "emulated", why);
+              native ? "native" : "emulated", why);
     }
   }
   if (!o->quiet) {
@@ -575,7 +576,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (options.version) {
-    printf("qkv-seq2seq %s\n", qkv_version());
+    program_print_version("qkv-seq2seq");
     seq2seq_options_clear(&options);
     return 0;
   }
