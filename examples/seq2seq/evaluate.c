@@ -120,9 +120,11 @@ translate_batch(Trainer *tr, Translator *t, GPtrArray *lines, GError **error)
   if (m > 0 && !translator_run(t, &tr->cfg, tr->params, &tr->data, ids, valid, m, out, lens, error))
     return FALSE;
   for (gint i = 0; i < n; i++) {
-    for (gint k = 0; rows[i] >= 0 && k < lens[rows[i]]; k++)
-      printf("%s%s", k ? " " : "", vocab_token(tr->data.tgt_vocab, out[(gsize)rows[i] * T + k]));
-    printf("\n");
+    g_autofree gchar *text =
+        rows[i] >= 0
+            ? seq2seq_decode_ids(tr->data.tgt_vocab, out + (gsize)rows[i] * T, lens[rows[i]])
+            : g_strdup("");
+    printf("%s\n", text);
   }
   fflush(stdout);
   return TRUE;

@@ -128,10 +128,7 @@ translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
   if (weights_out != NULL &&
       (*weights_out = attention_along(t, data, src, valid, out, len, error)) == NULL)
     return NULL;
-  GString *text = g_string_new(NULL);
-  for (gint i = 0; i < len; i++)
-    g_string_append_printf(text, "%s%s", i ? " " : "", vocab_token(data->tgt_vocab, out[i]));
   *src_len = valid;
   *out_len = len;
-  return g_string_free(text, FALSE);
+  return seq2seq_decode_ids(data->tgt_vocab, out, len);
 }
