@@ -796,14 +796,18 @@ test_subwords(void)
   "--num-examples", "60", "--num-steps", "12", "--hidden", "16", "--ffn", "16", "--heads", "2",    \
       "--layers", "1", "--batch-size", "16", "--vocab", "sentencepiece", "--heldout", "30",        \
       "--epochs", "30"
-  Run r = run_cli((const gchar *[]){SUBWORD_RUN, "--spm-vocab-size", "100", "--save", ckpt, NULL});
+  g_autofree gchar *png = g_build_filename(tmpdir, "spm-heatmap.png", NULL);
+  Run r = run_cli((const gchar *[]){SUBWORD_RUN, "--spm-vocab-size", "100", "--save", ckpt,
+                                    "--heatmap", png, "--heatmap-sentence", "2,4", NULL});
   if (r.exit_status != 0)
     g_error("training on subwords: exit %d\n%s\n%s", r.exit_status, r.out, r.err);
   g_autofree gchar *setup = line_starting(r.out, "subwords: one SentencePiece model of ");
   g_assert_nonnull(setup);
   g_assert_nonnull(strstr(setup, side));
   g_assert_true(g_file_test(side, G_FILE_TEST_IS_REGULAR));
-  g_assert_nonnull(line_starting(r.out, "loss "));
+  g_autofree gchar *trained = line_starting(r.out, "loss ");
+  g_assert_nonnull(trained);
+  g_assert_true(is_png(png)); /* labelled with the pieces */
   /* the four sentences and the held-out BLEU, decoded to text: no
    * word-start marks left */
   const gchar *scored[] = {"go . => ", "i'm home . => ", "held-out BLEU-4 on 30 unseen pairs"};

@@ -336,11 +336,11 @@ trainer_plot(Trainer *tr, GError **error)
 }
 
 gchar *
-trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len,
-                  gint *out_len, GError **error)
+trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gchar *tokens_out[2],
+                  gint *src_len, gint *out_len, GError **error)
 {
   return translator_sentence(&tr->translator, &tr->cfg, tr->params, &tr->data, sentence,
-                             weights_out, src_len, out_len, error);
+                             weights_out, tokens_out, src_len, out_len, error);
 }
 
 /* The model's configuration from the options and the data. */

@@ -48,8 +48,8 @@ typedef struct {
 /* Decoding of one sentence by the incremental step decoder (one plan run per
  * token, every token at its true position) under beam search (--beam;
  * greedy by default). */
-gchar *trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len,
-                         gint *out_len, GError **error);
+gchar *trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out,
+                         gchar *tokens_out[2], gint *src_len, gint *out_len, GError **error);
 
 /* --save: the model, the optimizer state, the vocabularies and the options
  * --resume checks, to path (safetensors). */
