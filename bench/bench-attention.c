@@ -27,6 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../examples/common/program-version.h"
+
 typedef enum {
   OP_MASKED_SOFTMAX,
   OP_DOT_ATTENTION,
@@ -236,6 +238,10 @@ measure_job(gconstpointer data, BenchResult *r)
 int
 main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("bench-attention");
+    return 0;
+  }
   gint large_runs = argc > 1 ? atoi(argv[1]) : 7;
   Size sizes[] = {
       {"B64 T10 H32 h4", 64, 10, 32, 4, 51},

@@ -29,6 +29,8 @@
 #include <string.h>
 #include "../examples/common/options.h"
 
+#include "../examples/common/program-version.h"
+
 typedef struct {
   const gchar *name;
   gint64 d_model, ffn;
@@ -52,12 +54,14 @@ static gint opt_len = 64;
 static gint opt_reps = 5;
 static gint opt_threads = 2;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (default M)", "NAME"},
     {"batch", 'b', 0, G_OPTION_ARG_INT, &opt_batch, "Sentences decoded together (default 1)", "N"},
     {"len", 0, 0, G_OPTION_ARG_INT, &opt_len, "Tokens decoded per sentence (default 64)", "N"},
     {"reps", 0, 0, G_OPTION_ARG_INT, &opt_reps, "Timed runs of each way (default 5)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads (default 2)", "N"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 static void
@@ -234,8 +238,15 @@ main(int argc, char **argv)
       OPTION_INT("reps", &opt_reps, 1, 1000000),
       OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
   };
-  if (!g_option_context_parse(ctx, &argc, &argv, &error) ||
-      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    g_printerr("qkv-bench-decode: %s\n", error->message);
+    return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-bench-decode");
+    return 0;
+  }
+  if (!options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
     g_printerr("qkv-bench-decode: %s\n", error->message);
     return 2;
   }

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../examples/common/program-version.h"
+
 typedef struct {
   gboolean ta, tb;
   gint64 m, n, k;
@@ -80,6 +82,10 @@ time_calls(void (*f)(const Shape *, const float *, const float *, float *), cons
 int
 main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("bench-gemm");
+    return 0;
+  }
   gint calls = argc > 1 ? atoi(argv[1]) : 20000;
   if (calls <= 0) {
     fprintf(stderr, "usage: bench-gemm [calls per shape]\n");

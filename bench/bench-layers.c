@@ -28,6 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../examples/common/program-version.h"
+
 typedef enum {
   OP_LAYER_NORM,
   OP_FFN,
@@ -241,6 +243,10 @@ measure_job(gconstpointer data, BenchResult *r)
 int
 main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("bench-layers");
+    return 0;
+  }
   gint large_runs = argc > 1 ? atoi(argv[1]) : 5;
   const char *only = argc > 2 ? argv[2] : NULL;
   Size sizes[] = {

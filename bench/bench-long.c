@@ -26,6 +26,8 @@
 #include <sys/resource.h>
 #include "../examples/common/options.h"
 
+#include "../examples/common/program-version.h"
+
 enum { D_MODEL = 512, HEADS = 8, FFN = 2048 };
 
 static gint64 opt_t = 1024;
@@ -34,6 +36,7 @@ static gint opt_steps = 3;
 static gint opt_warmup = 1;
 static gboolean opt_attention = FALSE;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"T", 'T', 0, G_OPTION_ARG_INT64, &opt_t, "sequence length (default 1024)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "threads (default 1)", "N"},
@@ -41,6 +44,7 @@ static GOptionEntry entries[] = {
     {"warmup", 'w', 0, G_OPTION_ARG_INT, &opt_warmup, "untimed steps first (default 1)", "N"},
     {"attention", 'a', 0, G_OPTION_ARG_NONE, &opt_attention,
      "time the attention kernels and sgemm instead", NULL},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 static double
@@ -219,8 +223,15 @@ main(int argc, char **argv)
       OPTION_INT("steps", &opt_steps, 1, 1000000),
       OPTION_INT("warmup", &opt_warmup, 0, 1000000),
   };
-  if (!g_option_context_parse(ctx, &argc, &argv, &error) ||
-      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    g_printerr("qkv-bench-long: %s\n", error->message);
+    return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-bench-long");
+    return 0;
+  }
+  if (!options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
     g_printerr("qkv-bench-long: %s\n", error->message);
     return 2;
   }

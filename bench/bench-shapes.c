@@ -19,14 +19,18 @@
 #include <stdlib.h>
 #include "../examples/common/options.h"
 
+#include "../examples/common/program-version.h"
+
 enum { B = 64, T = 10, V = 200 };
 
 static gint opt_rounds = 60;
 static gint opt_threads = 1;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"rounds", 'r', 0, G_OPTION_ARG_INT, &opt_rounds, "rounds (default 60)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "threads (default 1)", "N"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 typedef struct {
@@ -114,6 +118,10 @@ main(int argc, char **argv)
     return 2;
   }
   g_option_context_free(oc);
+  if (opt_version) {
+    program_print_version("qkv-bench-shapes");
+    return 0;
+  }
   opt_rounds = MAX(opt_rounds, 3);
 
   QkvParams *params = qkv_params_new();

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../examples/common/program-version.h"
+
 typedef struct {
   const float *a, *b;
   float *y;
@@ -69,6 +71,10 @@ time_pair(gint64 n, int reps, int inner, QkvRangeFunc body, gpointer data, doubl
 int
 main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("bench-threads");
+    return 0;
+  }
   int reps = 31;
   if (argc == 3 && g_strcmp0(argv[1], "--reps") == 0)
     reps = atoi(argv[2]);

@@ -51,6 +51,8 @@
 #include <time.h>
 #include "../examples/common/options.h"
 
+#include "../examples/common/program-version.h"
+
 typedef struct {
   const gchar *name;
   gint64 d_model, ffn;
@@ -85,6 +87,7 @@ static QkvPrecision precision = QKV_PRECISION_FP32;
 static gboolean opt_distributed = FALSE;
 static QkvDist *dist = NULL;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (required)", "NAME"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Threads (default 1)", "N"},
@@ -110,6 +113,7 @@ static GOptionEntry entries[] = {
      "Load the initial weights from DIR/manifest.json and DIR/<name>.f32 (torch_transformer.py "
      "--dump-init)",
      "DIR"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 static double
@@ -686,6 +690,10 @@ main(int argc, char **argv)
       !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
     g_printerr("qkv-bench-transformer: %s\n", error->message);
     return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-bench-transformer");
+    return 0;
   }
   const BenchConfig *cfg = NULL;
   for (guint i = 0; opt_config != NULL && i < G_N_ELEMENTS(configs); i++)

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../examples/common/program-version.h"
+
 #define N (1 << 20)
 
 typedef void (*VecFunc)(float *dst, const float *src, gsize n);
@@ -62,6 +64,10 @@ typedef struct {
 int
 main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("bench-vecmath");
+    return 0;
+  }
   int passes = argc > 1 ? atoi(argv[1]) : 31;
   passes = MAX(passes, 1);
   float *xe = g_new(float, N), *xt = g_new(float, N), *y = g_new(float, N);

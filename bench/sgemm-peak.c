@@ -57,18 +57,21 @@
 /* the square shape of the oneDNN bf16 matmul figure: large enough that
  * packing and threading are a small part of each call */
 #define BF16_SHAPE 2048
+#include "../examples/common/program-version.h"
 
 static gchar *opt_config = NULL;
 static gint opt_threads = 1;
 static double opt_seconds = 1.0;
 static gboolean opt_candidates = FALSE;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"config", 'c', 0, G_OPTION_ARG_STRING, &opt_config, "S, M or L (default L)", "NAME"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "Threads (default 1)", "N"},
     {"seconds", 0, 0, G_OPTION_ARG_DOUBLE, &opt_seconds, "Minimum time per GEMM (default 1)", "S"},
     {"candidates", 0, 0, G_OPTION_ARG_NONE, &opt_candidates,
      "Also time every GEMM backend qkv can use", NULL},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 typedef struct {
@@ -485,6 +488,10 @@ main(int argc, char **argv)
       !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
     g_printerr("qkv-sgemm-peak: %s\n", error->message);
     return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-sgemm-peak");
+    return 0;
   }
   const Config *cfg = NULL;
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)

@@ -19,6 +19,8 @@
 #include <glib/gstdio.h>
 #include <qkv/qkv.h>
 
+#include "common/program-version.h"
+
 #define N_TRAIN 1024
 #define N_TEST 512
 #define BATCH 32
@@ -214,6 +216,10 @@ run(GError **error)
 int
 main(int argc, char **argv)
 {
+  if (program_version_requested(argc, argv)) {
+    program_print_version("qkv-first");
+    return EXIT_SUCCESS;
+  }
   g_autoptr(GError) error = NULL;
   if (argc == 3 && g_str_equal(argv[1], "--load")) {
     if (!evaluate_checkpoint(argv[2], &error)) {

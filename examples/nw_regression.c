@@ -15,6 +15,7 @@
 #include <qkv/qkv.h>
 
 #include "common/options.h"
+#include "common/program-version.h"
 
 #define N_TRAIN 50
 #define N_TEST 50
@@ -269,7 +270,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (opt_version) {
-    printf("qkv-nw-regression %s\n", qkv_version());
+    program_print_version("qkv-nw-regression");
     return 0;
   }
   if (!run(&error)) {

@@ -754,6 +754,102 @@ test_translate_stdin(void)
   g_assert_nonnull(strstr(err, "transformer on fra-eng")); /* the setup went to stderr */
 }
 
+/* The line of stdout that starts with prefix, or NULL; free with g_free(). */
+static gchar *
+line_starting(const gchar *out, const gchar *prefix)
+{
+  g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++)
+    if (g_str_has_prefix(lines[i], prefix))
+      return g_strdup(lines[i]);
+  return NULL;
+}
+
+/* --vocab sentencepiece: a few epochs on subword pieces, translations and
+ * held-out BLEU from them; the checkpoint holds the SentencePiece model, so
+ * that a resumed run (with nothing left to train) translates the same; the
+ * model file beside the checkpoint loads with --spm-model; the options
+ * refuse what does not fit, and a build without SentencePiece says so. */
+static void
+test_subwords(void)
+{
+  if (g_strcmp0(g_getenv("QKV_HAVE_SPM"), "1") != 0) {
+    expect_refused((const gchar *[]){TINY_FRA, "--vocab", "sentencepiece", NULL}, 2,
+                   "built without SentencePiece");
+    return;
+  }
+  expect_refused((const gchar *[]){TINY_FRA, "--vocab", "bytes", NULL}, 2, "unknown --vocab");
+  expect_refused((const gchar *[]){TINY_FRA, "--spm-vocab-size", "100", NULL}, 2,
+                 "--spm-vocab-size applies to --vocab sentencepiece only");
+  expect_refused(
+      (const gchar *[]){TINY_FRA, "--vocab", "sentencepiece", "--spm-type", "char", NULL}, 2,
+      "unknown --spm-type");
+  expect_refused((const gchar *[]){TINY, "--vocab", "sentencepiece", NULL}, 2, "--task reverse");
+  expect_refused((const gchar *[]){TINY_FRA, "--vocab", "sentencepiece", "--spm-model", "x.model",
+                                   "--spm-vocab-size", "50", NULL},
+                 2, "--spm-model loads");
+  g_autofree gchar *ckpt = g_build_filename(tmpdir, "spm.safetensors", NULL);
+  g_autofree gchar *side = g_strconcat(ckpt, ".spm.model", NULL);
+  /* the pieces of 60 pairs in 12 steps (longer than the words); 30 epochs
+   * (a second) make translations of a few pieces */
+#define SUBWORD_RUN                                                                                \
+  "--num-examples", "60", "--num-steps", "12", "--hidden", "16", "--ffn", "16", "--heads", "2",    \
+      "--layers", "1", "--batch-size", "16", "--vocab", "sentencepiece", "--heldout", "30",        \
+      "--epochs", "30"
+  g_autofree gchar *png = g_build_filename(tmpdir, "spm-heatmap.png", NULL);
+  Run r = run_cli((const gchar *[]){SUBWORD_RUN, "--spm-vocab-size", "100", "--save", ckpt,
+                                    "--heatmap", png, "--heatmap-sentence", "2,4", NULL});
+  if (r.exit_status != 0)
+    g_error("training on subwords: exit %d\n%s\n%s", r.exit_status, r.out, r.err);
+  g_autofree gchar *setup = line_starting(r.out, "subwords: one SentencePiece model of ");
+  g_assert_nonnull(setup);
+  g_assert_nonnull(strstr(setup, side));
+  g_assert_true(g_file_test(side, G_FILE_TEST_IS_REGULAR));
+  g_autofree gchar *trained = line_starting(r.out, "loss ");
+  g_assert_nonnull(trained);
+  g_assert_true(is_png(png)); /* labelled with the pieces */
+  /* the four sentences and the held-out BLEU, decoded to text: no
+   * word-start marks left */
+  const gchar *scored[] = {"go . => ", "i'm home . => ", "held-out BLEU-4 on 30 unseen pairs"};
+  gchar *first[G_N_ELEMENTS(scored)];
+  for (guint k = 0; k < G_N_ELEMENTS(scored); k++) {
+    first[k] = line_starting(r.out, scored[k]);
+    g_assert_nonnull(first[k]);
+  }
+  g_assert_null(strstr(r.out, "\xe2\x96\x81"));
+  run_clear(&r);
+  /* resumed (nothing left to train) with the model the checkpoint holds,
+   * and with the model file beside it: the same translations and BLEU */
+  const gchar *resumed[][3] = {{"--seed", "0", NULL}, {"--spm-model", side, NULL}};
+  for (guint i = 0; i < G_N_ELEMENTS(resumed); i++) {
+    Run again = run_cli(
+        (const gchar *[]){SUBWORD_RUN, "--resume", ckpt, resumed[i][0], resumed[i][1], NULL});
+    if (again.exit_status != 0)
+      g_error("resuming a subword checkpoint (%s): exit %d\n%s\n%s", resumed[i][0],
+              again.exit_status, again.out, again.err);
+    g_assert_null(line_starting(again.out, "loss "));
+    for (guint k = 0; k < G_N_ELEMENTS(scored); k++) {
+      g_autofree gchar *line = line_starting(again.out, scored[k]);
+      g_assert_cmpstr(line, ==, first[k]);
+    }
+    run_clear(&again);
+  }
+  for (guint k = 0; k < G_N_ELEMENTS(scored); k++)
+    g_free(first[k]);
+  /* a subword checkpoint resumed on words and the other way round */
+  expect_refused((const gchar *[]){"--num-examples", "60", "--num-steps", "12", "--hidden", "16",
+                                   "--ffn", "16", "--heads", "2", "--layers", "1", "--epochs", "3",
+                                   "--resume", ckpt, NULL},
+                 1, "was trained with --vocab sentencepiece");
+  g_autofree gchar *words = g_build_filename(tmpdir, "words.safetensors", NULL);
+  expect_success((const gchar *[]){TINY_FRA, "--epochs", "1", "--save", words, "-q", NULL});
+  expect_refused((const gchar *[]){TINY_FRA, "--epochs", "1", "--vocab", "sentencepiece",
+                                   "--resume", words, NULL},
+                 1, "holds no SentencePiece model");
+  g_unlink(side);
+#undef SUBWORD_RUN
+}
+
 int
 main(int argc, char **argv)
 {
@@ -778,6 +874,7 @@ main(int argc, char **argv)
   g_test_add_func("/seq2seq-cli/watch-options", test_watch_options);
   g_test_add_func("/seq2seq-cli/version", test_version);
   g_test_add_func("/seq2seq-cli/translate-stdin", test_translate_stdin);
+  g_test_add_func("/seq2seq-cli/subwords", test_subwords);
   int status = g_test_run();
   /* the files written above, then the directory */
   GDir *dir = g_dir_open(tmpdir, 0, NULL);

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../examples/common/program-version.h"
+
 static gchar **plugin_files = NULL;
 static gchar *only_op = NULL;
 static gboolean brief = FALSE;
@@ -177,7 +179,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (show_version) {
-    say("qkv-info %s\n", qkv_version());
+    program_print_version("qkv-info");
     return 0;
   }
 

@@ -25,6 +25,7 @@
 #include "../common/batch.h"
 #include "../common/grid-heatmap.h"
 #include "../common/options.h"
+#include "../common/program-version.h"
 #include "../common/runlog.h"
 #include "../common/text.h"
 #include "data.h"
@@ -708,7 +709,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (opt_version) {
-    printf("qkv-classify %s\n", qkv_version());
+    program_print_version("qkv-classify");
     return EXIT_SUCCESS;
   }
   if (!run(&error)) {

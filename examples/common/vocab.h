@@ -8,6 +8,11 @@ typedef struct {
   GPtrArray *idx_to_token;  /* gchar* */
   GHashTable *token_to_idx; /* gchar* -> index + 1 */
   gint unk, pad, bos, eos;  /* the reserved tokens' ids; -1 where there is none */
+  /* Where the tokens are subword pieces (seq2seq's --vocab sentencepiece):
+   * the SentencePiece model (spm.h) that splits sentences into them and
+   * joins them back, whose ids the tokens' ids are; borrowed. NULL: the
+   * tokens are words, split on spaces. */
+  const struct Spm *subwords;
 } Vocab;
 
 /* An empty vocabulary: no tokens, every reserved id -1. */

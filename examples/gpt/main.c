@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include "gpt.h"
 #include "../common/options.h"
+#include "../common/program-version.h"
 #include "../common/text.h"
 
 static gint opt_steps = 1000, opt_threads = 0, opt_length = 200, opt_top_k = 0;
@@ -19,6 +20,7 @@ static gchar *opt_precision = NULL, *opt_save_dtype = NULL;
 static QkvPrecision precision = QKV_PRECISION_FP32;
 static QkvCheckpointDType save_dtype = QKV_CHECKPOINT_DTYPE_F32;
 
+static gboolean opt_version = FALSE;
 static GOptionEntry entries[] = {
     {"steps", 0, 0, G_OPTION_ARG_INT, &opt_steps, "Training steps, 0 to 1000000 (1000)", "N"},
     {"threads", 0, 0, G_OPTION_ARG_INT, &opt_threads, "Worker threads, 1 to 256 (default: all)",
@@ -58,6 +60,7 @@ static GOptionEntry entries[] = {
      "NAME"},
     {"data", 0, 0, G_OPTION_ARG_FILENAME, &opt_data, "The tab-separated pairs (fra.txt.gz)",
      "FILE"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 /* FALSE with a message naming the option when a value is outside its range */
@@ -266,7 +269,15 @@ main(int argc, char **argv)
   g_autoptr(GError) error = NULL;
   g_autoptr(GOptionContext) context = g_option_context_new("- a character-level GPT");
   g_option_context_add_main_entries(context, entries, NULL);
-  if (!g_option_context_parse(context, &argc, &argv, &error) || !check_options(&error)) {
+  if (!g_option_context_parse(context, &argc, &argv, &error)) {
+    fprintf(stderr, "qkv-gpt: %s\n", error->message);
+    return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-gpt");
+    return 0;
+  }
+  if (!check_options(&error)) {
     fprintf(stderr, "qkv-gpt: %s\n", error->message);
     return 2;
   }

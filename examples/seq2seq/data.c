@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../common/spm.h"
 #include "../common/text.h"
 
 /* The book's Vocab(tokens, min_freq, ['<pad>', '<bos>', '<eos>']): <unk> first,
@@ -213,11 +214,12 @@ seq2seq_data_load_nmt(Seq2SeqData *data, const gchar *path, gint num_examples, g
   return seq2seq_data_load_nmt_full(data, path, num_examples, num_steps, 2, 0, NULL, error);
 }
 
-gboolean
-seq2seq_data_load_nmt_full(Seq2SeqData *data, const gchar *path, gint num_examples, gint num_steps,
-                           gint min_freq, gint max_len, Seq2SeqLoadReport *report, GError **error)
+/* The training pairs of the file as word arrays (src, tgt: GStrv each),
+ * checked and counted as seq2seq_data_load_nmt_full says. */
+static gboolean
+load_word_pairs(const gchar *path, gint num_examples, gint num_steps, gint max_len,
+                Seq2SeqLoadReport *report, GPtrArray **src_out, GPtrArray **tgt_out, GError **error)
 {
-  memset(data, 0, sizeof(*data));
   if (num_examples < 1 || num_examples > SEQ2SEQ_MAX_EXAMPLES || num_steps < 2 ||
       num_steps > SEQ2SEQ_MAX_STEPS) {
     g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
@@ -260,16 +262,112 @@ seq2seq_data_load_nmt_full(Seq2SeqData *data, const gchar *path, gint num_exampl
                 path, num_examples + 1, why ? "; " : "", why ? why : "");
     return FALSE;
   }
+  *src_out = src;
+  *tgt_out = tgt;
+  return TRUE;
+}
+
+/* data's id arrays from the token arrays, with its vocabularies */
+static void
+fill_data(Seq2SeqData *data, GPtrArray *src, GPtrArray *tgt, gint num_steps)
+{
   data->n = (gint)src->len;
   data->num_steps = num_steps;
-  data->src_vocab = vocab_build(src, min_freq);
-  data->tgt_vocab = vocab_build(tgt, min_freq);
   data->src = g_new0(gint32, (gsize)data->n * num_steps);
   data->tgt = g_new0(gint32, (gsize)data->n * num_steps);
   data->src_valid = g_new0(gint32, data->n);
   data->tgt_valid = g_new0(gint32, data->n);
   fill_array(src, data->src_vocab, num_steps, data->src, data->src_valid);
   fill_array(tgt, data->tgt_vocab, num_steps, data->tgt, data->tgt_valid);
+}
+
+gboolean
+seq2seq_data_load_nmt_full(Seq2SeqData *data, const gchar *path, gint num_examples, gint num_steps,
+                           gint min_freq, gint max_len, Seq2SeqLoadReport *report, GError **error)
+{
+  memset(data, 0, sizeof(*data));
+  GPtrArray *src = NULL, *tgt = NULL;
+  if (!load_word_pairs(path, num_examples, num_steps, max_len, report, &src, &tgt, error))
+    return FALSE;
+  data->src_vocab = vocab_build(src, min_freq);
+  data->tgt_vocab = vocab_build(tgt, min_freq);
+  fill_data(data, src, tgt, num_steps);
+  g_ptr_array_unref(src);
+  g_ptr_array_unref(tgt);
+  return TRUE;
+}
+
+/* A vocabulary of the model's pieces in its id order, splitting with it. */
+static Vocab *
+vocab_of_subwords(const Spm *spm)
+{
+  Vocab *v = vocab_new();
+  for (gint id = 0, n = spm_size(spm); id < n; id++) {
+    g_autofree gchar *piece = spm_piece(spm, id);
+    vocab_add(v, piece);
+  }
+  v->unk = SPM_UNK;
+  v->pad = SPM_PAD;
+  v->bos = SPM_BOS;
+  v->eos = SPM_EOS;
+  v->subwords = spm;
+  return v;
+}
+
+/* The sentences of word arrays (each GStrv joined by spaces: the
+ * preprocessed line again) */
+static GPtrArray *
+sentences_of(GPtrArray *words)
+{
+  GPtrArray *out = g_ptr_array_new_with_free_func(g_free);
+  for (guint i = 0; i < words->len; i++)
+    g_ptr_array_add(out, g_strjoinv(" ", g_ptr_array_index(words, i)));
+  return out;
+}
+
+/* words (GStrv each) replaced by the model's pieces of the same sentences */
+static void
+split_into_pieces(GPtrArray *words, GPtrArray *sentences, const Spm *spm)
+{
+  for (guint i = 0; i < words->len; i++) {
+    g_strfreev(g_ptr_array_index(words, i));
+    g_ptr_array_index(words, i) = spm_encode(spm, g_ptr_array_index(sentences, i));
+  }
+}
+
+gboolean
+seq2seq_data_load_nmt_subwords(Seq2SeqData *data, const gchar *path, gint num_examples,
+                               gint num_steps, gint max_len, Seq2SeqSubwords *subwords,
+                               Seq2SeqLoadReport *report, GError **error)
+{
+  memset(data, 0, sizeof(*data));
+  GPtrArray *src = NULL, *tgt = NULL;
+  if (!load_word_pairs(path, num_examples, num_steps, max_len, report, &src, &tgt, error))
+    return FALSE;
+  g_autoptr(GPtrArray) src_text = sentences_of(src), tgt_text = sentences_of(tgt);
+  Spm *spm = g_steal_pointer(&subwords->model);
+  if (spm == NULL) {
+    /* one model for both languages: English and French share most of their
+     * alphabet and many word pieces */
+    g_autoptr(GPtrArray) both = g_ptr_array_new();
+    g_ptr_array_extend(both, src_text, NULL, NULL);
+    g_ptr_array_extend(both, tgt_text, NULL, NULL);
+    spm = spm_train(both, subwords->vocab_size, subwords->type, error);
+    if (spm == NULL || (subwords->save != NULL && !spm_save(spm, subwords->save, error))) {
+      if (spm != NULL)
+        g_prefix_error(error, "saving the SentencePiece model: ");
+      spm_free(spm);
+      g_ptr_array_unref(src);
+      g_ptr_array_unref(tgt);
+      return FALSE;
+    }
+  }
+  data->subwords = spm;
+  data->src_vocab = vocab_of_subwords(spm);
+  data->tgt_vocab = vocab_of_subwords(spm);
+  split_into_pieces(src, src_text, spm);
+  split_into_pieces(tgt, tgt_text, spm);
+  fill_data(data, src, tgt, num_steps);
   g_ptr_array_unref(src);
   g_ptr_array_unref(tgt);
   return TRUE;
@@ -358,6 +456,7 @@ seq2seq_data_clear(Seq2SeqData *data)
   g_free(data->tgt_valid);
   vocab_free(data->src_vocab);
   vocab_free(data->tgt_vocab);
+  spm_free(data->subwords);
   memset(data, 0, sizeof(*data));
 }
 
@@ -365,8 +464,27 @@ gint
 seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_steps, gint32 *ids)
 {
   g_autofree gchar *lower = g_utf8_strdown(sentence, -1);
-  g_auto(GStrv) tokens = g_strsplit(lower, " ", -1);
+  g_auto(GStrv) tokens =
+      vocab->subwords != NULL ? spm_encode(vocab->subwords, lower) : g_strsplit(lower, " ", -1);
   return vocab_encode(vocab, tokens, num_steps, TRUE, ids);
+}
+
+gchar *
+seq2seq_decode_ids(const Vocab *vocab, const gint32 *ids, gint n)
+{
+  if (vocab->subwords != NULL) {
+    /* the ids come from a model of this vocabulary's size, so decoding
+     * cannot fail on a range; an error would be a bug */
+    g_autoptr(GError) error = NULL;
+    gchar *text = spm_decode(vocab->subwords, ids, n, &error);
+    if (text == NULL)
+      g_error("decoding subword ids: %s", error->message);
+    return text;
+  }
+  GString *text = g_string_new(NULL);
+  for (gint i = 0; i < n; i++)
+    g_string_append_printf(text, "%s%s", i ? " " : "", vocab_token(vocab, ids[i]));
+  return g_string_free(text, FALSE);
 }
 
 gboolean

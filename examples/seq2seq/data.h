@@ -25,7 +25,19 @@ typedef struct {
   gint32 *tgt_valid;
   Vocab *src_vocab;
   Vocab *tgt_vocab;
+  /* --vocab sentencepiece: the one model both vocabularies split with
+   * (their ->subwords), owned here; NULL for words */
+  struct Spm *subwords;
 } Seq2SeqData;
+
+/* --vocab sentencepiece: the subword model to split with (spm.h), or how to
+ * train one. */
+typedef struct {
+  struct Spm *model; /* given (--spm-model, a checkpoint's): taken over by the data */
+  gint vocab_size;   /* else trained with this many pieces at most, */
+  const gchar *type; /* "unigram" or "bpe", */
+  const gchar *save; /* and saved here when not NULL */
+} Seq2SeqSubwords;
 
 /* The book's preprocessing of one text: U+202F and U+00A0 to spaces,
  * lower-case, a space before , . ! ? where none precedes. */
@@ -53,6 +65,14 @@ typedef struct {
 gboolean seq2seq_data_load_nmt_full(Seq2SeqData *data, const gchar *path, gint num_examples,
                                     gint num_steps, gint min_freq, gint max_len,
                                     Seq2SeqLoadReport *report, GError **error);
+/* The same pairs (max_len still counts words) in subword pieces: one
+ * SentencePiece model for both sides, trained on the English and French
+ * sentences of the training pairs unless subwords->model is given; both
+ * vocabularies are its pieces in its id order (<unk> <pad> <bos> <eos>
+ * first, as the word vocabularies have them), and min_freq does not apply. */
+gboolean seq2seq_data_load_nmt_subwords(Seq2SeqData *data, const gchar *path, gint num_examples,
+                                        gint num_steps, gint max_len, Seq2SeqSubwords *subwords,
+                                        Seq2SeqLoadReport *report, GError **error);
 /* The report in words ("skipped 2 of 40 lines: 1 blank, 1 without a tab
  * (not a pair)"), or NULL when nothing was skipped and no line had more
  * columns. Free with g_free(). */
@@ -76,7 +96,10 @@ gboolean seq2seq_data_load_pairs(const gchar *path, gint first, gint n, GPtrArra
                                  GPtrArray **tgt_out, GError **error);
 
 /* Tokens of a sentence as the book's predict_seq2seq does: lower-case, split
- * on spaces, ids, then <eos>; truncated/padded to num_steps. Returns the valid
- * length. */
+ * on spaces (or into vocab's subword pieces), ids, then <eos>;
+ * truncated/padded to num_steps. Returns the valid length. */
 gint seq2seq_encode_sentence(const Vocab *vocab, const gchar *sentence, gint num_steps,
                              gint32 *ids);
+/* The text of n ids of vocab: words joined by spaces, or subword pieces
+ * joined into words (SentencePiece's decoding). Free with g_free(). */
+gchar *seq2seq_decode_ids(const Vocab *vocab, const gint32 *ids, gint n);

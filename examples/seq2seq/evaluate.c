@@ -38,7 +38,8 @@ wanted_in_heatmap(const Seq2seqOptions *o, gint i)
 /* --heatmap: the sentences --heatmap-sentence chose, in its order. */
 static gboolean
 draw_heatmap(Trainer *tr, GPtrArray *sources, GPtrArray *translations, QkvTensor **weights,
-             const gint *src_lens, const gint *out_lens, gint n_sentences, GError **error)
+             gchar **tokens, const gint *src_lens, const gint *out_lens, gint n_sentences,
+             GError **error)
 {
   const Seq2seqOptions *o = tr->opt;
   HeatmapSentence items[SEQ2SEQ_MAX_HEATMAPS];
@@ -49,8 +50,13 @@ draw_heatmap(Trainer *tr, GPtrArray *sources, GPtrArray *translations, QkvTensor
                   "--heatmap-sentence %d: only %d sentences were translated", i + 1, n_sentences);
       return FALSE;
     }
-    items[k] = (HeatmapSentence){weights[i], g_ptr_array_index(sources, i),
-                                 g_ptr_array_index(translations, i), src_lens[i], out_lens[i]};
+    items[k] = (HeatmapSentence){weights[i],
+                                 g_ptr_array_index(sources, i),
+                                 g_ptr_array_index(translations, i),
+                                 src_lens[i],
+                                 out_lens[i],
+                                 tokens[2 * i],
+                                 tokens[2 * i + 1]};
   }
   g_autofree gchar *name = attention_name(tr);
   return heatmap_write(o->heatmap, items, o->n_heatmap_rows, name, error);
@@ -75,12 +81,14 @@ translate_sentences(Trainer *tr, GError **error)
   g_autofree QkvTensor **weights = g_new0(QkvTensor *, n_sentences + 1);
   g_autofree gint *src_lens = g_new0(gint, n_sentences + 1);
   g_autofree gint *out_lens = g_new0(gint, n_sentences + 1);
+  /* per sentence, its source and translation pieces (subwords only) */
+  g_autofree gchar **tokens = g_new0(gchar *, 2 * (n_sentences + 1));
   gboolean ok = TRUE;
   for (gint i = 0; ok && i < n_sentences; i++) {
     const gchar *sentence = o->translate ? o->translate[i] : engs[i];
-    gchar *translation =
-        trainer_translate(tr, sentence, wanted_in_heatmap(o, i) ? &weights[i] : NULL, &src_lens[i],
-                          &out_lens[i], error);
+    gchar *translation = trainer_translate(
+        tr, sentence, wanted_in_heatmap(o, i) ? &weights[i] : NULL,
+        wanted_in_heatmap(o, i) ? tokens + 2 * i : NULL, &src_lens[i], &out_lens[i], error);
     ok = translation != NULL;
     if (!ok)
       break;
@@ -92,9 +100,13 @@ translate_sentences(Trainer *tr, GError **error)
       printf("%s => %s, bleu %.3f\n", sentence, translation, bleu(translation, fras[i], 2));
   }
   if (ok && o->heatmap != NULL)
-    ok = draw_heatmap(tr, sources, translations, weights, src_lens, out_lens, n_sentences, error);
-  for (gint i = 0; i < n_sentences; i++)
+    ok = draw_heatmap(tr, sources, translations, weights, tokens, src_lens, out_lens, n_sentences,
+                      error);
+  for (gint i = 0; i < n_sentences; i++) {
     qkv_tensor_free(weights[i]);
+    g_free(tokens[2 * i]);
+    g_free(tokens[2 * i + 1]);
+  }
   return ok;
 }
 
@@ -120,9 +132,11 @@ translate_batch(Trainer *tr, Translator *t, GPtrArray *lines, GError **error)
   if (m > 0 && !translator_run(t, &tr->cfg, tr->params, &tr->data, ids, valid, m, out, lens, error))
     return FALSE;
   for (gint i = 0; i < n; i++) {
-    for (gint k = 0; rows[i] >= 0 && k < lens[rows[i]]; k++)
-      printf("%s%s", k ? " " : "", vocab_token(tr->data.tgt_vocab, out[(gsize)rows[i] * T + k]));
-    printf("\n");
+    g_autofree gchar *text =
+        rows[i] >= 0
+            ? seq2seq_decode_ids(tr->data.tgt_vocab, out + (gsize)rows[i] * T, lens[rows[i]])
+            : g_strdup("");
+    printf("%s\n", text);
   }
   fflush(stdout);
   return TRUE;
@@ -226,7 +240,8 @@ print_reverse_accuracy(Trainer *tr, GError **error)
       g_string_append_printf(sentence, "%s%s", t ? " " : "",
                              vocab_token(test.src_vocab, test.src[s * o->steps + t]));
     gint src_len, out_len;
-    g_autofree gchar *pred = trainer_translate(tr, sentence->str, NULL, &src_len, &out_len, error);
+    g_autofree gchar *pred =
+        trainer_translate(tr, sentence->str, NULL, NULL, &src_len, &out_len, error);
     g_string_free(sentence, TRUE);
     if (pred == NULL) {
       seq2seq_data_clear(&test);

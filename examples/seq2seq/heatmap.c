@@ -39,8 +39,8 @@ panels_of(const HeatmapSentence *s)
               .tk = shape->dims[shape->rank - 1]};
   p.rows = (gint)MIN(s->out_len + 1, p.tq);
   p.cols = (gint)MIN(s->src_len, p.tk);
-  p.src_tokens = g_strsplit(s->source, " ", -1);
-  p.out_tokens = g_strsplit(s->translation, " ", -1);
+  p.src_tokens = g_strsplit(s->src_tokens ? s->src_tokens : s->source, " ", -1);
+  p.out_tokens = g_strsplit(s->out_tokens ? s->out_tokens : s->translation, " ", -1);
   return p;
 }
 

@@ -12,6 +12,10 @@ typedef struct {
   const QkvTensor *weights;
   const gchar *source, *translation;
   gint src_len, out_len;
+  /* the labels of the columns and rows: the tokens joined by spaces
+   * (subword pieces, where the model saw those); NULL: the words of source
+   * and translation */
+  const gchar *src_tokens, *out_tokens;
 } HeatmapSentence;
 
 /* Draw n sentences to path; attention names the weights drawn ("block 2

@@ -32,12 +32,10 @@ heldout_bleu(const ModelConfig *cfg, QkvParams *params, const Seq2SeqData *data,
                                          ids + (gsize)r * T);
     ok = translator_run(&translator, cfg, params, data, ids, valid, rows, out, lens, error);
     for (gint r = 0; ok && r < rows; r++) {
-      GString *text = g_string_new(NULL);
-      for (gint i = 0; i < lens[r]; i++)
-        g_string_append_printf(text, "%s%s", i ? " " : "",
-                               vocab_token(data->tgt_vocab, out[(gsize)r * T + i]));
-      qkv_bleu_stats_add_text(&stats, text->str, g_ptr_array_index(tgt, first + r), &options);
-      g_string_free(text, TRUE);
+      /* subword pieces are joined into words first, so that both
+       * vocabularies are scored on the same words (heldout.h) */
+      g_autofree gchar *text = seq2seq_decode_ids(data->tgt_vocab, out + (gsize)r * T, lens[r]);
+      qkv_bleu_stats_add_text(&stats, text, g_ptr_array_index(tgt, first + r), &options);
     }
   }
   translator_clear(&translator);

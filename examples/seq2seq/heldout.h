@@ -18,5 +18,9 @@ gboolean heldout_bleu(const ModelConfig *cfg, QkvParams *params, const Seq2SeqDa
 
 /* How heldout_bleu() scores: the pairs are preprocessed (lower-cased, split
  * before punctuation) as training data is, so BLEU splits them on spaces
- * only (tok:none) and lower-cases them (case:lc, which changes nothing). */
+ * only (tok:none) and lower-cases them (case:lc, which changes nothing).
+ * With subword vocabularies the translation's pieces are decoded to text
+ * first (SentencePiece joins them at its word-start marks), and that text
+ * is split on spaces like the reference: both vocabularies are scored on
+ * the same words. */
 QkvBleuOptions heldout_bleu_options(void);

@@ -17,6 +17,8 @@
 #include <qkv/qkv-optim.h>
 
 #include "../common/batch.h"
+#include "../common/program-version.h"
+#include "../common/spm.h"
 #include "../common/text.h"
 #include "distributed.h"
 #include "evaluate.h"
@@ -334,11 +336,11 @@ trainer_plot(Trainer *tr, GError **error)
 }
 
 gchar *
-trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len,
-                  gint *out_len, GError **error)
+trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gchar *tokens_out[2],
+                  gint *src_len, gint *out_len, GError **error)
 {
   return translator_sentence(&tr->translator, &tr->cfg, tr->params, &tr->data, sentence,
-                             weights_out, src_len, out_len, error);
+                             weights_out, tokens_out, src_len, out_len, error);
 }
 
 /* The model's configuration from the options and the data. */
@@ -364,6 +366,38 @@ trainer_configure(Trainer *tr)
   tr->cfg.tie_embeddings = o->tie ? tied_mode(&tr->data) : QKV_TIE_NONE;
 }
 
+/* --vocab sentencepiece: the pairs in subword pieces of the model of
+ * --spm-model, of the checkpoint --resume continues, or trained here (and
+ * saved to --spm-save or beside --save). */
+static gboolean
+load_subwords(Trainer *tr, const gchar *data_path, GError **error)
+{
+  const Seq2seqOptions *o = tr->opt;
+  g_autofree gchar *save = o->spm_save != NULL ? g_strdup(o->spm_save)
+                           : o->save != NULL   ? g_strconcat(o->save, ".spm.model", NULL)
+                                               : NULL;
+  const gchar *type = o->spm_type != NULL ? o->spm_type : "unigram";
+  Seq2SeqSubwords sw = {.vocab_size = o->spm_vocab_size, .type = type};
+  if (o->spm_model != NULL) {
+    sw.model = spm_load(o->spm_model, error);
+    tr->subwords_from = g_strdup_printf("from %s", o->spm_model);
+  } else if (o->resume != NULL) {
+    sw.model = trainer_checkpoint_subwords(o->resume, error);
+    tr->subwords_from = g_strdup_printf("from %s", o->resume);
+  } else {
+    sw.save = save;
+    tr->subwords_from =
+        g_strdup_printf("%s, trained on both sides of the training pairs%s%s", type,
+                        save != NULL ? ", saved to " : "", save != NULL ? save : "");
+  }
+  if ((o->spm_model != NULL || o->resume != NULL) && sw.model == NULL)
+    return FALSE;
+  gboolean ok = seq2seq_data_load_nmt_subwords(&tr->data, data_path, o->num_examples, o->steps,
+                                               o->max_len, &sw, &tr->load, error);
+  spm_free(sw.model); /* left only where loading failed before taking it */
+  return ok;
+}
+
 /* Everything before training: the data, the parameters (created by
  * compiling the training plan), the optimizer, and what --distributed,
  * --step-losses, --resume and --warmup add. */
@@ -374,6 +408,9 @@ trainer_setup(Trainer *tr, const gchar *data_path, GError **error)
   if (o->reverse) {
     if (!seq2seq_data_reverse(&tr->data, o->reverse_size, o->steps, o->reverse_vocab,
                               (guint64)o->seed, error))
+      return FALSE;
+  } else if (o->subwords) {
+    if (!load_subwords(tr, data_path, error))
       return FALSE;
   } else if (!seq2seq_data_load_nmt_full(&tr->data, data_path, o->num_examples, o->steps,
                                          o->min_freq, o->max_len, &tr->load, error)) {
@@ -432,6 +469,7 @@ trainer_clear(Trainer *tr)
   seq2seq_step_log_close();
   run_log_free(tr->log);
   g_free(tr->data_name);
+  g_free(tr->subwords_from);
 }
 
 /* What validation measures, when it is on. */
@@ -474,7 +512,7 @@ print_setup(Trainer *tr, GError **error)
       const gchar *why;
       gboolean native = qkv_bf16_native(&why);
       fprintf(tr->out, "precision: bf16 matrix products (%s: %s), float32 everything else\n",
-             native ? "native" : "emulated", why);
+              native ? "native" : "emulated", why);
     }
   }
   if (!o->quiet) {
@@ -490,6 +528,9 @@ print_setup(Trainer *tr, GError **error)
     fprintf(tr->out, "training: Adam lr %g%s, %s, label smoothing %g\n", o->lr, schedule, clip,
             o->label_smoothing);
   }
+  if (tr->data.subwords != NULL && !o->quiet)
+    fprintf(tr->out, "subwords: one SentencePiece model of %d pieces for both languages (%s)\n",
+            vocab_size(tr->data.src_vocab), tr->subwords_from);
   g_autofree gchar *skipped = seq2seq_load_report_describe(&tr->load, o->max_len);
   if (skipped != NULL && !o->quiet)
     fprintf(tr->out, "data: %s\n", skipped);
@@ -575,7 +616,7 @@ main(int argc, char **argv)
     return 2;
   }
   if (options.version) {
-    printf("qkv-seq2seq %s\n", qkv_version());
+    program_print_version("qkv-seq2seq");
     seq2seq_options_clear(&options);
     return 0;
   }

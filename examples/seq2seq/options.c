@@ -8,6 +8,7 @@
 #include <glib/gstdio.h>
 
 #include "../common/options.h"
+#include "../common/spm.h"
 #include "data.h"
 
 void
@@ -32,6 +33,7 @@ seq2seq_options_init(Seq2seqOptions *o)
       .heldout = 1000,
       .valid_every = 1,
       .min_freq = 2,
+      .spm_vocab_size = 4000,
   };
 }
 
@@ -63,6 +65,7 @@ enum {
   O_EARLY_STOP,
   O_MIN_FREQ,
   O_MAX_LEN,
+  O_SPM_VOCAB_SIZE,
   O_HEATMAP_BLOCK,
   O_LR,
   O_DROPOUT,
@@ -110,6 +113,7 @@ numeric_options_init(NumericOptions *num, Seq2seqOptions *o)
           INT_RANGE(O_EARLY_STOP, "early-stop", early_stop, 1, 1000000),
           INT_RANGE(O_MIN_FREQ, "min-freq", min_freq, 1, 1000000),
           INT_RANGE(O_MAX_LEN, "max-len", max_len, 1, 1000000),
+          INT_RANGE(O_SPM_VOCAB_SIZE, "spm-vocab-size", spm_vocab_size, 5, 1000000),
           INT_RANGE(O_HEATMAP_BLOCK, "heatmap-block", heatmap_block, 1, 64),
           DOUBLE_RANGE(O_LR, "lr", lr, 0, 10, TRUE, FALSE),
           DOUBLE_RANGE(O_DROPOUT, "dropout", dropout, 0, 1, FALSE, TRUE),
@@ -281,6 +285,22 @@ watch_entries_new(Seq2seqOptions *o, NumericOptions *num)
        "Skip training pairs with more than N words on either side (default: keep all; "
        "--num-steps still cuts what is kept)",
        "N"},
+      {"vocab", 0, 0, G_OPTION_ARG_STRING, &o->vocab_name,
+       "word (default: the book's word vocabularies) or sentencepiece (subword pieces of one "
+       "SentencePiece model for both languages)",
+       "KIND"},
+      {"spm-vocab-size", 0, 0, INT_ARG(O_SPM_VOCAB_SIZE),
+       "Pieces of the SentencePiece model trained on the training pairs, at most (default 4000; "
+       "4 are <unk> <pad> <bos> <eos>)",
+       "N"},
+      {"spm-type", 0, 0, G_OPTION_ARG_STRING, &o->spm_type,
+       "The SentencePiece model trained: unigram (default) or bpe", "TYPE"},
+      {"spm-model", 0, 0, G_OPTION_ARG_FILENAME, &o->spm_model,
+       "Split with this SentencePiece model instead of training one", "FILE"},
+      {"spm-save", 0, 0, G_OPTION_ARG_FILENAME, &o->spm_save,
+       "Save the SentencePiece model trained to FILE (default: --save's FILE.spm.model; "
+       "checkpoints hold it too)",
+       "FILE"},
       {"heatmap-sentence", 0, 0, G_OPTION_ARG_STRING, &o->heatmap_sentence,
        "Draw the attention of these translated sentences, counted from 1 (default 1; up to 8, "
        "comma-separated: one row of panels each)",
@@ -303,8 +323,9 @@ static const gchar *const training_group[] = {
     "warmup",      "accumulate", "seed",        "threads", "log",       "plot",
     "valid-every", "early-stop", "step-losses", NULL};
 static const gchar *const data_group[] = {
-    "task",       "data",      "num-examples", "num-steps",     "min-freq",     "max-len", "valid",
-    "valid-data", "test-data", "heldout",      "reverse-vocab", "reverse-size", NULL};
+    "task",  "data",           "num-examples", "num-steps", "min-freq",      "max-len",
+    "valid", "valid-data",     "test-data",    "heldout",   "reverse-vocab", "reverse-size",
+    "vocab", "spm-vocab-size", "spm-type",     "spm-model", "spm-save",      NULL};
 static const gchar *const decoding_group[] = {
     "translate", "beam", "length-penalty", "heatmap", "heatmap-sentence", "heatmap-block", NULL};
 static const gchar *const checkpoint_group[] = {"save",       "save-dtype", "resume",
@@ -460,6 +481,58 @@ check_watch_options(Seq2seqOptions *o, GError **error)
   return TRUE;
 }
 
+/* --vocab and the SentencePiece options: known values, a build that has
+ * SentencePiece, and options that apply. */
+static gboolean
+check_subword_options(Seq2seqOptions *o, gboolean spm_vocab_size_given, gboolean reverse,
+                      GError **error)
+{
+  if (o->vocab_name != NULL && !g_str_equal(o->vocab_name, "word") &&
+      !g_str_equal(o->vocab_name, "sentencepiece")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --vocab '%s' (word or sentencepiece)", o->vocab_name);
+    return FALSE;
+  }
+  o->subwords = o->vocab_name != NULL && g_str_equal(o->vocab_name, "sentencepiece");
+  const gchar *spm_option = spm_vocab_size_given ? "--spm-vocab-size"
+                            : o->spm_type        ? "--spm-type"
+                            : o->spm_model       ? "--spm-model"
+                            : o->spm_save        ? "--spm-save"
+                                                 : NULL;
+  if (!o->subwords && spm_option != NULL) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "%s applies to --vocab sentencepiece only", spm_option);
+    return FALSE;
+  }
+  if (!o->subwords)
+    return TRUE;
+  if (!spm_available()) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--vocab sentencepiece: this qkv-seq2seq was built without SentencePiece "
+                "(install libsentencepiece-dev and build with -Dsentencepiece=enabled)");
+    return FALSE;
+  }
+  if (reverse) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--vocab sentencepiece splits sentences; --task reverse has numbered tokens, "
+                "not text");
+    return FALSE;
+  }
+  if (o->spm_type != NULL && !g_str_equal(o->spm_type, "unigram") &&
+      !g_str_equal(o->spm_type, "bpe")) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "unknown --spm-type '%s' (unigram or bpe)", o->spm_type);
+    return FALSE;
+  }
+  if (o->spm_model != NULL && (spm_vocab_size_given || o->spm_type || o->spm_save)) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "--spm-model loads a SentencePiece model; %s are for training one",
+                "--spm-vocab-size, --spm-type and --spm-save");
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* The checks between options, made before any work (each option's own
  * range is checked as it is parsed). */
 static gboolean
@@ -589,7 +662,8 @@ seq2seq_options_check_paths(const Seq2seqOptions *o, GError **error)
   return (o->save == NULL || check_writable("--save", o->save, error)) &&
          (o->heatmap == NULL || check_writable("--heatmap", o->heatmap, error)) &&
          (o->plot == NULL || check_writable("--plot", o->plot, error)) &&
-         (o->save_best == NULL || check_writable("--save-best", o->save_best, error));
+         (o->save_best == NULL || check_writable("--save-best", o->save_best, error)) &&
+         (o->spm_save == NULL || check_writable("--spm-save", o->spm_save, error));
 }
 
 gboolean
@@ -611,7 +685,9 @@ seq2seq_options_parse(Seq2seqOptions *o, gint *argc, gchar ***argv, GError **err
   add_grouped_entries(context, entries);
   gboolean ok = g_option_context_parse(context, argc, argv, error) &&
                 options_check_ranges(num.ranges, N_NUMERIC_OPTIONS, error) &&
-                check_options(o, error) && check_watch_options(o, error);
+                check_options(o, error) &&
+                check_subword_options(o, num.texts[O_SPM_VOCAB_SIZE] != NULL, o->reverse, error) &&
+                check_watch_options(o, error);
   if (ok && num.texts[O_EPOCHS] == NULL)
     o->epochs = o->kind == MODEL_TRANSFORMER ? 200 : 250;
   /* a filter from a checkpoint translates with it as it is */
@@ -642,4 +718,8 @@ seq2seq_options_clear(Seq2seqOptions *o)
   g_clear_pointer(&o->save_best, g_free);
   g_clear_pointer(&o->test_data, g_free);
   g_clear_pointer(&o->heatmap_sentence, g_free);
+  g_clear_pointer(&o->vocab_name, g_free);
+  g_clear_pointer(&o->spm_type, g_free);
+  g_clear_pointer(&o->spm_model, g_free);
+  g_clear_pointer(&o->spm_save, g_free);
 }

@@ -56,6 +56,12 @@ typedef struct {
   gint early_stop;                         /* --early-stop P evaluations; 0: never */
   gchar *test_data;                        /* --test-data FILE for the held-out BLEU */
   gint min_freq;                           /* --min-freq: rarer words are <unk> */
+  gchar *vocab_name;                       /* --vocab word|sentencepiece as given, or NULL */
+  gboolean subwords;                       /* --vocab sentencepiece */
+  gint spm_vocab_size;                     /* --spm-vocab-size: pieces of a trained model */
+  gchar *spm_type;                         /* --spm-type unigram|bpe, or NULL (unigram) */
+  gchar *spm_model;                        /* --spm-model FILE: load instead of training */
+  gchar *spm_save;                         /* --spm-save FILE: where a trained model goes */
   gint max_len;                            /* --max-len: longer pairs are skipped; 0: no limit */
   gchar *heatmap_sentence;                 /* --heatmap-sentence N[,N...] as given */
   gint heatmap_rows[SEQ2SEQ_MAX_HEATMAPS]; /* which sentences, from 1 */

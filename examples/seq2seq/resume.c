@@ -3,6 +3,7 @@
 #include <math.h>
 #include <qkv/qkv-checkpoint.h>
 
+#include "../common/spm.h"
 #include "trainer.h"
 
 gboolean
@@ -24,6 +25,16 @@ trainer_save(Trainer *tr, const gchar *path, GError **error)
   g_hash_table_insert(meta, "seq2seq.num_steps", g_strdup_printf("%d", tr->opt->steps));
   g_hash_table_insert(meta, "seq2seq.src_vocab", vocab_join(tr->data.src_vocab));
   g_hash_table_insert(meta, "seq2seq.tgt_vocab", vocab_join(tr->data.tgt_vocab));
+  g_hash_table_insert(meta, "seq2seq.vocab",
+                      g_strdup(tr->data.subwords != NULL ? "sentencepiece" : "word"));
+  if (tr->data.subwords != NULL) {
+    /* the model itself, so that --resume and --translate need no other
+     * file (the piece list above cannot split a sentence) */
+    g_autoptr(GBytes) model = spm_serialize(tr->data.subwords);
+    gsize len = 0;
+    const guchar *bytes = g_bytes_get_data(model, &len);
+    g_hash_table_insert(meta, "seq2seq.spm_model", g_base64_encode(bytes, len));
+  }
   return qkv_checkpoint_save_full(path, tr->params, tr->optimizer, NULL, meta, tr->opt->save_dtype,
                                   error);
 }
@@ -60,6 +71,37 @@ tensor_is_finite(QkvTensor *t)
     if (!isfinite(x[i]))
       return FALSE;
   return TRUE;
+}
+
+/* Which vocabulary a checkpoint's metadata says; checkpoints from before
+ * --vocab have words. */
+static const gchar *
+meta_vocab(GHashTable *meta)
+{
+  const gchar *kind = g_hash_table_lookup(meta, "seq2seq.vocab");
+  return kind != NULL ? kind : "word";
+}
+
+Spm *
+trainer_checkpoint_subwords(const gchar *path, GError **error)
+{
+  g_autoptr(GHashTable) meta = qkv_checkpoint_read_metadata(path, error);
+  if (meta == NULL)
+    return NULL;
+  const gchar *text = g_hash_table_lookup(meta, "seq2seq.spm_model");
+  if (!g_str_equal(meta_vocab(meta), "sentencepiece") || text == NULL) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s was trained with --vocab %s and holds no SentencePiece model (leave out "
+                "--vocab sentencepiece, or give --spm-model)",
+                path, meta_vocab(meta));
+    return NULL;
+  }
+  gsize len = 0;
+  g_autofree guchar *bytes = g_base64_decode(text, &len);
+  Spm *spm = spm_load_serialized(bytes, len, error);
+  if (spm == NULL)
+    g_prefix_error(error, "%s: its seq2seq.spm_model: ", path);
+  return spm;
 }
 
 gboolean
@@ -117,6 +159,13 @@ trainer_resume(Trainer *tr, const gchar *path, GError **error)
   if (!meta_int(meta, path, "seq2seq.epochs_done", 0, 1000000, &done, error) ||
       !meta_int(meta, path, "seq2seq.global_step", 0, G_MAXINT64, &step, error))
     return FALSE;
+  const gchar *vocab = tr->data.subwords != NULL ? "sentencepiece" : "word";
+  if (!g_str_equal(meta_vocab(meta), vocab)) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "%s was trained with --vocab %s, not --vocab %s (give --vocab %s)", path,
+                meta_vocab(meta), vocab, meta_vocab(meta));
+    return FALSE;
+  }
   g_autofree gchar *sv = vocab_join(tr->data.src_vocab);
   g_autofree gchar *tv = vocab_join(tr->data.tgt_vocab);
   const gchar *fsv = g_hash_table_lookup(meta, "seq2seq.src_vocab");

@@ -42,13 +42,14 @@ typedef struct {
   gint64 start_time;      /* of training, for the log's elapsed time */
   Seq2SeqLoadReport load; /* what loading the training data skipped */
   Validation valid;       /* --valid, --valid-data */
+  gchar *subwords_from;   /* --vocab sentencepiece: where the model came from, in words */
 } Trainer;
 
 /* Decoding of one sentence by the incremental step decoder (one plan run per
  * token, every token at its true position) under beam search (--beam;
  * greedy by default). */
-gchar *trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out, gint *src_len,
-                         gint *out_len, GError **error);
+gchar *trainer_translate(Trainer *tr, const gchar *sentence, QkvTensor **weights_out,
+                         gchar *tokens_out[2], gint *src_len, gint *out_len, GError **error);
 
 /* --save: the model, the optimizer state, the vocabularies and the options
  * --resume checks, to path (safetensors). */
@@ -56,6 +57,10 @@ gboolean trainer_save(Trainer *tr, const gchar *path, GError **error);
 /* --resume: load path into tr's parameters and optimizer, refusing a
  * checkpoint of another model, configuration or data, or with NaN or Inf. */
 gboolean trainer_resume(Trainer *tr, const gchar *path, GError **error);
+
+/* --vocab sentencepiece with --resume: the SentencePiece model a checkpoint
+ * holds (refusing one trained on words). */
+struct Spm *trainer_checkpoint_subwords(const gchar *path, GError **error);
 
 /* --plot: the curves of the run's log so far (nothing without --plot). */
 gboolean trainer_plot(Trainer *tr, GError **error);

@@ -116,10 +116,20 @@ attention_along(Translator *t, const Seq2SeqData *data, const gint32 *src, gint3
   return weights;
 }
 
+/* n tokens of ids joined by spaces */
+static gchar *
+tokens_text(const Vocab *vocab, const gint32 *ids, gint n)
+{
+  GString *text = g_string_new(NULL);
+  for (gint i = 0; i < n; i++)
+    g_string_append_printf(text, "%s%s", i ? " " : "", vocab_token(vocab, ids[i]));
+  return g_string_free(text, FALSE);
+}
+
 gchar *
 translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
                     const Seq2SeqData *data, const gchar *sentence, QkvTensor **weights_out,
-                    gint *src_len, gint *out_len, GError **error)
+                    gchar *tokens_out[2], gint *src_len, gint *out_len, GError **error)
 {
   const gint T = t->num_steps;
   g_autofree gint32 *src = g_new(gint32, T);
@@ -131,10 +141,11 @@ translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
   if (weights_out != NULL &&
       (*weights_out = attention_along(t, data, src, valid, out, len, error)) == NULL)
     return NULL;
-  GString *text = g_string_new(NULL);
-  for (gint i = 0; i < len; i++)
-    g_string_append_printf(text, "%s%s", i ? " " : "", vocab_token(data->tgt_vocab, out[i]));
   *src_len = valid;
   *out_len = len;
-  return g_string_free(text, FALSE);
+  if (tokens_out != NULL && data->subwords != NULL) {
+    tokens_out[0] = tokens_text(data->src_vocab, src, MAX(valid - 1, 0)); /* without <eos> */
+    tokens_out[1] = tokens_text(data->tgt_vocab, out, len);
+  }
+  return seq2seq_decode_ids(data->tgt_vocab, out, len);
 }

@@ -34,7 +34,10 @@ gboolean translator_run(Translator *t, const ModelConfig *cfg, QkvParams *params
  * translation, as the heat map takes them: (1, heads, num_steps, num_steps)
  * (block cross_layer's) for the Transformer, (1, num_steps, num_steps) for
  * Bahdanau and Luong; rows are the decoder's steps (each token, then
- * <eos>). */
+ * <eos>). tokens_out (may be NULL) gets, with subword vocabularies, the
+ * source's and the translation's pieces as the model saw and produced them,
+ * each joined by spaces (free both with g_free()); it is left as it is for
+ * words, which the sentence and the translation show themselves. */
 gchar *translator_sentence(Translator *t, const ModelConfig *cfg, QkvParams *params,
                            const Seq2SeqData *data, const gchar *sentence, QkvTensor **weights_out,
-                           gint *src_len, gint *out_len, GError **error);
+                           gchar *tokens_out[2], gint *src_len, gint *out_len, GError **error);
