@@ -26,9 +26,12 @@
 #include <string.h>
 
 #include "../examples/gpt/gpt.h"
+#include "../examples/common/options.h"
+#include "../examples/common/program-version.h"
 
 static gint opt_tokens = 256, opt_prompt = 8, opt_reps = 3, opt_threads = 1;
 static gint opt_d_model = 64, opt_layers = 2, opt_heads = 4, opt_vocab = 64;
+static gboolean opt_version = FALSE;
 
 static GOptionEntry entries[] = {
     {"tokens", 'n', 0, G_OPTION_ARG_INT, &opt_tokens, "Tokens generated (default 256)", "N"},
@@ -39,6 +42,7 @@ static GOptionEntry entries[] = {
     {"layers", 0, 0, G_OPTION_ARG_INT, &opt_layers, "Blocks (default 2)", "N"},
     {"heads", 0, 0, G_OPTION_ARG_INT, &opt_heads, "Heads (default 4)", "N"},
     {"vocab", 0, 0, G_OPTION_ARG_INT, &opt_vocab, "Vocabulary (default 64)", "N"},
+    {"version", 'V', 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL},
     {NULL}};
 
 typedef struct {
@@ -94,9 +98,31 @@ main(int argc, char **argv)
   g_autoptr(GError) error = NULL;
   g_autoptr(GOptionContext) ctx = g_option_context_new("- cached generation against recompute");
   g_option_context_add_main_entries(ctx, entries, NULL);
-  if (!g_option_context_parse(ctx, &argc, &argv, &error) || opt_tokens < 1 || opt_prompt < 1 ||
-      opt_reps < 1 || opt_heads < 1 || opt_d_model % opt_heads != 0 || opt_vocab < 2) {
-    fprintf(stderr, "qkv-bench-generate: %s\n", error ? error->message : "bad option value");
+  const OptionRange ranges[] = {
+      OPTION_INT("tokens", &opt_tokens, 1, 1000000),
+      OPTION_INT("prompt", &opt_prompt, 1, 1000000),
+      OPTION_INT("reps", &opt_reps, 1, 1000000),
+      OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
+      OPTION_INT("d-model", &opt_d_model, 1, 65536),
+      OPTION_INT("layers", &opt_layers, 1, 256),
+      OPTION_INT("heads", &opt_heads, 1, 4096),
+      OPTION_INT("vocab", &opt_vocab, 2, 1000000),
+  };
+  if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+    fprintf(stderr, "qkv-bench-generate: %s\n", error->message);
+    return 2;
+  }
+  if (opt_version) {
+    program_print_version("qkv-bench-generate");
+    return 0;
+  }
+  if (!options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+    fprintf(stderr, "qkv-bench-generate: %s\n", error->message);
+    return 2;
+  }
+  if (opt_d_model % opt_heads != 0) {
+    fprintf(stderr, "qkv-bench-generate: --d-model %d is not a multiple of --heads %d\n",
+            opt_d_model, opt_heads);
     return 2;
   }
   qkv_init();

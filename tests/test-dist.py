@@ -24,6 +24,7 @@ MPI; then 'setup' checks that --distributed says so, the others exit 77).
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -369,8 +370,15 @@ def fail_mid_training(tmp):
         while not os.path.exists(ckpt) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         check(os.path.exists(ckpt), "failing rank 0: a checkpoint is written while training")
-        os.unlink(ckpt)
-        os.rmdir(folder)
+        # the folder goes with whatever the next save has begun writing in
+        # it (its temporary file): retry until it is gone
+        for _ in range(200):
+            try:
+                shutil.rmtree(folder)
+                break
+            except OSError:
+                time.sleep(0.01)
+        check(not os.path.exists(folder), "failing rank 0: its --save folder could be removed")
         t0 = time.monotonic()
         try:
             out, _ = proc.communicate(timeout=20)

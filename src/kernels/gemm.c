@@ -19,9 +19,10 @@
 #include <string.h>
 #include <omp.h>
 
+#include "error-private.h"
+
 #ifdef QKV_HAVE_ONEDNN
 #include <dnnl.h>
-#include "error-private.h"
 #endif
 
 typedef enum {
