@@ -40,7 +40,9 @@ kv_cache_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* Writes the new slots into the cache (the state's buffer, which the plan
- * gives this op to write), then copies the whole cache out for attention.
+ * gives this op to write). Output 0 is that same buffer in a plan (state.c
+ * points it there), so a step writes only its t slots per row and head; a
+ * caller that gave output 0 memory of its own gets a copy of the cache.
  * A row whose slots would not fit (only possible for positions computed in
  * the graph: the plan refuses bound or constant ones before the run) is
  * left alone and reports length 0. */
@@ -65,7 +67,8 @@ kv_cache_forward(const QkvKernelCtx *ctx)
              (gsize)(t * d) * sizeof(float));
     lengths[b] = (gint32)(p + t);
   }
-  memcpy(ctx->out[0].data, cache, (gsize)(B * H * T * d) * sizeof(float));
+  if (ctx->out[0].data != cache)
+    memcpy(ctx->out[0].data, cache, (gsize)(B * H * T * d) * sizeof(float));
 }
 
 /* x (B, T, …) or (T), optional starts i32 (B) → i32 (T), or (B, T) with
@@ -112,7 +115,9 @@ const QkvOpDef qkv_ops_kv_cache[] = {
     QKV_OP(.name = "kv_cache_append",
            .doc = "writes new (B, H, t, d) into the cache state (B, H, T_max, d) at [b, :, "
                   "positions[b] : positions[b] + t] in place; outputs 0 the cache after the write "
-                  "(B, H, T_max, d) and 1 the valid lengths positions + t, i32 (B), for masked "
+                  "(B, H, T_max, d), in a plan the state's own buffer (no copy: read it only "
+                  "through this output to see the write), and 1 the valid lengths positions + t, "
+                  "i32 (B), for masked "
                   "attention. Input 0 must be a graph state; positions past T_max are refused "
                   "at run time. Inference only: no gradient.",
            QKV_INPUTS("cache", "new", "positions"), QKV_OUTPUTS("keys", "lengths"),

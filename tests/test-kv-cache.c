@@ -75,6 +75,9 @@ test_state_persists(void)
   qkv_assert_values(state, want, T * D, 0);
   qkv_assert_values(qkv_plan_output(c.plan, 0), want, T * D, 0);
   g_assert_cmpint(I32(qkv_plan_output(c.plan, 1))[0], ==, 3);
+  /* the append is in place: its output 0 is the state's buffer, not a copy
+   * of the whole cache made on every run */
+  g_assert_true(qkv_tensor_const_data(qkv_plan_output(c.plan, 0)) == qkv_tensor_const_data(state));
 
   g_assert_false(qkv_plan_reset_state(c.plan, "nothing", &error));
   g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
