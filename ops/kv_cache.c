@@ -2,13 +2,15 @@
  * decoding. Its input 0 is a graph state (qkv_graph_state()) that the
  * kernel writes in place: the plan keeps the state across runs and runs
  * this node after every other reader of the cache (src/plan/state.c).
- * And "positions", the token positions a cached graph feeds to position
+ * "kv_cache_attention", the causal attention of new queries over the
+ * filled part of a cache. And "positions", the token positions a cached graph feeds to position
  * embeddings and to the causal mask of attention over the cache.
  *
  * An inference op: it has no gradient rule, so autodiff refuses a loss that
  * depends on it through a differentiable input. */
-#include "ops-common.h"
+#include "attention-common.h"
 
+#include <math.h>
 #include <string.h>
 #include "error-private.h"
 
@@ -40,7 +42,9 @@ kv_cache_shape(QkvShapeCtx *ctx, GError **error)
 }
 
 /* Writes the new slots into the cache (the state's buffer, which the plan
- * gives this op to write), then copies the whole cache out for attention.
+ * gives this op to write). Output 0 is that same buffer in a plan (state.c
+ * points it there), so a step writes only its t slots per row and head; a
+ * caller that gave output 0 memory of its own gets a copy of the cache.
  * A row whose slots would not fit (only possible for positions computed in
  * the graph: the plan refuses bound or constant ones before the run) is
  * left alone and reports length 0. */
@@ -65,7 +69,115 @@ kv_cache_forward(const QkvKernelCtx *ctx)
              (gsize)(t * d) * sizeof(float));
     lengths[b] = (gint32)(p + t);
   }
-  memcpy(ctx->out[0].data, cache, (gsize)(B * H * T * d) * sizeof(float));
+  if (ctx->out[0].data != cache)
+    memcpy(ctx->out[0].data, cache, (gsize)(B * H * T * d) * sizeof(float));
+}
+
+/* q (B, H, t, d), keys (B, H, T_max, d), values (B, H, T_max, d_v),
+ * positions i32 (B) → (B, H, t, d_v). */
+static gboolean
+cache_attention_shape(QkvShapeCtx *ctx, GError **error)
+{
+  const QkvShape *q = &ctx->in_shapes[0], *k = &ctx->in_shapes[1], *v = &ctx->in_shapes[2];
+  const QkvShape *pos = &ctx->in_shapes[3];
+  if (ctx->in_dtypes[0] != QKV_F32 || ctx->in_dtypes[1] != QKV_F32 ||
+      ctx->in_dtypes[2] != QKV_F32 || ctx->in_dtypes[3] != QKV_I32)
+    return qkv_shape_error(ctx, error, QKV_ERROR_DTYPE,
+                           "expected q, keys and values f32 and positions i32");
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || pos->rank != 1 || k->dims[0] != q->dims[0] ||
+      k->dims[1] != q->dims[1] || k->dims[3] != q->dims[3] || v->dims[0] != q->dims[0] ||
+      v->dims[1] != q->dims[1] || v->dims[2] != k->dims[2] || pos->dims[0] != q->dims[0] ||
+      k->dims[2] < 1)
+    return qkv_shape_error(ctx, error, QKV_ERROR_SHAPE,
+                           "expected q (B, H, t, d), keys (B, H, T_max, d), values (B, H, "
+                           "T_max, d_v) with T_max ≥ 1 and positions (B)");
+  ctx->n_outputs = 1;
+  QkvShape out = QKV_SHAPE(q->dims[0], q->dims[1], q->dims[2], v->dims[3]);
+  ctx->out_shapes[0] = out;
+  ctx->out_dtypes[0] = QKV_F32;
+  return TRUE;
+}
+
+/* One problem's scores (t × T_max) per thread. */
+static gsize
+cache_attention_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  return (gsize)MAX(n_threads, 1) * (gsize)ctx->in_shapes[0].dims[2] *
+         (gsize)ctx->in_shapes[1].dims[2] * sizeof(float);
+}
+
+typedef struct {
+  const float *q, *k, *v;
+  const gint32 *pos;
+  float *out, *scratch;
+  gint64 H, t, T, d, dv;
+  float scale;
+} CacheAttentionJob;
+
+/* Problems (batch element, head) [begin, end): query i of row b sits at
+ * position pos[b] + i and sees the slots before pos[b] + i + 1, so the
+ * problem reads only the first n = pos[b] + t slots (all T_max past the
+ * end): that makes a step cost O(filled) rather than O(T_max). Within
+ * them, the scores of the slots a query may not see are masked as
+ * masked_softmax masks them (QKV_ATTN_MASKED_SCORE), so the result is
+ * masked_softmax(scale · q keysᵀ, pos + i + 1) values: the slots left out
+ * are masked for every query, and a masked score's weight is exactly 0 in
+ * float beside a kept score above -1e6 + 120 (flash-attention.h). A row
+ * whose query sees no slot at all (a position the append refused) makes
+ * the problem read all T_max slots, where, as in masked_softmax, its
+ * weights are uniform. The products are qkv_sgemm's, so they follow the
+ * plan's precision (bf16 rounds their operands) as matmul's do. */
+static void
+cache_attention_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const CacheAttentionJob *j = user_data;
+  const gint64 t = j->t, T = j->T, d = j->d, dv = j->dv;
+  float *s = j->scratch + thread * t * T;
+  for (gint64 bh = begin; bh < end; bh++) {
+    gint64 p = j->pos[bh / j->H];
+    gint64 n = p + 1 <= 0 ? T : MIN(p + t, T);
+    const float *q = j->q + bh * t * d, *k = j->k + bh * T * d, *v = j->v + bh * T * dv;
+    qkv_sgemm(FALSE, TRUE, t, n, d, j->scale, q, d, k, d, 0.0f, s, n, 1);
+    for (gint64 i = 0; i < t; i++) {
+      float *row = s + i * n;
+      gint64 len = p + i + 1;
+      for (gint64 x = MAX(len, 0); x < n; x++)
+        row[x] = QKV_ATTN_MASKED_SCORE;
+      float m = -INFINITY, sum = 0;
+      for (gint64 x = 0; x < n; x++)
+        m = MAX(m, row[x]);
+      for (gint64 x = 0; x < n; x++)
+        sum += row[x] = expf(row[x] - m);
+      for (gint64 x = 0; x < n; x++)
+        row[x] /= sum;
+    }
+    qkv_sgemm(FALSE, FALSE, t, dv, n, 1.0f, s, n, v, dv, 0.0f, j->out + bh * t * dv, dv, 1);
+  }
+}
+
+static void
+cache_attention_forward(const QkvKernelCtx *ctx)
+{
+  const QkvShape *qs = &ctx->in[0].shape, *vs = &ctx->in[2].shape;
+  CacheAttentionJob job = {
+      .q = ctx->in[0].data,
+      .k = ctx->in[1].data,
+      .v = ctx->in[2].data,
+      .pos = ctx->in[3].data,
+      .out = ctx->out[0].data,
+      .scratch = ctx->scratch,
+      .H = qs->dims[1],
+      .t = qs->dims[2],
+      .T = vs->dims[2],
+      .d = qs->dims[3],
+      .dv = vs->dims[3],
+      .scale = (float)qkv_attrs_get_float(ctx->attrs, "scale"),
+  };
+  gint64 problems = qs->dims[0] * job.H, filled = 1;
+  for (gint64 b = 0; b < qs->dims[0]; b++)
+    filled = MAX(filled, MIN((gint64)job.pos[b] + job.t, job.T));
+  gint64 work = problems * job.t * filled * (job.d + job.dv + 4);
+  qkv_parallel_for(qkv_kernel_threads(ctx, work), problems, cache_attention_problems, &job);
 }
 
 /* x (B, T, …) or (T), optional starts i32 (B) → i32 (T), or (B, T) with
@@ -112,11 +224,25 @@ const QkvOpDef qkv_ops_kv_cache[] = {
     QKV_OP(.name = "kv_cache_append",
            .doc = "writes new (B, H, t, d) into the cache state (B, H, T_max, d) at [b, :, "
                   "positions[b] : positions[b] + t] in place; outputs 0 the cache after the write "
-                  "(B, H, T_max, d) and 1 the valid lengths positions + t, i32 (B), for masked "
+                  "(B, H, T_max, d), in a plan the state's own buffer (no copy: read it only "
+                  "through this output to see the write), and 1 the valid lengths positions + t, "
+                  "i32 (B), for masked "
                   "attention. Input 0 must be a graph state; positions past T_max are refused "
                   "at run time. Inference only: no gradient.",
            QKV_INPUTS("cache", "new", "positions"), QKV_OUTPUTS("keys", "lengths"),
            .shape = kv_cache_shape, .forward = kv_cache_forward),
+    QKV_OP(.name = "kv_cache_attention",
+           .doc = "causal attention of new queries over a key/value cache: query i of row b "
+                  "(at position positions[b] + i) attends to the slots [0, positions[b] + i + "
+                  "1) of keys and values only, so the cost follows the filled length, not "
+                  "T_max. q (B, H, t, d), keys (B, H, T_max, d), values (B, H, T_max, d_v) "
+                  "(kv_cache_append's outputs 0), positions i32 (B) → (B, H, t, d_v); the "
+                  "same as masked_softmax(scale · q keysᵀ, positions + 1 + i) values. "
+                  "Inference only: no gradient.",
+           QKV_INPUTS("q", "keys", "values", "positions"), QKV_OUTPUTS("out"),
+           QKV_ATTRS(QKV_FLOAT_ATTR("scale", 1.0, "multiplies q · k")),
+           .shape = cache_attention_shape, .forward = cache_attention_forward,
+           .scratch_size = cache_attention_scratch),
     QKV_OP(.name = "positions",
            .doc = "i32 positions of x's tokens: without starts (T) offset + i, T = x's axis 1 "
                   "(axis 0 for rank 1); with starts i32 (B) the positions (B, T) starts[b] + "

@@ -75,6 +75,9 @@ test_state_persists(void)
   qkv_assert_values(state, want, T * D, 0);
   qkv_assert_values(qkv_plan_output(c.plan, 0), want, T * D, 0);
   g_assert_cmpint(I32(qkv_plan_output(c.plan, 1))[0], ==, 3);
+  /* the append is in place: its output 0 is the state's buffer, not a copy
+   * of the whole cache made on every run */
+  g_assert_true(qkv_tensor_const_data(qkv_plan_output(c.plan, 0)) == qkv_tensor_const_data(state));
 
   g_assert_false(qkv_plan_reset_state(c.plan, "nothing", &error));
   g_assert_error(error, QKV_ERROR, QKV_ERROR_NOT_FOUND);
@@ -375,6 +378,80 @@ test_no_gradient(void)
   g_assert_nonnull(error);
 }
 
+/* kv_cache_attention reads only the filled slots of each row: after a run
+ * at late positions has left NaN values there, a run at early positions
+ * still gives the masked-softmax attention over its own slots (computed
+ * here in double), where one stale slot read would make it NaN. */
+static void
+test_cache_attention(void)
+{
+  const gint B = 2, H = 2, T = 8, d = 3, dv = 2, t = 2;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape ks = QKV_SHAPE(B, H, T, d), vs = QKV_SHAPE(B, H, T, dv);
+  QkvValue *kstate = qkv_graph_state(g, "k", QKV_F32, &ks, &error);
+  QkvValue *vstate = qkv_graph_state(g, "v", QKV_F32, &vs, &error);
+  QkvValue *q = qkv_test_input(g, "q", QKV_F32, QKV_SHAPE(B, H, t, d));
+  QkvValue *k = qkv_test_input(g, "k_new", QKV_F32, QKV_SHAPE(B, H, t, d));
+  QkvValue *v = qkv_test_input(g, "v_new", QKV_F32, QKV_SHAPE(B, H, t, dv));
+  QkvValue *pos = qkv_test_input(g, "positions", QKV_I32, QKV_SHAPE(B));
+  QkvValue *keys = qkv_kv_cache_append(kstate, k, pos, NULL, &error);
+  QkvValue *values = qkv_kv_cache_append(vstate, v, pos, NULL, &error);
+  g_assert_no_error(error);
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "scale", g_variant_new_double(0.5));
+  QkvValue *inputs[] = {q, keys, values, pos};
+  QkvValue *out =
+      qkv_graph_op(g, "kv_cache_attention", inputs, 4, g_variant_builder_end(&attrs), &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &out, 1, NULL, &error);
+  g_assert_no_error(error);
+  QkvShape qs = QKV_SHAPE(B, H, t, d), ns = QKV_SHAPE(B, H, t, dv), bs = QKV_SHAPE(B);
+  /* run 1 fills slots 5-6 and 6-7 with NaN values; run 2 writes slots 0-1
+   * and 2-3 (slots 0-1 of row 1 stay zero, as compiled) */
+  const gint32 runs[2][2] = {{5, 6}, {0, 2}};
+  g_autoptr(QkvTensor) qt = qkv_test_uniform(&qs, 10, -2, 2);
+  g_autoptr(QkvTensor) kt = qkv_test_uniform(&qs, 20, -2, 2);
+  g_autoptr(QkvTensor) vt = qkv_test_uniform(&ns, 30, -2, 2);
+  g_autoptr(QkvTensor) nan = qkv_tensor_new(QKV_F32, &ns);
+  for (gint i = 0; i < B * H * t * dv; i++)
+    qkv_tensor_f32(nan)[i] = NAN;
+  for (gint r = 0; r < 2; r++) {
+    g_autoptr(QkvTensor) pt = qkv_tensor_new_i32(&bs, runs[r]);
+    g_assert_true(qkv_plan_bind(plan, "q", qt, &error) &&
+                  qkv_plan_bind(plan, "k_new", kt, &error) &&
+                  qkv_plan_bind(plan, "v_new", r == 0 ? nan : vt, &error) &&
+                  qkv_plan_bind(plan, "positions", pt, &error) && qkv_plan_run(plan, &error));
+    g_assert_no_error(error);
+  }
+  const float *Q = qkv_tensor_f32(qt), *K = qkv_tensor_f32(kt), *V = qkv_tensor_f32(vt);
+  float want[B * H * t * dv];
+  for (gint bh = 0; bh < B * H; bh++)
+    for (gint i = 0; i < t; i++) {
+      /* query i sees slots [0, p + i], of which slot p + j holds new row j
+       * and the ones before p are zero */
+      gint p = runs[1][bh / H], n = p + i + 1;
+      double sc[8], m = -INFINITY, sum = 0, o[2] = {0, 0};
+      for (gint x = 0; x < n; x++) {
+        sc[x] = 0;
+        for (gint c = 0; x >= p && c < d; c++)
+          sc[x] += 0.5 * Q[(bh * t + i) * d + c] * K[(bh * t + x - p) * d + c];
+        m = MAX(m, sc[x]);
+      }
+      for (gint x = 0; x < n; x++)
+        sum += exp(sc[x] - m);
+      for (gint x = p; x < n; x++)
+        for (gint c = 0; c < dv; c++)
+          o[c] += exp(sc[x] - m) / sum * V[(bh * t + x - p) * dv + c];
+      for (gint c = 0; c < dv; c++)
+        want[(bh * t + i) * dv + c] = (float)o[c];
+    }
+  /* sums of at most T terms below 4 in magnitude, in float32: a few u
+   * (2^-24) of 4·T = 32 each, under 1e-5; a NaN fails any bound */
+  qkv_assert_values(qkv_plan_output(plan, 0), want, B * H * t * dv, 1e-5);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -385,5 +462,6 @@ main(int argc, char **argv)
   g_test_add_func("/kv-cache/cached-equals-full", test_cached_equals_full);
   g_test_add_func("/kv-cache/rows-at-different-lengths", test_rows_at_different_lengths);
   g_test_add_func("/kv-cache/no-gradient", test_no_gradient);
+  g_test_add_func("/kv-cache/attention-reads-filled-slots", test_cache_attention);
   return g_test_run();
 }

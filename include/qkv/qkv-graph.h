@@ -169,6 +169,8 @@ QkvValue *qkv_graph_input(QkvGraph *graph, const gchar *name, QkvDType dtype, co
  * plan runs such a writer after every reader of the state that does not
  * depend on the writer's outputs, so within one run a reader sees the
  * contents left by the previous run unless it reads the writer's output.
+ * The writer's output 0 is the state's own buffer after the write (no copy),
+ * so a plan output that is one is a view of the state.
  * One writer per state per graph. Names are unique among a graph's states.
  * F32 or I32; NULL with QKV_ERROR_EXISTS, _DTYPE or _SHAPE.
  *

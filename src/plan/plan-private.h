@@ -106,7 +106,8 @@ gpointer qkv_plan_value_pointer(QkvPlan *plan, QkvValue *v);
  * plan->value_external); FALSE with QKV_ERROR_MEMORY. */
 gboolean qkv_plan_states_alloc(QkvPlan *plan, GError **error);
 /* Reorder plan->steps so that each node writing a state in place runs after
- * every reader of that state that does not depend on it; FALSE with
+ * every reader of that state that does not depend on it, and point each
+ * writer's output 0 at its state's buffer (no copy of the state); FALSE with
  * QKV_ERROR_INVALID_ARGUMENT when a writer's input 0 is not a state or a
  * state has two writers. */
 gboolean qkv_plan_order_state_writers(QkvPlan *plan, GError **error);

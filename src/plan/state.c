@@ -1,7 +1,19 @@
 /* state.c: graph states in a plan (qkv_graph_state()). A state's buffer is
  * the plan's, outside the arena, zeroed at compile, and keeps its contents
  * across runs; the only nodes that change it are in-place writers, which
- * compile orders after the state's other readers. */
+ * compile orders after the state's other readers.
+ *
+ * A writer's output 0 is the state itself, after the write: compile points
+ * that value at the state's buffer (alias_writer_outputs), so the writer
+ * touches only the slots it writes and nothing copies the state. That is
+ * sound because of the order: every node that reads the state without
+ * depending on the writer runs before it (and sees the previous run's
+ * contents), every node that reads output 0 depends on the writer and runs
+ * after it (and sees the new contents), and output 0 is never in the arena,
+ * so no other value is laid out over it and no in-place op overwrites it.
+ * A plan output that is a writer's output 0 is therefore a view of the
+ * state: qkv_plan_reset_state() and qkv_plan_reorder_states() change it
+ * too. */
 #include "plan/plan-private.h"
 
 #include <string.h>
@@ -115,6 +127,19 @@ move_writer_after_readers(QkvPlan *plan, gint *step_of, guint w)
   g_free(dep);
 }
 
+/* Point each writer's output 0 (the state after the write) at the state's
+ * buffer; see the top of this file for why that is sound. */
+static void
+alias_writer_outputs(QkvPlan *plan, GPtrArray *writers)
+{
+  for (guint j = 0; j < writers->len; j++) {
+    QkvNode *node = g_ptr_array_index(writers, j);
+    QkvValue *state = node->inputs[0], *out = node->outputs[0];
+    g_assert(out->dtype == state->dtype && qkv_shape_equal(&out->shape, &state->shape));
+    plan->value_external[out->id] = plan->value_external[state->id];
+  }
+}
+
 gboolean
 qkv_plan_order_state_writers(QkvPlan *plan, GError **error)
 {
@@ -151,6 +176,8 @@ qkv_plan_order_state_writers(QkvPlan *plan, GError **error)
     QkvNode *node = g_ptr_array_index(writers, j);
     move_writer_after_readers(plan, step_of, (guint)step_of[node->id]);
   }
+  if (ok)
+    alias_writer_outputs(plan, writers);
   g_ptr_array_unref(writers);
   g_free(step_of);
   return ok;
