@@ -106,21 +106,25 @@ int
 main(int argc, char **argv)
 {
   GError *error = NULL;
-  GOptionContext *oc = g_option_context_new("- cost of switching plan shapes");
+  g_autoptr(GOptionContext) oc = g_option_context_new("- cost of switching plan shapes");
   g_option_context_add_main_entries(oc, entries, NULL);
   const OptionRange ranges[] = {
       OPTION_INT("rounds", &opt_rounds, 1, 1000000),
       OPTION_INT("threads", &opt_threads, 1, options_max_threads()),
   };
-  if (!g_option_context_parse(oc, &argc, &argv, &error) ||
-      !options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+  if (!g_option_context_parse(oc, &argc, &argv, &error)) {
     g_printerr("qkv-bench-shapes: %s\n", error->message);
+    g_error_free(error);
     return 2;
   }
-  g_option_context_free(oc);
   if (opt_version) {
     program_print_version("qkv-bench-shapes");
     return 0;
+  }
+  if (!options_check_ranges(ranges, G_N_ELEMENTS(ranges), &error)) {
+    g_printerr("qkv-bench-shapes: %s\n", error->message);
+    g_error_free(error);
+    return 2;
   }
   opt_rounds = MAX(opt_rounds, 3);
 
