@@ -307,7 +307,8 @@ gint qkv_tensor_rank(const QkvTensor *tensor);
  * @tensor: a #QkvTensor
  * @axis: the axis
  *
- * Size of axis i; negative i counts from the end.
+ * Size of axis i; negative i counts from the end. -1, without a message,
+ * for an axis outside the rank.
  *
  * Returns: the gint64
  */
@@ -410,7 +411,8 @@ gboolean qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **err
  * @tensor: a #QkvTensor
  * @index: the index
  *
- * Element i (flat index) as a double.
+ * Element i (flat index) as a double; NaN, without a message, for an
+ * index outside [0, numel).
  *
  * Returns: the double
  */
