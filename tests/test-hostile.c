@@ -5,6 +5,8 @@
  * (Checkpoint files and saves have their cases in test-checkpoint.c.) */
 #include "test-util.h"
 
+#include <qkv/qkv-types.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -450,6 +452,36 @@ test_index_past_end_quiet(void)
   g_log_remove_handler("qkv", handler);
 }
 
+/* A rank outside [0, QKV_MAX_RANK] is refused quietly: qkv_shape_from_array
+ * gave a scalar shape (accepted by every constructor) with a critical. */
+static void
+test_shape_rank_out_of_range_quiet(void)
+{
+  guint handler = g_log_set_handler(
+      "qkv", G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION, fail_on_any_message, NULL);
+  gint64 dims[QKV_MAX_RANK + 1];
+  for (gint i = 0; i <= QKV_MAX_RANK; i++)
+    dims[i] = 1;
+  const gint bad[] = {QKV_MAX_RANK + 1, -1, G_MININT};
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    QkvShape s = qkv_shape_from_array(bad[i], dims);
+    g_assert_false(qkv_shape_is_valid(&s));
+    g_autoptr(GError) error = NULL;
+    g_assert_null(qkv_tensor_try_new(QKV_F32, &s, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+    g_assert_null(qkv_shape_new(dims, bad[i]));
+  }
+  /* the largest rank still works */
+  QkvShape top = qkv_shape_from_array(QKV_MAX_RANK, dims);
+  g_assert_true(qkv_shape_is_valid(&top));
+  g_assert_cmpint(top.rank, ==, QKV_MAX_RANK);
+  QkvShape *heap = qkv_shape_new(dims, QKV_MAX_RANK);
+  g_assert_nonnull(heap);
+  g_assert_true(qkv_shape_equal(heap, &top));
+  qkv_shape_free(heap);
+  g_log_remove_handler("qkv", handler);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -464,5 +496,6 @@ main(int argc, char **argv)
   g_test_add_func("/hostile/attention-huge", test_attention_huge);
   g_test_add_func("/hostile/mha-huge", test_mha_huge);
   g_test_add_func("/hostile/index-past-end-quiet", test_index_past_end_quiet);
+  g_test_add_func("/hostile/shape-rank-out-of-range-quiet", test_shape_rank_out_of_range_quiet);
   return g_test_run();
 }

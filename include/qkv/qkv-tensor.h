@@ -56,7 +56,9 @@ typedef struct {
  * @rank: the rank
  * @dims: the dims
  *
- * Shape from array.
+ * Shape from array. A rank outside 0 to %QKV_MAX_RANK gives, without a
+ * message, a shape of rank -1 that qkv_shape_is_valid() rejects (and every
+ * function taking a shape refuses with a #GError).
  *
  * Returns: the #QkvShape
  */

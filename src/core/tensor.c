@@ -9,7 +9,13 @@ QkvShape
 qkv_shape_from_array(gint rank, const gint64 *dims)
 {
   QkvShape s = {0};
-  g_return_val_if_fail(rank >= 0 && rank <= QKV_MAX_RANK, s);
+  /* a rank outside [0, QKV_MAX_RANK] is a value a user can pass: an invalid
+   * shape (rank -1), which every function taking a shape refuses with a
+   * GError, rather than a critical and a scalar that would be accepted */
+  if (rank < 0 || rank > QKV_MAX_RANK) {
+    s.rank = -1;
+    return s;
+  }
   s.rank = rank;
   for (gint i = 0; i < rank; i++)
     s.dims[i] = dims[i];
