@@ -603,6 +603,18 @@ const QkvOpDef qkv_ops_loss[] = {
     QKV_OPS_END,
 };
 
+/* A reduction outside the enum is a value a caller can pass (a cast
+ * integer, a binding's number): refused with a GError naming it. */
+static gboolean
+check_reduction_arg(const gchar *fn, QkvReduction reduction, GError **error)
+{
+  if (reduction_name(reduction) != NULL)
+    return TRUE;
+  g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+              "%s: reduction %d is not a QkvReduction (none, sum or mean)", fn, (gint)reduction);
+  return FALSE;
+}
+
 /* ---- typed functions ---------------------------------------------------- */
 
 QkvValue *
@@ -612,7 +624,8 @@ qkv_cross_entropy_ignore(QkvValue *logits, QkvValue *targets, QkvValue *weight,
 {
   QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("cross_entropy", error, logits, targets);
-  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
+  if (!check_reduction_arg("qkv_cross_entropy_ignore", reduction, error))
+    return NULL;
   QkvValue *inputs[] = {logits, targets, weight};
   return qkv_op_call("cross_entropy", inputs, weight != NULL ? CE_WEIGHT + 1 : CE_WEIGHT,
                      ce_attrs_variant(reduction, label_smoothing, ignore_index), error);
@@ -642,7 +655,8 @@ qkv_cross_entropy_backward_ignore(QkvValue *dloss, QkvValue *logits, QkvValue *t
 {
   QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("cross_entropy_backward", error, dloss, logits, targets);
-  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
+  if (!check_reduction_arg("qkv_cross_entropy_backward_ignore", reduction, error))
+    return NULL;
   QkvValue *inputs[] = {dloss, logits, targets, weight};
   return qkv_op_call("cross_entropy_backward", inputs,
                      weight != NULL ? CE_BACKWARD_WEIGHT + 1 : CE_BACKWARD_WEIGHT,
@@ -666,7 +680,8 @@ qkv_cross_entropy_weight_backward(QkvValue *dloss, QkvValue *logits, QkvValue *t
 {
   QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("cross_entropy_weight_backward", error, dloss, logits, targets);
-  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
+  if (!check_reduction_arg("qkv_cross_entropy_weight_backward", reduction, error))
+    return NULL;
   QkvValue *inputs[] = {dloss, logits, targets};
   return qkv_op_call("cross_entropy_weight_backward", inputs, 3,
                      ce_attrs_variant(reduction, label_smoothing, ignore_index), error);
@@ -685,7 +700,8 @@ qkv_mse(QkvValue *pred, QkvValue *target, QkvReduction reduction, GError **error
 {
   QKV_RETURN_IF_ERROR_SET(error, NULL);
   QKV_RETURN_IF_MISSING("mse", error, pred, target);
-  g_return_val_if_fail(reduction_name(reduction) != NULL, NULL);
+  if (!check_reduction_arg("qkv_mse", reduction, error))
+    return NULL;
   QkvValue *inputs[] = {pred, target};
   return qkv_op_call("mse", inputs, 2, reduction_attrs_variant(reduction), error);
 }

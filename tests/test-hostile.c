@@ -5,6 +5,8 @@
  * (Checkpoint files and saves have their cases in test-checkpoint.c.) */
 #include "test-util.h"
 
+#include <qkv/qkv-types.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -366,6 +368,120 @@ test_mha_huge(void)
   g_unsetenv("QKV_FLASH_ATTENTION");
 }
 
+/* ---- indices a user can pass ---- */
+
+/* Any message logged while a test that installs this runs fails it. */
+static void
+fail_on_any_message(const gchar *domain, GLogLevelFlags level, const gchar *message,
+                    gpointer user_data)
+{
+  g_error("unexpected message [%s]: %s", domain != NULL ? domain : "", message);
+}
+
+/* An index, axis or output number one past the end (a count from another
+ * object, an off-by-one) is a value, not a broken pointer: the getters
+ * return their documented out-of-range results and log nothing. */
+static void
+test_index_past_end_quiet(void)
+{
+  guint handler = g_log_set_handler(
+      "qkv", G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION, fail_on_any_message, NULL);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape ws = QKV_SHAPE(3), xs = QKV_SHAPE(2, 3);
+  QkvParam *w = qkv_params_add(params, "w", &ws, &error);
+  g_assert_no_error(error);
+  QkvOptimConfig c = qkv_optim_config_adam(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &c, &error);
+  g_assert_no_error(error);
+
+  /* params and their states */
+  g_assert_true(qkv_params_nth(params, 0) == w);
+  g_assert_null(qkv_params_nth(params, 1));
+  g_assert_null(qkv_params_nth(params, G_MAXUINT));
+  guint n_states = qkv_param_n_states(w);
+  const guint past_states[] = {n_states, n_states + 1, G_MAXUINT};
+  for (guint i = 0; i < G_N_ELEMENTS(past_states); i++) {
+    QkvTensor *state = (QkvTensor *)w;
+    g_assert_null(qkv_param_nth_state(w, past_states[i], &state));
+    g_assert_null(state);
+  }
+
+  /* a graph's node outputs, a plan's outputs */
+  g_autoptr(QkvGraph) graph = qkv_graph_new();
+  QkvValue *x = qkv_graph_input(graph, "x", QKV_F32, &xs, &error);
+  QkvValue *y = qkv_add(x, qkv_graph_param(graph, params, "w", &error), &error);
+  QkvValue *total = qkv_sum(y, NULL, 0, FALSE, &error);
+  g_assert_no_error(error);
+  QkvNode *node = qkv_value_node(y);
+  guint n_out = qkv_node_n_outputs(node);
+  g_assert_true(qkv_node_output(node, n_out - 1) == y);
+  g_assert_null(qkv_node_output(node, n_out));
+  g_assert_null(qkv_node_output(node, G_MAXUINT));
+  QkvValue *outs[] = {y, total};
+  QkvPlanOptions o = qkv_plan_options_default();
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(graph, outs, 2, &o, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvTensor) xt = qkv_test_uniform(&xs, 3, -1, 1);
+  g_assert_true(qkv_plan_bind(plan, "x", xt, &error));
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_no_error(error);
+  const QkvTensor *yt = qkv_plan_output(plan, 0);
+  g_assert_nonnull(yt);
+  double sum = 0, magnitude = 0;
+  for (gint64 i = 0; i < qkv_tensor_numel(yt); i++) {
+    sum += qkv_tensor_get(yt, i);
+    magnitude += fabs(qkv_tensor_get(yt, i));
+  }
+  /* a float32 sum of six terms: within gamma(6) ~ 6 u of their magnitudes */
+  g_assert_cmpfloat(fabs(qkv_plan_output_scalar(plan, 1) - sum), <=, 6 * QKV_TEST_U * magnitude);
+  g_assert_null(qkv_plan_output(plan, 2));
+  g_assert_null(qkv_plan_output(plan, G_MAXUINT));
+  g_assert_true(isnan(qkv_plan_output_scalar(plan, 2)));
+  g_assert_true(isnan(qkv_plan_output_scalar(plan, G_MAXUINT)));
+
+  /* a tensor's axes and elements */
+  g_assert_cmpint(qkv_tensor_dim(yt, 1), ==, 3);
+  g_assert_cmpint(qkv_tensor_dim(yt, -2), ==, 2);
+  const gint bad_axes[] = {2, 3, -3, G_MAXINT, G_MININT};
+  for (guint i = 0; i < G_N_ELEMENTS(bad_axes); i++)
+    g_assert_cmpint(qkv_tensor_dim(yt, bad_axes[i]), ==, -1);
+  const gint64 bad_index[] = {6, 7, -1, G_MAXINT64, G_MININT64};
+  for (guint i = 0; i < G_N_ELEMENTS(bad_index); i++)
+    g_assert_true(isnan(qkv_tensor_get(yt, bad_index[i])));
+  g_log_remove_handler("qkv", handler);
+}
+
+/* A rank outside [0, QKV_MAX_RANK] is refused quietly: qkv_shape_from_array
+ * gave a scalar shape (accepted by every constructor) with a critical. */
+static void
+test_shape_rank_out_of_range_quiet(void)
+{
+  guint handler = g_log_set_handler(
+      "qkv", G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION, fail_on_any_message, NULL);
+  gint64 dims[QKV_MAX_RANK + 1];
+  for (gint i = 0; i <= QKV_MAX_RANK; i++)
+    dims[i] = 1;
+  const gint bad[] = {QKV_MAX_RANK + 1, -1, G_MININT};
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    QkvShape s = qkv_shape_from_array(bad[i], dims);
+    g_assert_false(qkv_shape_is_valid(&s));
+    g_autoptr(GError) error = NULL;
+    g_assert_null(qkv_tensor_try_new(QKV_F32, &s, &error));
+    g_assert_error(error, QKV_ERROR, QKV_ERROR_SHAPE);
+    g_assert_null(qkv_shape_new(dims, bad[i]));
+  }
+  /* the largest rank still works */
+  QkvShape top = qkv_shape_from_array(QKV_MAX_RANK, dims);
+  g_assert_true(qkv_shape_is_valid(&top));
+  g_assert_cmpint(top.rank, ==, QKV_MAX_RANK);
+  QkvShape *heap = qkv_shape_new(dims, QKV_MAX_RANK);
+  g_assert_nonnull(heap);
+  g_assert_true(qkv_shape_equal(heap, &top));
+  qkv_shape_free(heap);
+  g_log_remove_handler("qkv", handler);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -379,5 +495,7 @@ main(int argc, char **argv)
   g_test_add_func("/hostile/schedule-position-limit", test_schedule_position_limit);
   g_test_add_func("/hostile/attention-huge", test_attention_huge);
   g_test_add_func("/hostile/mha-huge", test_mha_huge);
+  g_test_add_func("/hostile/index-past-end-quiet", test_index_past_end_quiet);
+  g_test_add_func("/hostile/shape-rank-out-of-range-quiet", test_shape_rank_out_of_range_quiet);
   return g_test_run();
 }

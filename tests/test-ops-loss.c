@@ -563,6 +563,48 @@ test_bad_input(void)
   g_assert_cmpint(qkv_value_shape(loss)->rank, ==, 0);
 }
 
+/* Any message logged while a test that installs this runs fails it. */
+static void
+fail_on_any_message(const gchar *domain, GLogLevelFlags level, const gchar *message,
+                    gpointer user_data)
+{
+  g_error("unexpected message [%s]: %s", domain != NULL ? domain : "", message);
+}
+
+/* A reduction outside the enum (a cast from a user's integer, a binding's
+ * number) is a GError naming the function and the value, not a critical
+ * with NULL and no error. */
+static void
+test_unknown_reduction(void)
+{
+  guint handler = g_log_set_handler(
+      "qkv", G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION, fail_on_any_message, NULL);
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *logits = qkv_test_input(g, "logits", QKV_F32, QKV_SHAPE(4, 5));
+  QkvValue *targets = qkv_test_input(g, "targets", QKV_I32, QKV_SHAPE(4));
+  QkvValue *dl4 = qkv_test_input(g, "dl4", QKV_F32, QKV_SHAPE(4));
+  QkvValue *pred = qkv_test_input(g, "pred", QKV_F32, QKV_SHAPE(2, 3));
+  const QkvReduction bad[] = {(QkvReduction)3, (QkvReduction)-1, (QkvReduction)1000};
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    QkvReduction r = bad[i];
+    qkv_assert_op_fails(g, "qkv_cross_entropy_ignore", QKV_ERROR_INVALID_ARGUMENT,
+                        qkv_cross_entropy(logits, targets, NULL, r, &error_));
+    qkv_assert_op_fails(g, "qkv_cross_entropy_backward_ignore", QKV_ERROR_INVALID_ARGUMENT,
+                        qkv_cross_entropy_backward(dl4, logits, targets, NULL, r, &error_));
+    qkv_assert_op_fails(
+        g, "qkv_cross_entropy_weight_backward", QKV_ERROR_INVALID_ARGUMENT,
+        qkv_cross_entropy_weight_backward(dl4, logits, targets, r, 0.0, -100, &error_));
+    qkv_assert_op_fails(g, "qkv_mse", QKV_ERROR_INVALID_ARGUMENT, qkv_mse(pred, pred, r, &error_));
+    GError *error = NULL;
+    g_assert_null(qkv_mse(pred, pred, r, &error));
+    gchar *value = g_strdup_printf("reduction %d", (gint)r);
+    g_assert_nonnull(strstr(error->message, value));
+    g_free(value);
+    g_clear_error(&error);
+  }
+  g_log_remove_handler("qkv", handler);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -580,6 +622,7 @@ main(int argc, char **argv)
   g_test_add_func("/loss/cross_entropy/ignore-reference", test_ce_ignore_reference);
   g_test_add_func("/loss/mse", test_mse);
   g_test_add_func("/loss/bad-input", test_bad_input);
+  g_test_add_func("/loss/unknown-reduction", test_unknown_reduction);
   int status = g_test_run();
   g_hash_table_unref(reference);
   return status;

@@ -687,6 +687,40 @@ test_optimizer_setters_quiet(void)
   g_log_remove_handler("qkv", handler);
 }
 
+/* A group number past the end is a value a user can pass (a count kept
+ * from another optimizer, an off-by-one over get_n_groups): the getters
+ * return their documented out-of-range values and log nothing. */
+static void
+test_group_getters_out_of_range_quiet(void)
+{
+  guint handler = g_log_set_handler(
+      "qkv", G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION, fail_on_any_message, NULL);
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvShape s = QKV_SHAPE(3);
+  g_assert_nonnull(qkv_params_add(params, "w", &s, NULL));
+  QkvOptimConfig c = qkv_optim_config_adamw(0.01);
+  g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adamw(params, &c, NULL);
+  g_autoptr(GError) error = NULL;
+  g_assert_cmpuint(qkv_optimizer_add_group(opt, "w", NULL, NULL, 2, 0.5, &error), ==, 1);
+  g_assert_no_error(error);
+  guint n = qkv_optimizer_get_n_groups(opt);
+  g_assert_cmpuint(n, ==, 2);
+  /* the last valid group still answers */
+  g_assert_cmpstr(qkv_optimizer_get_group_pattern(opt, n - 1), ==, "w");
+  g_assert_cmpfloat(qkv_optimizer_get_group_lr_factor(opt, n - 1), ==, 2.0);
+  const guint past[] = {n, n + 1, G_MAXUINT};
+  for (guint i = 0; i < G_N_ELEMENTS(past); i++) {
+    g_assert_null(qkv_optimizer_get_group_pattern(opt, past[i]));
+    gpointer data = opt;
+    g_assert_null(qkv_optimizer_get_group_filter(opt, past[i], &data));
+    g_assert_null(data);
+    g_assert_true(isnan(qkv_optimizer_get_group_lr_factor(opt, past[i])));
+    g_assert_true(isnan(qkv_optimizer_get_group_weight_decay(opt, past[i])));
+    g_assert_true(isnan(qkv_optimizer_get_group_lr(opt, past[i])));
+  }
+  g_log_remove_handler("qkv", handler);
+}
+
 /* The qkv_schedule_try_new_*() forms say what is wrong. */
 static void
 test_schedule_try_new_errors(void)
@@ -1092,6 +1126,8 @@ main(int argc, char **argv)
   g_test_add_func("/optim/schedule-cosine-step-constant", test_schedule_cosine_step_constant);
   g_test_add_func("/optim/schedule-bad-values-quiet", test_schedule_bad_values_quiet);
   g_test_add_func("/optim/optimizer-setters-quiet", test_optimizer_setters_quiet);
+  g_test_add_func("/optim/groups/getters-out-of-range-quiet",
+                  test_group_getters_out_of_range_quiet);
   g_test_add_func("/optim/schedule-try-new-errors", test_schedule_try_new_errors);
   g_test_add_func("/optim/schedule-position-and-overflow", test_schedule_position_and_overflow);
   g_test_add_func("/optim/grad-accumulator", test_grad_accumulator);

@@ -267,9 +267,10 @@ guint qkv_node_n_outputs(const QkvNode *node);
  * @node: a #QkvNode
  * @index: the index
  *
- * See qkv_graph_op().
+ * See qkv_graph_op(). NULL, without a message, for an index past the
+ * node's outputs.
  *
- * Returns: (transfer none): a #QkvValue
+ * Returns: (transfer none) (nullable): a #QkvValue
  */
 QKV_API
 QkvValue *qkv_node_output(QkvNode *node, guint index);

@@ -370,7 +370,8 @@ QkvValue *qkv_embedding(QkvValue *ids, QkvValue *weight, GError **error);
  * @QKV_REDUCTION_SUM: sum
  * @QKV_REDUCTION_MEAN: mean
  *
- * The reduction values.
+ * The reduction values. The loss functions refuse any other value with
+ * QKV_ERROR_INVALID_ARGUMENT naming the function and the value.
  */
 typedef enum {
   QKV_REDUCTION_NONE,

@@ -334,7 +334,8 @@ guint qkv_optimizer_group_of(const QkvOptimizer *opt, QkvParam *param);
  * @opt: a #QkvOptimizer
  * @group: the group
  *
- * A group's pattern as given (NULL if none; always NULL for group 0).
+ * A group's pattern as given (NULL if none; always NULL for group 0 and for
+ * a group past the end, without a message).
  *
  * Returns: (transfer none) (nullable): the string
  */
@@ -346,8 +347,9 @@ const gchar *qkv_optimizer_get_group_pattern(const QkvOptimizer *opt, guint grou
  * @group: the group
  * @user_data: (nullable): the user data
  *
- * A group's filter (NULL if none; always NULL for group 0), its user_data in
- * *user_data if that is not NULL.
+ * A group's filter (NULL if none; always NULL for group 0 and for a group
+ * past the end, without a message), its user_data in *user_data if that is
+ * not NULL (NULL with a NULL filter).
  *
  * Returns: the #QkvParamFilter
  */
@@ -359,7 +361,8 @@ QkvParamFilter qkv_optimizer_get_group_filter(const QkvOptimizer *opt, guint gro
  * @opt: a #QkvOptimizer
  * @group: the group
  *
- * A group's lr factor (1 for group 0).
+ * A group's lr factor (1 for group 0; NaN, without a message, for a group
+ * past the end).
  *
  * Returns: the double
  */
@@ -370,7 +373,8 @@ double qkv_optimizer_get_group_lr_factor(const QkvOptimizer *opt, guint group);
  * @opt: a #QkvOptimizer
  * @group: the group
  *
- * A group's weight decay (group 0: the config's).
+ * A group's weight decay (group 0: the config's; NaN, without a message,
+ * for a group past the end).
  *
  * Returns: the double
  */
@@ -382,7 +386,8 @@ double qkv_optimizer_get_group_weight_decay(const QkvOptimizer *opt, guint group
  * @group: the group
  *
  * The lr a group's params are updated with now: the config's lr times the
- * group's factor (at most G_MAXDOUBLE).
+ * group's factor (at most G_MAXDOUBLE; NaN, without a message, for a group
+ * past the end).
  *
  * Returns: the double
  */

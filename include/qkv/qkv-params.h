@@ -104,9 +104,9 @@ guint qkv_params_size(QkvParams *params);
  * @params: a #QkvParams
  * @index: the index
  *
- * See qkv_params_size().
+ * See qkv_params_size(). NULL, without a message, for an index past the end.
  *
- * Returns: (transfer none): a #QkvParam
+ * Returns: (transfer none) (nullable): a #QkvParam
  */
 QKV_API
 QkvParam *qkv_params_nth(QkvParams *params, guint index);
@@ -266,9 +266,10 @@ guint qkv_param_n_states(QkvParam *param);
  * @index: the index
  * @tensor: (out) (optional) (transfer none): a #QkvTensor
  *
- * See qkv_param_n_states().
+ * See qkv_param_n_states(). NULL (and NULL in *tensor), without a message,
+ * for an index past the end.
  *
- * Returns: (transfer none): the string
+ * Returns: (transfer none) (nullable): the string
  */
 QKV_API
 const gchar *qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor);

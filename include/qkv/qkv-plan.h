@@ -194,9 +194,10 @@ gboolean qkv_plan_run(QkvPlan *plan, GError **error);
  * @index: the index
  *
  * Requested output i, valid until the next run (from any thread) or
- * qkv_plan_free().
+ * qkv_plan_free(). NULL, without a message, for an index past the
+ * requested outputs.
  *
- * Returns: (transfer none): a #QkvTensor
+ * Returns: (transfer none) (nullable): a #QkvTensor
  */
 QKV_API
 const QkvTensor *qkv_plan_output(QkvPlan *plan, guint index);
@@ -250,7 +251,8 @@ gboolean qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_ro
  * @plan: a #QkvPlan
  * @index: the index
  *
- * Requested output i as a float (element 0).
+ * Requested output i as a float (element 0); NaN, without a message, for
+ * an index past the requested outputs or an empty output.
  *
  * Returns: the float
  */

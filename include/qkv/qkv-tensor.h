@@ -56,7 +56,9 @@ typedef struct {
  * @rank: the rank
  * @dims: the dims
  *
- * Shape from array.
+ * Shape from array. A rank outside 0 to %QKV_MAX_RANK gives, without a
+ * message, a shape of rank -1 that qkv_shape_is_valid() rejects (and every
+ * function taking a shape refuses with a #GError).
  *
  * Returns: the #QkvShape
  */
@@ -307,7 +309,8 @@ gint qkv_tensor_rank(const QkvTensor *tensor);
  * @tensor: a #QkvTensor
  * @axis: the axis
  *
- * Size of axis i; negative i counts from the end.
+ * Size of axis i; negative i counts from the end. -1, without a message,
+ * for an axis outside the rank.
  *
  * Returns: the gint64
  */
@@ -410,7 +413,8 @@ gboolean qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **err
  * @tensor: a #QkvTensor
  * @index: the index
  *
- * Element i (flat index) as a double.
+ * Element i (flat index) as a double; NaN, without a message, for an
+ * index outside [0, numel).
  *
  * Returns: the double
  */

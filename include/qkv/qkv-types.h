@@ -223,7 +223,8 @@ void qkv_node_unref(QkvNode *node);
  * every function taking a shape checks it.
  *
  * Returns: (transfer full) (nullable): a new shape (free with
- *   qkv_shape_free()), or %NULL when @rank is outside 0 to %QKV_MAX_RANK
+ *   qkv_shape_free()), or %NULL (without a message) when @rank is outside
+ *   0 to %QKV_MAX_RANK
  */
 QKV_API
 QkvShape *qkv_shape_new(const gint64 *dims, gint rank);

@@ -92,7 +92,10 @@ qkv_params_size(QkvParams *params)
 QkvParam *
 qkv_params_nth(QkvParams *params, guint index)
 {
-  g_return_val_if_fail(index < params->list->len, NULL);
+  g_return_val_if_fail(params != NULL, NULL);
+  /* an index past the end is a value a user can pass: quiet, as documented */
+  if (index >= params->list->len)
+    return NULL;
   return g_ptr_array_index(params->list, index);
 }
 
@@ -242,7 +245,11 @@ qkv_param_n_states(QkvParam *param)
 const gchar *
 qkv_param_nth_state(QkvParam *param, guint index, QkvTensor **tensor)
 {
-  g_return_val_if_fail(index < param->states->len, NULL);
+  if (tensor != NULL)
+    *tensor = NULL;
+  g_return_val_if_fail(param != NULL, NULL);
+  if (index >= param->states->len)
+    return NULL;
   if (tensor != NULL)
     *tensor = g_ptr_array_index(param->states, index);
   return g_ptr_array_index(param->state_names, index);

@@ -9,7 +9,13 @@ QkvShape
 qkv_shape_from_array(gint rank, const gint64 *dims)
 {
   QkvShape s = {0};
-  g_return_val_if_fail(rank >= 0 && rank <= QKV_MAX_RANK, s);
+  /* a rank outside [0, QKV_MAX_RANK] is a value a user can pass: an invalid
+   * shape (rank -1), which every function taking a shape refuses with a
+   * GError, rather than a critical and a scalar that would be accepted */
+  if (rank < 0 || rank > QKV_MAX_RANK) {
+    s.rank = -1;
+    return s;
+  }
   s.rank = rank;
   for (gint i = 0; i < rank; i++)
     s.dims[i] = dims[i];
@@ -271,9 +277,12 @@ qkv_tensor_rank(const QkvTensor *tensor)
 gint64
 qkv_tensor_dim(const QkvTensor *tensor, gint axis)
 {
+  g_return_val_if_fail(tensor != NULL, -1);
+  /* an axis outside the rank is a value a user can pass: quiet, as documented */
+  if (axis < -tensor->shape.rank || axis >= tensor->shape.rank)
+    return -1;
   if (axis < 0)
     axis += tensor->shape.rank;
-  g_return_val_if_fail(axis >= 0 && axis < tensor->shape.rank, 0);
   return tensor->shape.dims[axis];
 }
 
@@ -356,7 +365,10 @@ qkv_tensor_copy_from(QkvTensor *dst, const QkvTensor *src, GError **error)
 double
 qkv_tensor_get(const QkvTensor *tensor, gint64 index)
 {
-  g_return_val_if_fail(index >= 0 && index < qkv_tensor_numel(tensor), NAN);
+  g_return_val_if_fail(tensor != NULL, NAN);
+  /* an index outside the tensor is a value a user can pass: quiet, as documented */
+  if (index < 0 || index >= qkv_tensor_numel(tensor))
+    return NAN;
   if (tensor->dtype == QKV_F32)
     return ((const float *)tensor->data)[index];
   return ((const gint32 *)tensor->data)[index];

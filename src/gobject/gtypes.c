@@ -123,7 +123,9 @@ G_DEFINE_BOXED_TYPE(QkvGradAccumulator, qkv_grad_accumulator, qkv_grad_accumulat
 QkvShape *
 qkv_shape_new(const gint64 *dims, gint rank)
 {
-  g_return_val_if_fail(rank >= 0 && rank <= QKV_MAX_RANK, NULL);
+  /* a rank out of range is a value a user can pass: NULL, as documented */
+  if (rank < 0 || rank > QKV_MAX_RANK)
+    return NULL;
   g_return_val_if_fail(rank == 0 || dims != NULL, NULL);
   QkvShape *shape = g_new0(QkvShape, 1);
   *shape = rank == 0 ? qkv_shape_scalar() : qkv_shape_from_array(rank, dims);

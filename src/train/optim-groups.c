@@ -115,8 +115,11 @@ qkv_optimizer_group_of(const QkvOptimizer *opt, QkvParam *param)
 const gchar *
 qkv_optimizer_get_group_pattern(const QkvOptimizer *opt, guint group)
 {
-  g_return_val_if_fail(opt != NULL && group < qkv_optimizer_get_n_groups(opt), NULL);
-  return group == 0 ? NULL : group_at(opt, group)->pattern;
+  g_return_val_if_fail(opt != NULL, NULL);
+  /* a group past the end is a value a user can pass: quiet, as documented */
+  if (group == 0 || group >= qkv_optimizer_get_n_groups(opt))
+    return NULL;
+  return group_at(opt, group)->pattern;
 }
 
 QkvParamFilter
@@ -124,8 +127,8 @@ qkv_optimizer_get_group_filter(const QkvOptimizer *opt, guint group, gpointer *u
 {
   if (user_data != NULL)
     *user_data = NULL;
-  g_return_val_if_fail(opt != NULL && group < qkv_optimizer_get_n_groups(opt), NULL);
-  if (group == 0)
+  g_return_val_if_fail(opt != NULL, NULL);
+  if (group == 0 || group >= qkv_optimizer_get_n_groups(opt))
     return NULL;
   if (user_data != NULL)
     *user_data = group_at(opt, group)->filter_data;
@@ -135,21 +138,27 @@ qkv_optimizer_get_group_filter(const QkvOptimizer *opt, guint group, gpointer *u
 double
 qkv_optimizer_get_group_lr_factor(const QkvOptimizer *opt, guint group)
 {
-  g_return_val_if_fail(opt != NULL && group < qkv_optimizer_get_n_groups(opt), 0);
+  g_return_val_if_fail(opt != NULL, NAN);
+  if (group >= qkv_optimizer_get_n_groups(opt))
+    return NAN;
   return group == 0 ? 1.0 : group_at(opt, group)->lr_factor;
 }
 
 double
 qkv_optimizer_get_group_weight_decay(const QkvOptimizer *opt, guint group)
 {
-  g_return_val_if_fail(opt != NULL && group < qkv_optimizer_get_n_groups(opt), 0);
+  g_return_val_if_fail(opt != NULL, NAN);
+  if (group >= qkv_optimizer_get_n_groups(opt))
+    return NAN;
   return group == 0 ? opt->config.weight_decay : group_at(opt, group)->weight_decay;
 }
 
 double
 qkv_optimizer_get_group_lr(const QkvOptimizer *opt, guint group)
 {
-  g_return_val_if_fail(opt != NULL && group < qkv_optimizer_get_n_groups(opt), 0);
+  g_return_val_if_fail(opt != NULL, NAN);
+  if (group >= qkv_optimizer_get_n_groups(opt))
+    return NAN;
   QkvOptimConfig config;
   qkv_optimizer_group_config(opt, group, &config);
   return config.lr;
