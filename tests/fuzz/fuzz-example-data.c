@@ -13,6 +13,8 @@
  * QKV_FUZZ_SOURCES: examples/common/text.c examples/common/vocab.c examples/common/batch.c
  * QKV_FUZZ_SOURCES: examples/common/options.c examples/seq2seq/data.c
  * QKV_FUZZ_SOURCES: examples/classify/data.c examples/gpt/data.c
+ * QKV_FUZZ_SOURCES: examples/common/spm-none.c
+ * (spm-none.c: the subword paths only say that SentencePiece is absent)
  */
 #include "fuzz-common.h"
 
