@@ -414,6 +414,20 @@ sgemm_emulated(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
 
 /* ---- the native path ------------------------------------------------------ */
 
+/* Whether small products run natively, on the AVX512_BF16 kernel of
+ * smallgemm-bf16.c: where the large ones do (so that "native" means one
+ * thing, and the message of native_or_say() holds) and the CPU has the
+ * instructions (oneDNN may be on AMX, whose CPUs have them too). */
+static gboolean
+small_native(void)
+{
+#ifdef QKV_ARCH_X86
+  return cpu_has_avx512_bf16() && native_or_say();
+#else
+  return FALSE;
+#endif
+}
+
 #ifdef QKV_HAVE_ONEDNN
 static dnnl_engine_t
 cpu_engine(void)
@@ -626,7 +640,15 @@ qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
     native_or_say();
     g_atomic_int_set(&small_seen, TRUE);
   }
-  if (small || g_atomic_int_get(&force_emulation) || !native_or_say()) {
+  gboolean forced = g_atomic_int_get(&force_emulation);
+  if (small && !forced && small_native()) {
+    Bf16Thread *t = bf16_thread();
+    gpointer scratch =
+        reserve(&t->operands, &t->operands_size, qkv_small_sgemm_bf16_scratch(m, n, k));
+    qkv_small_sgemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+    return;
+  }
+  if (small || forced || !native_or_say()) {
     sgemm_emulated(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n_threads);
     return;
   }

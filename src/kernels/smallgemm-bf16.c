@@ -1,0 +1,219 @@
+/* smallgemm-bf16.c: bf16 products too small for oneDNN's per-call cost (the
+ * attention heads' 32×32×32 of a d_model 256 Transformer come by the
+ * thousand per step), on CPUs with AVX512_BF16.
+ *
+ * The operands are rounded to bf16 as everywhere in bf16 precision
+ * (VCVTNEPS2BF16: to nearest even, subnormals to zero, the rounding of
+ * gemm-bf16.c) and packed in pairs along k: one 32-bit word holds op(x)[i,
+ * 2p] in its low half and op(x)[i, 2p + 1] in its high half (an odd k's
+ * last word has a zero high half). VDPBF16PS then adds two exact products
+ * per lane and instruction into float32 accumulators, so the results are
+ * those of the emulated path (rounded operands, products exact in float32,
+ * float32 sums) up to the order of the sums.
+ *
+ * Blocking as in smallgemm.c: MR rows of op(a) (broadcast words) against up
+ * to 4 vectors of 16 columns of op(b), the accumulators in registers, then
+ * c = α·acc + β·c. The packed operands live in scratch the caller provides
+ * (qkv_small_sgemm_bf16_scratch() bytes). */
+#include "kernels/kernels-private.h"
+
+#include <string.h>
+
+#ifdef QKV_ARCH_X86
+/* outside any target region, so that each intrinsic keeps its own ISA */
+#include <immintrin.h>
+
+/* Rows per block: MR × 4 accumulators, 4 vectors of b and a broadcast fit
+ * in the 32 zmm registers, and MR × 2 (n = 32) are enough independent
+ * accumulators to keep both of Zen 5's dot-product pipes busy. */
+#define MR 6
+
+static gint64
+pairs(gint64 k)
+{
+  return (k + 1) / 2;
+}
+
+gsize
+qkv_small_sgemm_bf16_scratch(gint64 m, gint64 n, gint64 k)
+{
+  /* packed a, packed b, one row of k bf16 values (rounded up to whole words) */
+  return (gsize)(pairs(k) * (m + n) + pairs(k) + 16) * sizeof(guint32);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+
+/* n floats as bf16, one after the other; an odd n gets a zero after them,
+ * so that the last pair is whole. */
+static inline void
+row_to_bf16(guint16 *dst, const float *src, gint64 n)
+{
+  gint64 i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(dst + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, src + i));
+    _mm256_mask_storeu_epi16(dst + i, mk, (__m256i)v);
+  }
+  if (n % 2 != 0)
+    dst[n] = 0;
+}
+
+/* x rows of k floats each (ld apart), k along the row: the pairs of row r
+ * go to dst[p·stride_p + r·stride_r]. tmp holds a row of bf16. */
+static void
+pack_along_rows(guint32 *dst, gint64 stride_p, gint64 stride_r, const float *src, gint64 ld,
+                gint64 x, gint64 k, guint16 *tmp)
+{
+  gint64 kh = pairs(k);
+  for (gint64 r = 0; r < x; r++) {
+    if (stride_p == 1) {
+      row_to_bf16((guint16 *)(dst + r * stride_r), src + r * ld, k);
+      continue;
+    }
+    row_to_bf16(tmp, src + r * ld, k);
+    for (gint64 p = 0; p < kh; p++)
+      dst[p * stride_p + r * stride_r] = (guint32)tmp[2 * p] | (guint32)tmp[2 * p + 1] << 16;
+  }
+}
+
+/* k rows of x floats each (ld apart), k across the rows: rows 2p and 2p + 1
+ * interleave into dst[p·stride_p + 0 … x). */
+static void
+pack_across_rows(guint32 *dst, gint64 stride_p, const float *src, gint64 ld, gint64 x, gint64 k)
+{
+  for (gint64 p = 0; p < pairs(k); p++) {
+    const float *lo = src + 2 * p * ld, *hi = 2 * p + 1 < k ? lo + ld : NULL;
+    guint32 *d = dst + p * stride_p;
+    for (gint64 i = 0; i < x; i += 16) {
+      __mmask16 mk = (__mmask16)(x - i >= 16 ? 0xffff : (1u << (x - i)) - 1);
+      __m512i w =
+          _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, lo + i)));
+      if (hi != NULL)
+        w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                                                     _mm512_maskz_loadu_ps(mk, hi + i))),
+                                                 16));
+      _mm512_mask_storeu_epi32(d + i, mk, w);
+    }
+  }
+}
+
+/* One block of up to MR rows × NV vectors of 16 columns over kh pairs. Rows
+ * past mr reuse the last row (computed, never stored). */
+#define DEFINE_BLOCK(NV)                                                                           \
+  static inline void block_nv##NV(gint64 mr, gint64 kh, float alpha, const guint32 *a,             \
+                                  gint64 a_rs, gint64 a_cs, const guint32 *b, gint64 ldb,          \
+                                  float beta, float *c, gint64 ldc, __mmask16 tail)                \
+  {                                                                                                \
+    __m512 acc[MR][NV];                                                                            \
+    const guint32 *ar[MR];                                                                         \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                           \
+    {                                                                                              \
+      ar[r] = a + (r < mr ? r : mr - 1) * a_rs;                                                    \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();        \
+    }                                                                                              \
+    for (gint64 p = 0; p < kh; p++) {                                                              \
+      const guint32 *brow = b + p * ldb;                                                           \
+      __m512bh bv[NV];                                                                             \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] =                                 \
+          (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(tail, brow + 16 * v)                   \
+                                 : _mm512_loadu_si512(brow + 16 * v));                             \
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                         \
+      {                                                                                            \
+        __m512bh av = (__m512bh)_mm512_set1_epi32((int)ar[r][p * a_cs]);                           \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] =                           \
+            _mm512_dpbf16_ps(acc[r][v], av, bv[v]);                                                \
+      }                                                                                            \
+    }                                                                                              \
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                            \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                           \
+    {                                                                                              \
+      if (r >= mr)                                                                                 \
+        break;                                                                                     \
+      float *crow = c + r * ldc;                                                                   \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                         \
+      {                                                                                            \
+        __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;                                     \
+        __m512 x = _mm512_mul_ps(va, acc[r][v]);                                                   \
+        if (beta != 0.0f)                                                                          \
+          x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, crow + 16 * v), x);                    \
+        _mm512_mask_storeu_ps(crow + 16 * v, mk, x);                                               \
+      }                                                                                            \
+    }                                                                                              \
+  }
+DEFINE_BLOCK(1)
+DEFINE_BLOCK(2)
+DEFINE_BLOCK(3)
+DEFINE_BLOCK(4)
+
+void
+qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                     float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
+                     float beta, float *c, gint64 ldc, gpointer scratch)
+{
+  gint64 kh = pairs(k);
+  guint32 *pa = scratch, *pb = pa + m * kh;
+  guint16 *tmp = (guint16 *)(pb + n * kh);
+  /* op(b) as kh rows of n words; op(a) as m rows of kh words (a_rs = kh,
+   * a_cs = 1) or, transposed, kh rows of m words (a_rs = 1, a_cs = m) */
+  if (transpose_b)
+    pack_along_rows(pb, n, 1, b, ldb, n, k, tmp);
+  else
+    pack_across_rows(pb, n, b, ldb, n, k);
+  gint64 a_rs, a_cs;
+  if (transpose_a) {
+    pack_across_rows(pa, m, a, lda, m, k);
+    a_rs = 1, a_cs = m;
+  } else {
+    pack_along_rows(pa, 1, kh, a, lda, m, k, tmp);
+    a_rs = kh, a_cs = 1;
+  }
+  for (gint64 j0 = 0; j0 < n; j0 += 64) {
+    gint64 nc = MIN(64, n - j0);
+    gint64 nv = (nc + 15) / 16;
+    gint64 rest = nc - 16 * (nv - 1);
+    __mmask16 tail = (__mmask16)(rest == 16 ? 0xffff : (1u << rest) - 1);
+    for (gint64 i0 = 0; i0 < m; i0 += MR) {
+      gint64 mr = MIN(MR, m - i0);
+      const guint32 *ai = pa + i0 * a_rs;
+      float *ci = c + i0 * ldc + j0;
+      const guint32 *bj = pb + j0;
+      switch (nv) {
+      case 1:
+        block_nv1(mr, kh, alpha, ai, a_rs, a_cs, bj, n, beta, ci, ldc, tail);
+        break;
+      case 2:
+        block_nv2(mr, kh, alpha, ai, a_rs, a_cs, bj, n, beta, ci, ldc, tail);
+        break;
+      case 3:
+        block_nv3(mr, kh, alpha, ai, a_rs, a_cs, bj, n, beta, ci, ldc, tail);
+        break;
+      default:
+        block_nv4(mr, kh, alpha, ai, a_rs, a_cs, bj, n, beta, ci, ldc, tail);
+        break;
+      }
+    }
+  }
+}
+#pragma GCC pop_options
+
+#else /* !QKV_ARCH_X86 */
+
+gsize
+qkv_small_sgemm_bf16_scratch(gint64 m, gint64 n, gint64 k)
+{
+  return 0;
+}
+
+void
+qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                     float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
+                     float beta, float *c, gint64 ldc, gpointer scratch)
+{
+  g_assert_not_reached(); /* gemm-bf16.c calls it on x86 only */
+}
+
+#endif /* QKV_ARCH_X86 */
