@@ -5,23 +5,16 @@
  * oneDNN's bf16 matmul at one large shape. */
 #include "bf16-peak.h"
 
+#include "peak-timing.h"
+
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef QKV_BENCH_ONEDNN
 #include <dnnl.h>
 #endif
 
 #define DOT_ITERS 40000000L
-
-static double
-now_s(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -75,16 +68,6 @@ cpu_has_bf16(void)
 }
 #endif
 
-static gpointer
-dot_thread(gpointer data)
-{
-  double *out = data; /* [0] FLOPs, [1] seconds */
-  double t0 = now_s();
-  out[0] = dot_loop_zmm();
-  out[1] = now_s() - t0;
-  return NULL;
-}
-
 double
 bf16_dot_peak(gint n, const gchar **why)
 {
@@ -93,32 +76,24 @@ bf16_dot_peak(gint n, const gchar **why)
     return 0;
   }
   *why = "vdpbf16ps zmm";
-  double best = 0;
-  n = CLAMP(n, 1, 16);
-  for (int t = 0; t < 3; t++) {
-    double res[16][2];
-    GThread *th[16];
-    for (gint i = 0; i < n; i++)
-      th[i] = g_thread_new("dpbf16", dot_thread, res[i]);
-    double flops = 0, secs = 0;
-    for (gint i = 0; i < n; i++) {
-      g_thread_join(th[i]);
-      flops += res[i][0];
-      secs = MAX(secs, res[i][1]);
-    }
-    best = MAX(best, flops / secs / 1e9);
-  }
-  return best;
-}
-
-static int
-compare_double(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
+  return peak_threads_gflops(dot_loop_zmm, n, "dpbf16");
 }
 
 #ifdef QKV_BENCH_ONEDNN
+typedef struct {
+  dnnl_primitive_t prim;
+  dnnl_stream_t stream;
+  dnnl_exec_arg_t *args;
+} MatmulCall;
+
+static void
+matmul_call(gpointer data)
+{
+  const MatmulCall *mc = data;
+  dnnl_primitive_execute(mc->prim, mc->stream, 3, mc->args);
+  dnnl_stream_wait(mc->stream);
+}
+
 /* bf16 bits of x (truncated: the values are random, their rounding does not
  * change the speed) */
 static void
@@ -166,24 +141,8 @@ bf16_onednn_matmul(gint n, gint64 m, gint64 nn, gint64 k, double seconds, const 
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     *isa = impl != NULL ? g_intern_string(impl) : "?";
     dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    GArray *times = g_array_new(FALSE, FALSE, sizeof(double));
-    for (int w = 0; w < 2; w++) {
-      dnnl_primitive_execute(prim, stream, 3, args);
-      dnnl_stream_wait(stream);
-    }
-    double start = now_s();
-    for (;;) {
-      double t0 = now_s();
-      dnnl_primitive_execute(prim, stream, 3, args);
-      dnnl_stream_wait(stream);
-      double dt = now_s() - t0;
-      g_array_append_val(times, dt);
-      if (times->len >= 5 && now_s() - start >= seconds)
-        break;
-    }
-    g_array_sort(times, compare_double);
-    rate = 2.0 * m * nn * k / g_array_index(times, double, times->len / 2) / 1e9;
-    g_array_unref(times);
+    MatmulCall call = {prim, stream, args};
+    rate = 2.0 * m * nn * k / peak_median_seconds(matmul_call, &call, seconds) / 1e9;
   }
   dnnl_memory_destroy(ma);
   dnnl_memory_destroy(mb);

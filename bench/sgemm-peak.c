@@ -50,9 +50,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bf16-peak.h"
+#include "peak-timing.h"
 
 /* the square shape of the oneDNN bf16 matmul figure: large enough that
  * packing and threading are a small part of each call */
@@ -88,21 +88,6 @@ static const Config configs[] = {
     {"M", 256, 1024, 2, 2, 64, 32, 1000},
     {"L", 512, 2048, 6, 6, 16, 64, 8000},
 };
-
-static double
-now_s(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int
-compare_double(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static float *
 random_matrix(gsize n, guint32 *seed)
@@ -182,36 +167,18 @@ cpu_has_avx512(void)
   return __builtin_cpu_supports("avx512f");
 }
 
-static gpointer
-fma_thread(gpointer data)
+/* The widest FMA loop the CPU has; FLOPs done. */
+static double
+fma_loop(void)
 {
-  double *out = data; /* [0] FLOPs, [1] seconds */
-  double t0 = now_s();
-  out[0] = cpu_has_avx512() ? fma_loop_zmm() : fma_loop_ymm();
-  out[1] = now_s() - t0;
-  return NULL;
+  return cpu_has_avx512() ? fma_loop_zmm() : fma_loop_ymm();
 }
 
 /* GFLOP/s of n threads running the loop at once; best of three tries. */
 static double
 fma_peak(gint n)
 {
-  double best = 0;
-  for (int t = 0; t < 3; t++) {
-    double res[16][2];
-    GThread *th[16];
-    n = MIN(n, 16);
-    for (gint i = 0; i < n; i++)
-      th[i] = g_thread_new("fma", fma_thread, res[i]);
-    double flops = 0, secs = 0;
-    for (gint i = 0; i < n; i++) {
-      g_thread_join(th[i]);
-      flops += res[i][0];
-      secs = MAX(secs, res[i][1]);
-    }
-    best = MAX(best, flops / secs / 1e9);
-  }
-  return best;
+  return peak_threads_gflops(fma_loop, n, "fma");
 }
 
 /* ---- figures 2 and 3, and the candidates ---- */
@@ -317,26 +284,25 @@ prepare(const Candidate *cand)
     g_error("%s", error->message);
 }
 
+typedef struct {
+  const Candidate *cand;
+  const Gemm *g;
+} CandidateCall;
+
+static void
+candidate_call(gpointer data)
+{
+  const CandidateCall *cc = data;
+  cc->cand->call(cc->cand, cc->g);
+}
+
 /* Median seconds of one candidate's calls. */
 static double
 time_candidate(const Candidate *cand, const Gemm *g)
 {
   prepare(cand);
-  for (int w = 0; w < 2; w++)
-    cand->call(cand, g);
-  GArray *times = g_array_new(FALSE, FALSE, sizeof(double));
-  double start = now_s();
-  for (;;) {
-    double t0 = now_s();
-    cand->call(cand, g);
-    double dt = now_s() - t0;
-    g_array_append_val(times, dt);
-    if (times->len >= 5 && now_s() - start >= opt_seconds)
-      break;
-  }
-  g_array_sort(times, compare_double);
-  double median = g_array_index(times, double, times->len / 2);
-  g_array_unref(times);
+  CandidateCall cc = {cand, g};
+  double median = peak_median_seconds(candidate_call, &cc, opt_seconds);
   /* let OpenBLAS's OpenMP workers stop spinning before the next candidate */
   g_usleep(20000);
   return median;
@@ -446,7 +412,7 @@ static void
 finish_report(GString *json, const Candidate *cands, guint n_cands, GArray *rates, double peak,
               const char *width, const gchar *qkv_backend, const gchar *qkv_kernel)
 {
-  g_array_sort(rates, compare_double);
+  g_array_sort(rates, peak_compare_double);
   double median_rate = g_array_index(rates, double, rates->len / 2);
   double ob = cands[0].flops_total / cands[0].seconds_total / 1e9;
   double qk = cands[1].flops_total / cands[1].seconds_total / 1e9;

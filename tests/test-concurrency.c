@@ -20,78 +20,16 @@
 
 #define ROUNDS 150
 
-static const QkvTransformerConfig tcfg = {
-    .src_vocab = 13,
-    .tgt_vocab = 11,
-    .num_hiddens = 16,
-    .ffn_hiddens = 24,
-    .num_heads = 4,
-    .num_layers = 2,
-    .dropout = 0.0,
-};
+/* The model, its batches and its graph are test-util.h's seq2seq fixtures,
+ * shared with test-tsan.c. */
 
-enum { B = 4, S = 6, T = 5 };
-
-/* One batch of the seq2seq model's inputs. */
-typedef struct {
-  QkvTensor *src, *src_valid, *dec_in, *labels, *label_valid;
-} Batch;
-
-static const gchar *const input_names[] = {"src", "src_valid", "dec_in", "labels", "label_valid"};
-
-static void
-batch_init(Batch *b, gint rows, guint32 seed)
-{
-  QkvShape bs = QKV_SHAPE(rows, S), bt = QKV_SHAPE(rows, T), r = QKV_SHAPE(rows);
-  b->src = qkv_test_randint(&bs, seed, 3, (gint32)tcfg.src_vocab);
-  b->src_valid = qkv_test_randint(&r, seed + 1, 1, S + 1);
-  b->dec_in = qkv_test_randint(&bt, seed + 2, 3, (gint32)tcfg.tgt_vocab);
-  b->labels = qkv_test_randint(&bt, seed + 3, 3, (gint32)tcfg.tgt_vocab);
-  b->label_valid = qkv_test_randint(&r, seed + 4, 1, T + 1);
-}
-
-static void
-batch_clear(Batch *b)
-{
-  qkv_tensor_free(b->src);
-  qkv_tensor_free(b->src_valid);
-  qkv_tensor_free(b->dec_in);
-  qkv_tensor_free(b->labels);
-  qkv_tensor_free(b->label_valid);
-}
-
-static QkvTensor *const *
-batch_tensors(const Batch *b)
-{
-  return &b->src;
-}
-
-static gboolean
-bind_batch(QkvPlan *plan, const Batch *b, GError **error)
-{
-  for (guint i = 0; i < G_N_ELEMENTS(input_names); i++)
-    if (!qkv_plan_bind(plan, input_names[i], batch_tensors(b)[i], error))
-      return FALSE;
-  return TRUE;
-}
-
-/* The book's Transformer with its loss and gradients over params, compiled
- * for B rows on one thread. */
+/* The seq2seq Transformer with its loss and gradients over params, compiled
+ * for QKV_TEST_S2S_ROWS rows on one thread. */
 static QkvPlan *
 training_plan(QkvGraph *g, QkvParams *params)
 {
   g_autoptr(GError) error = NULL;
-  QkvShape bs = QKV_SHAPE(B, S), bt = QKV_SHAPE(B, T), r = QKV_SHAPE(B);
-  QkvValue *src = qkv_test_input(g, "src", QKV_I32, bs);
-  QkvValue *valid = qkv_test_input(g, "src_valid", QKV_I32, r);
-  QkvValue *dec = qkv_test_input(g, "dec_in", QKV_I32, bt);
-  QkvValue *labels = qkv_test_input(g, "labels", QKV_I32, bt);
-  QkvValue *label_valid = qkv_test_input(g, "label_valid", QKV_I32, r);
-  QkvBuilder b = {.graph = g, .params = params, .seed = 3, .xavier_linear = TRUE};
-  QkvValue *enc = qkv_build_transformer_encoder(&b, &tcfg, src, valid, &error);
-  QkvValue *logits = qkv_build_transformer_decoder(&b, &tcfg, dec, enc, valid, NULL, &error);
-  QkvValue *loss = qkv_build_seq2seq_loss_lens(logits, labels, label_valid, NULL, &error);
-  g_assert_no_error(error);
+  QkvValue *loss = qkv_test_s2s_build(g, params, NULL);
   g_assert_true(qkv_graph_backward(g, loss, &error));
   QkvPlanOptions o = qkv_plan_options_default();
   o.n_threads = 1;
@@ -100,41 +38,26 @@ training_plan(QkvGraph *g, QkvParams *params)
   return plan;
 }
 
-/* Every gradient buffer of the store, end to end (free with g_free). */
-static float *
-grads_copy(QkvParams *params, gsize *n)
-{
-  *n = 0;
-  for (guint i = 0; i < qkv_params_size(params); i++)
-    *n += (gsize)qkv_tensor_numel(qkv_param_grad(qkv_params_nth(params, i)));
-  float *out = g_new(float, *n), *at = out;
-  for (guint i = 0; i < qkv_params_size(params); i++) {
-    const QkvTensor *g = qkv_param_grad(qkv_params_nth(params, i));
-    memcpy(at, qkv_tensor_const_data(g), qkv_tensor_nbytes(g));
-    at += qkv_tensor_numel(g);
-  }
-  return out;
-}
-
 static gboolean
 grads_equal(QkvParams *params, const float *want, gsize n)
 {
   gsize got_n;
-  g_autofree float *got = grads_copy(params, &got_n);
+  g_autofree float *got = qkv_test_params_flatten(params, TRUE, &got_n);
   return got_n == n && memcmp(got, want, n * sizeof(float)) == 0;
 }
 
 /* Run plan once on b, single-threaded: its loss, and (if grads is not NULL)
  * a copy of the store's gradients. */
 static float
-reference_run(QkvPlan *plan, const Batch *b, QkvParams *params, float **grads, gsize *n_grads)
+reference_run(QkvPlan *plan, const QkvTestBatch *b, QkvParams *params, float **grads,
+              gsize *n_grads)
 {
   g_autoptr(GError) error = NULL;
-  g_assert_true(bind_batch(plan, b, &error));
+  g_assert_true(qkv_test_batch_bind(plan, b, &error));
   g_assert_true(qkv_plan_run(plan, &error));
   g_assert_no_error(error);
   if (grads != NULL)
-    *grads = grads_copy(params, n_grads);
+    *grads = qkv_test_params_flatten(params, TRUE, n_grads);
   return qkv_plan_output_scalar(plan, 0);
 }
 
@@ -168,7 +91,7 @@ jitter(GRand *rand)
 
 typedef struct {
   QkvPlan *plan;
-  const Batch *batch;
+  const QkvTestBatch *batch;
   pthread_barrier_t *barrier;
   gboolean own_batches; /* the threads bind batches of different sizes */
   float want;           /* the loss of a run on batch */
@@ -185,7 +108,7 @@ plan_hammer(gpointer data)
     pthread_barrier_wait(h->barrier);
     jitter(rand);
     GError *error = NULL;
-    gboolean ran = bind_batch(h->plan, h->batch, &error) && qkv_plan_run(h->plan, &error);
+    gboolean ran = qkv_test_batch_bind(h->plan, h->batch, &error) && qkv_plan_run(h->plan, &error);
     check_refusal(error, h->own_batches, &h->busy);
     g_clear_error(&error);
     pthread_barrier_wait(h->barrier);
@@ -208,9 +131,9 @@ hammer_one_plan(gboolean own_batches)
   g_autoptr(QkvParams) params = qkv_params_new();
   g_autoptr(QkvGraph) g = qkv_graph_new();
   g_autoptr(QkvPlan) plan = training_plan(g, params);
-  Batch full, half;
-  batch_init(&full, B, 7);
-  batch_init(&half, B / 2, 17);
+  QkvTestBatch full, half;
+  qkv_test_batch_init(&full, QKV_TEST_S2S_ROWS, 7);
+  qkv_test_batch_init(&half, QKV_TEST_S2S_ROWS / 2, 17);
   gsize n_grads;
   g_autofree float *want_grads = NULL;
   float want = reference_run(plan, &full, params, &want_grads, &n_grads);
@@ -243,8 +166,8 @@ hammer_one_plan(gboolean own_batches)
   /* the plan is intact: one more run on the full batch is the reference */
   g_assert_cmpfloat(reference_run(plan, &full, params, NULL, NULL), ==, want);
   g_assert_true(grads_equal(params, want_grads, n_grads));
-  batch_clear(&full);
-  batch_clear(&half);
+  qkv_test_batch_clear(&full);
+  qkv_test_batch_clear(&half);
 }
 
 static void
@@ -340,7 +263,7 @@ reference_loss(QkvPlan *plan, QkvParams *params, float **grads, gsize *n_grads)
   g_autoptr(GError) error = NULL;
   g_assert_true(qkv_plan_run(plan, &error));
   g_assert_no_error(error);
-  *grads = grads_copy(params, n_grads);
+  *grads = qkv_test_params_flatten(params, TRUE, n_grads);
   return qkv_plan_output_scalar(plan, 0);
 }
 
@@ -492,16 +415,16 @@ test_decoder(void)
   g_autoptr(QkvParams) params = qkv_params_new();
   g_autoptr(QkvGraph) g = qkv_graph_new();
   g_autoptr(QkvPlan) unused = training_plan(g, params);
-  g_autoptr(QkvStepDecoder) dec =
-      qkv_step_decoder_new_transformer(params, &tcfg, DEC_ROWS, S, 8, 1, &error);
+  g_autoptr(QkvStepDecoder) dec = qkv_step_decoder_new_transformer(
+      params, &qkv_test_s2s_config, DEC_ROWS, QKV_TEST_S2S_SRC_LEN, 8, 1, &error);
   g_assert_no_error(error);
-  QkvShape two = QKV_SHAPE(2, S), two_rows = QKV_SHAPE(2);
-  g_autoptr(QkvTensor) src = qkv_test_randint(&two, 9, 3, (gint32)tcfg.src_vocab);
-  g_autoptr(QkvTensor) src_valid = qkv_test_randint(&two_rows, 10, 2, S + 1);
+  QkvShape two = QKV_SHAPE(2, QKV_TEST_S2S_SRC_LEN), two_rows = QKV_SHAPE(2);
+  g_autoptr(QkvTensor) src = qkv_test_randint(&two, 9, 3, (gint32)qkv_test_s2s_config.src_vocab);
+  g_autoptr(QkvTensor) src_valid = qkv_test_randint(&two_rows, 10, 2, QKV_TEST_S2S_SRC_LEN + 1);
   QkvBeamOptions o = qkv_beam_options_default();
   o.beam_size = 3;
   o.max_len = 8;
-  o.vocab = tcfg.tgt_vocab;
+  o.vocab = qkv_test_s2s_config.tgt_vocab;
   gint32 want_tokens[2 * 8];
   gint want_lengths[2];
   double want_scores[2];
@@ -509,9 +432,10 @@ test_decoder(void)
                                            want_scores, &error));
   g_assert_no_error(error);
   DecoderHammer h[2];
-  g_autofree float *want_logits = g_new(float, (gsize)DEC_STEPS * 2 * tcfg.tgt_vocab);
+  g_autofree float *want_logits =
+      g_new(float, (gsize)DEC_STEPS * 2 * qkv_test_s2s_config.tgt_vocab);
   h[0] = (DecoderHammer){.decoder = dec, .src = src, .src_valid = src_valid};
-  drive_steps(&h[0], want_logits, tcfg.tgt_vocab, FALSE);
+  drive_steps(&h[0], want_logits, qkv_test_s2s_config.tgt_vocab, FALSE);
 
   pthread_barrier_t barrier;
   pthread_barrier_init(&barrier, NULL, 2);

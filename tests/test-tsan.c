@@ -27,73 +27,26 @@
 
 #define ROUNDS 12
 
-static const QkvTransformerConfig tcfg = {
-    .src_vocab = 13,
-    .tgt_vocab = 11,
-    .num_hiddens = 16,
-    .ffn_hiddens = 24,
-    .num_heads = 4,
-    .num_layers = 2,
-    .dropout = 0.0,
-};
-
-enum { B = 4, S = 6, T = 5 };
-
-typedef struct {
-  QkvTensor *src, *src_valid, *dec_in, *labels, *label_valid;
-} Batch;
-
-static const gchar *const input_names[] = {"src", "src_valid", "dec_in", "labels", "label_valid"};
+/* The model, its batches and its graph are test-util.h's seq2seq fixtures,
+ * shared with test-concurrency.c. */
 
 static void
-batch_init(Batch *b, guint32 seed)
-{
-  QkvShape bs = QKV_SHAPE(B, S), bt = QKV_SHAPE(B, T), r = QKV_SHAPE(B);
-  b->src = qkv_test_randint(&bs, seed, 3, (gint32)tcfg.src_vocab);
-  b->src_valid = qkv_test_randint(&r, seed + 1, 1, S + 1);
-  b->dec_in = qkv_test_randint(&bt, seed + 2, 3, (gint32)tcfg.tgt_vocab);
-  b->labels = qkv_test_randint(&bt, seed + 3, 3, (gint32)tcfg.tgt_vocab);
-  b->label_valid = qkv_test_randint(&r, seed + 4, 1, T + 1);
-}
-
-static void
-batch_clear(Batch *b)
-{
-  qkv_tensor_free(b->src);
-  qkv_tensor_free(b->src_valid);
-  qkv_tensor_free(b->dec_in);
-  qkv_tensor_free(b->labels);
-  qkv_tensor_free(b->label_valid);
-}
-
-static void
-bind_batch(QkvPlan *plan, const Batch *b)
+bind_batch(QkvPlan *plan, const QkvTestBatch *b)
 {
   g_autoptr(GError) error = NULL;
-  QkvTensor *const *t = &b->src;
-  for (guint i = 0; i < G_N_ELEMENTS(input_names); i++)
-    g_assert_true(qkv_plan_bind(plan, input_names[i], t[i], &error));
+  g_assert_true(qkv_test_batch_bind(plan, b, &error));
   g_assert_no_error(error);
 }
 
-/* The book's Transformer over params (created on first use, shared after)
+/* The seq2seq Transformer over params (created on first use, shared after)
  * with two outputs, the decoder's logits and the masked loss; gradients when
  * train. */
 static QkvPlan *
 transformer_plan(QkvGraph *g, QkvParams *params, gboolean train, gint n_threads)
 {
   g_autoptr(GError) error = NULL;
-  QkvShape bs = QKV_SHAPE(B, S), bt = QKV_SHAPE(B, T), r = QKV_SHAPE(B);
-  QkvValue *src = qkv_test_input(g, "src", QKV_I32, bs);
-  QkvValue *valid = qkv_test_input(g, "src_valid", QKV_I32, r);
-  QkvValue *dec = qkv_test_input(g, "dec_in", QKV_I32, bt);
-  QkvValue *labels = qkv_test_input(g, "labels", QKV_I32, bt);
-  QkvValue *label_valid = qkv_test_input(g, "label_valid", QKV_I32, r);
-  QkvBuilder b = {.graph = g, .params = params, .seed = 3, .xavier_linear = TRUE};
-  QkvValue *enc = qkv_build_transformer_encoder(&b, &tcfg, src, valid, &error);
-  QkvValue *logits = qkv_build_transformer_decoder(&b, &tcfg, dec, enc, valid, NULL, &error);
-  QkvValue *loss = qkv_build_seq2seq_loss_lens(logits, labels, label_valid, NULL, &error);
-  g_assert_no_error(error);
+  QkvValue *logits = NULL;
+  QkvValue *loss = qkv_test_s2s_build(g, params, &logits);
   if (train)
     g_assert_true(qkv_graph_backward(g, loss, &error));
   QkvPlanOptions o = qkv_plan_options_default();
@@ -133,16 +86,7 @@ run_plan(QkvPlan *plan, QkvParams *grads_of, Result *out)
   out->loss = qkv_plan_output_scalar(plan, 1);
   if (grads_of == NULL)
     return;
-  out->n_grads = 0;
-  for (guint i = 0; i < qkv_params_size(grads_of); i++)
-    out->n_grads += (gsize)qkv_tensor_numel(qkv_param_grad(qkv_params_nth(grads_of, i)));
-  out->grads = g_new(float, out->n_grads);
-  float *at = out->grads;
-  for (guint i = 0; i < qkv_params_size(grads_of); i++) {
-    const QkvTensor *t = qkv_param_grad(qkv_params_nth(grads_of, i));
-    memcpy(at, qkv_tensor_const_data(t), qkv_tensor_nbytes(t));
-    at += qkv_tensor_numel(t);
-  }
+  out->grads = qkv_test_params_flatten(grads_of, TRUE, &out->n_grads);
 }
 
 static gboolean
@@ -202,9 +146,9 @@ test_eval_plans_shared_params(void)
   g_autoptr(QkvGraph) g1 = qkv_graph_new();
   g_autoptr(QkvPlan) p0 = transformer_plan(g0, params, FALSE, 1);
   g_autoptr(QkvPlan) p1 = transformer_plan(g1, params, FALSE, 1);
-  Batch b0, b1;
-  batch_init(&b0, 7);
-  batch_init(&b1, 17);
+  QkvTestBatch b0, b1;
+  qkv_test_batch_init(&b0, QKV_TEST_S2S_ROWS, 7);
+  qkv_test_batch_init(&b1, QKV_TEST_S2S_ROWS, 17);
   bind_batch(p0, &b0);
   bind_batch(p1, &b1);
   Result want[2] = {{0}};
@@ -216,8 +160,8 @@ test_eval_plans_shared_params(void)
   run_side_by_side(jobs);
   for (gint i = 0; i < 2; i++)
     result_clear(&want[i]);
-  batch_clear(&b0);
-  batch_clear(&b1);
+  qkv_test_batch_clear(&b0);
+  qkv_test_batch_clear(&b1);
 }
 
 /* A training plan (forward and backward, writing the store's gradients)
@@ -230,9 +174,9 @@ test_eval_beside_training(void)
   g_autoptr(QkvGraph) g1 = qkv_graph_new();
   g_autoptr(QkvPlan) train = transformer_plan(g0, params, TRUE, 1);
   g_autoptr(QkvPlan) eval = transformer_plan(g1, params, FALSE, 1);
-  Batch b0, b1;
-  batch_init(&b0, 27);
-  batch_init(&b1, 37);
+  QkvTestBatch b0, b1;
+  qkv_test_batch_init(&b0, QKV_TEST_S2S_ROWS, 27);
+  qkv_test_batch_init(&b1, QKV_TEST_S2S_ROWS, 37);
   bind_batch(train, &b0);
   bind_batch(eval, &b1);
   Result want[2] = {{0}};
@@ -244,8 +188,8 @@ test_eval_beside_training(void)
   run_side_by_side(jobs);
   for (gint i = 0; i < 2; i++)
     result_clear(&want[i]);
-  batch_clear(&b0);
-  batch_clear(&b1);
+  qkv_test_batch_clear(&b0);
+  qkv_test_batch_clear(&b1);
 }
 
 /* ---- two independent trainings -------------------------------------------- */
@@ -272,8 +216,8 @@ train(gpointer data)
   QkvOptimConfig config = qkv_optim_config_adam(0.01);
   g_autoptr(QkvOptimizer) opt = qkv_optimizer_new_adam(params, &config, &error);
   g_assert_no_error(error);
-  Batch b;
-  batch_init(&b, t->seed);
+  QkvTestBatch b;
+  qkv_test_batch_init(&b, QKV_TEST_S2S_ROWS, t->seed);
   bind_batch(plan, &b);
   for (gint step = 0; step < TRAIN_STEPS; step++) {
     qkv_params_zero_grad(params);
@@ -282,17 +226,8 @@ train(gpointer data)
     g_assert_true(qkv_optimizer_step(opt, &error));
     g_assert_no_error(error);
   }
-  t->n_values = 0;
-  for (guint i = 0; i < qkv_params_size(params); i++)
-    t->n_values += (gsize)qkv_tensor_numel(qkv_param_value(qkv_params_nth(params, i)));
-  t->values = g_new(float, t->n_values);
-  float *at = t->values;
-  for (guint i = 0; i < qkv_params_size(params); i++) {
-    const QkvTensor *v = qkv_param_value(qkv_params_nth(params, i));
-    memcpy(at, qkv_tensor_const_data(v), qkv_tensor_nbytes(v));
-    at += qkv_tensor_numel(v);
-  }
-  batch_clear(&b);
+  t->values = qkv_test_params_flatten(params, FALSE, &t->n_values);
+  qkv_test_batch_clear(&b);
   return NULL;
 }
 
@@ -348,7 +283,7 @@ decode_once(Decoding *d, gint32 *tokens, gint *lengths, double *scores, float *l
   g_assert_true(qkv_step_decoder_translate(d->decoder, d->src, d->src_valid, d->options, tokens,
                                            lengths, scores, &error));
   g_assert_true(qkv_step_decoder_start(d->decoder, d->src, d->src_valid, 1, &error));
-  const gsize vocab = (gsize)tcfg.tgt_vocab;
+  const gsize vocab = (gsize)qkv_test_s2s_config.tgt_vocab;
   for (gint t = 0; t < DEC_STEPS; t++)
     g_assert_true(qkv_step_decoder_step(d->decoder, t, fed_tokens[t], NULL, 2,
                                         logits + t * 2 * vocab, &error));
@@ -359,7 +294,7 @@ static gpointer
 decode_rounds(gpointer data)
 {
   Decoding *d = data;
-  const gsize n_logits = (gsize)DEC_STEPS * 2 * tcfg.tgt_vocab;
+  const gsize n_logits = (gsize)DEC_STEPS * 2 * qkv_test_s2s_config.tgt_vocab;
   g_autofree float *logits = g_new(float, n_logits);
   for (gint round = 0; round < ROUNDS; round++) {
     gint32 tokens[2 * MAX_LEN];
@@ -385,19 +320,21 @@ test_step_decoders_shared_params(void)
   QkvBeamOptions o = qkv_beam_options_default();
   o.beam_size = 3;
   o.max_len = MAX_LEN;
-  o.vocab = tcfg.tgt_vocab;
-  QkvShape two = QKV_SHAPE(2, S), two_rows = QKV_SHAPE(2);
+  o.vocab = qkv_test_s2s_config.tgt_vocab;
+  QkvShape two = QKV_SHAPE(2, QKV_TEST_S2S_SRC_LEN), two_rows = QKV_SHAPE(2);
   Decoding d[2];
   for (gint i = 0; i < 2; i++) {
     d[i] = (Decoding){.options = &o};
-    d[i].decoder = qkv_step_decoder_new_transformer(params, &tcfg, 6, S, MAX_LEN, 1, &error);
+    d[i].decoder = qkv_step_decoder_new_transformer(params, &qkv_test_s2s_config, 6,
+                                                    QKV_TEST_S2S_SRC_LEN, MAX_LEN, 1, &error);
     g_assert_no_error(error);
-    d[i].src = qkv_test_randint(&two, 9 + 10 * i, 3, (gint32)tcfg.src_vocab);
-    d[i].src_valid = qkv_test_randint(&two_rows, 10 + 10 * i, 2, S + 1);
-    d[i].logits = g_new(float, (gsize)DEC_STEPS * 2 * tcfg.tgt_vocab);
+    d[i].src = qkv_test_randint(&two, 9 + 10 * i, 3, (gint32)qkv_test_s2s_config.src_vocab);
+    d[i].src_valid = qkv_test_randint(&two_rows, 10 + 10 * i, 2, QKV_TEST_S2S_SRC_LEN + 1);
+    d[i].logits = g_new(float, (gsize)DEC_STEPS * 2 * qkv_test_s2s_config.tgt_vocab);
     decode_once(&d[i], d[i].tokens, d[i].lengths, d[i].scores, d[i].logits);
   }
-  g_assert_true(memcmp(d[0].logits, d[1].logits, (gsize)2 * tcfg.tgt_vocab * sizeof(float)) != 0);
+  g_assert_true(memcmp(d[0].logits, d[1].logits,
+                       (gsize)2 * qkv_test_s2s_config.tgt_vocab * sizeof(float)) != 0);
   GThread *threads[2];
   for (gint i = 0; i < 2; i++)
     threads[i] = g_thread_new("decoder", decode_rounds, &d[i]);

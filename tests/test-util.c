@@ -416,3 +416,91 @@ qkv_test_param_fd(QkvPlan *plan, QkvParams *params, const gchar *name, gint64 ma
                  count);
   return worst;
 }
+
+/* ---- the thread suites' seq2seq model ------------------------------------ */
+
+const QkvTransformerConfig qkv_test_s2s_config = {
+    .src_vocab = 13,
+    .tgt_vocab = 11,
+    .num_hiddens = 16,
+    .ffn_hiddens = 24,
+    .num_heads = 4,
+    .num_layers = 2,
+    .dropout = 0.0,
+};
+
+const gchar *const qkv_test_s2s_input_names[5] = {"src", "src_valid", "dec_in", "labels",
+                                                  "label_valid"};
+
+void
+qkv_test_batch_init(QkvTestBatch *b, gint rows, guint32 seed)
+{
+  const gint S = QKV_TEST_S2S_SRC_LEN, T = QKV_TEST_S2S_TGT_LEN;
+  QkvShape bs = QKV_SHAPE(rows, S), bt = QKV_SHAPE(rows, T), r = QKV_SHAPE(rows);
+  b->src = qkv_test_randint(&bs, seed, 3, (gint32)qkv_test_s2s_config.src_vocab);
+  b->src_valid = qkv_test_randint(&r, seed + 1, 1, S + 1);
+  b->dec_in = qkv_test_randint(&bt, seed + 2, 3, (gint32)qkv_test_s2s_config.tgt_vocab);
+  b->labels = qkv_test_randint(&bt, seed + 3, 3, (gint32)qkv_test_s2s_config.tgt_vocab);
+  b->label_valid = qkv_test_randint(&r, seed + 4, 1, T + 1);
+}
+
+void
+qkv_test_batch_clear(QkvTestBatch *b)
+{
+  qkv_tensor_free(b->src);
+  qkv_tensor_free(b->src_valid);
+  qkv_tensor_free(b->dec_in);
+  qkv_tensor_free(b->labels);
+  qkv_tensor_free(b->label_valid);
+}
+
+gboolean
+qkv_test_batch_bind(QkvPlan *plan, const QkvTestBatch *b, GError **error)
+{
+  QkvTensor *const *t = &b->src;
+  for (guint i = 0; i < G_N_ELEMENTS(qkv_test_s2s_input_names); i++)
+    if (!qkv_plan_bind(plan, qkv_test_s2s_input_names[i], t[i], error))
+      return FALSE;
+  return TRUE;
+}
+
+QkvValue *
+qkv_test_s2s_build(QkvGraph *g, QkvParams *params, QkvValue **logits)
+{
+  g_autoptr(GError) error = NULL;
+  const QkvTransformerConfig *cfg = &qkv_test_s2s_config;
+  const gint B = QKV_TEST_S2S_ROWS;
+  QkvShape bs = QKV_SHAPE(B, QKV_TEST_S2S_SRC_LEN), bt = QKV_SHAPE(B, QKV_TEST_S2S_TGT_LEN),
+           r = QKV_SHAPE(B);
+  QkvValue *src = qkv_test_input(g, "src", QKV_I32, bs);
+  QkvValue *valid = qkv_test_input(g, "src_valid", QKV_I32, r);
+  QkvValue *dec = qkv_test_input(g, "dec_in", QKV_I32, bt);
+  QkvValue *labels = qkv_test_input(g, "labels", QKV_I32, bt);
+  QkvValue *label_valid = qkv_test_input(g, "label_valid", QKV_I32, r);
+  QkvBuilder b = {.graph = g, .params = params, .seed = 3, .xavier_linear = TRUE};
+  QkvValue *enc = qkv_build_transformer_encoder(&b, cfg, src, valid, &error);
+  QkvValue *out = qkv_build_transformer_decoder(&b, cfg, dec, enc, valid, NULL, &error);
+  QkvValue *loss = qkv_build_seq2seq_loss_lens(out, labels, label_valid, NULL, &error);
+  g_assert_no_error(error);
+  if (logits != NULL)
+    *logits = out;
+  return loss;
+}
+
+float *
+qkv_test_params_flatten(QkvParams *params, gboolean grads, gsize *n)
+{
+  *n = 0;
+  for (guint i = 0; i < qkv_params_size(params); i++) {
+    QkvParam *p = qkv_params_nth(params, i);
+    *n += (gsize)qkv_tensor_numel(grads ? qkv_param_grad(p) : qkv_param_value(p));
+  }
+  float *out = g_new(float, *n), *at = out;
+  for (guint i = 0; i < qkv_params_size(params); i++) {
+    QkvParam *p = qkv_params_nth(params, i);
+    const QkvTensor *t = grads ? qkv_param_grad(p) : qkv_param_value(p);
+    memcpy(at, qkv_tensor_const_data(t), qkv_tensor_nbytes(t));
+    at += qkv_tensor_numel(t);
+  }
+  return out;
+}

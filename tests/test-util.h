@@ -174,3 +174,34 @@ QkvValue *qkv_test_input(QkvGraph *g, const gchar *name, QkvDType dtype, QkvShap
  * a test shows with it that the check catches a wrong gradient. */
 double qkv_test_param_fd(QkvPlan *plan, QkvParams *params, const gchar *name, gint64 max_elems,
                          double eps, double rel_tol, double abs_floor, double scale);
+
+/* ---- the thread suites' seq2seq model -------------------------------------
+ *
+ * test-tsan.c and test-concurrency.c run the same small Transformer from
+ * several threads and compare with single-threaded runs: its configuration,
+ * its batches (QKV_TEST_S2S_ROWS rows of QKV_TEST_S2S_SRC_LEN source and
+ * QKV_TEST_S2S_TGT_LEN target tokens) and its graph live here. */
+
+enum { QKV_TEST_S2S_ROWS = 4, QKV_TEST_S2S_SRC_LEN = 6, QKV_TEST_S2S_TGT_LEN = 5 };
+extern const QkvTransformerConfig qkv_test_s2s_config;
+
+/* One batch of the model's inputs, in the order of qkv_test_s2s_input_names. */
+typedef struct {
+  QkvTensor *src, *src_valid, *dec_in, *labels, *label_valid;
+} QkvTestBatch;
+extern const gchar *const qkv_test_s2s_input_names[5];
+
+/* A batch of rows random sequences (tokens from 3, lengths from 1) from seed
+ * .. seed + 4. */
+void qkv_test_batch_init(QkvTestBatch *b, gint rows, guint32 seed);
+void qkv_test_batch_clear(QkvTestBatch *b);
+/* Bind every tensor of b to plan's input of its name. */
+gboolean qkv_test_batch_bind(QkvPlan *plan, const QkvTestBatch *b, GError **error);
+/* The book's Transformer over params (created on first use, shared after;
+ * Xavier linear layers from seed 3) on g, for QKV_TEST_S2S_ROWS rows: returns
+ * the masked loss and, if logits is not NULL, the decoder's logits there.
+ * Asserts success. */
+QkvValue *qkv_test_s2s_build(QkvGraph *g, QkvParams *params, QkvValue **logits);
+/* Every parameter's value (or, with grads, its gradient) of params, end to
+ * end; *n gets the count. Free with g_free. */
+float *qkv_test_params_flatten(QkvParams *params, gboolean grads, gsize *n);

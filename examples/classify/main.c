@@ -549,18 +549,9 @@ check_options(GError **error)
                 "--save-best, --early-stop and --valid-every act on validation; give --valid N");
     return FALSE;
   }
-  if (opt_precision != NULL && !g_str_equal(opt_precision, "fp32") &&
-      !g_str_equal(opt_precision, "bf16")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --precision '%s' (fp32 or bf16)", opt_precision);
+  if (!options_check_choice("precision", opt_precision, "fp32", "bf16", error) ||
+      !options_check_choice("save-dtype", opt_save_dtype, "f32", "bf16", error))
     return FALSE;
-  }
-  if (opt_save_dtype != NULL && !g_str_equal(opt_save_dtype, "f32") &&
-      !g_str_equal(opt_save_dtype, "bf16")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --save-dtype '%s' (f32 or bf16)", opt_save_dtype);
-    return FALSE;
-  }
   if (opt_sentence != NULL && opt_heatmap == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--sentence only chooses the sentence of --heatmap");

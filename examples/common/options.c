@@ -85,3 +85,14 @@ options_max_threads(void)
 {
   return 4 * (gint)g_get_num_processors();
 }
+
+gboolean
+options_check_choice(const gchar *name, const gchar *value, const gchar *a, const gchar *b,
+                     GError **error)
+{
+  if (value == NULL || g_str_equal(value, a) || g_str_equal(value, b))
+    return TRUE;
+  g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "unknown --%s '%s' (%s or %s)", name,
+              value, a, b);
+  return FALSE;
+}

@@ -56,3 +56,9 @@ gboolean options_check_ranges(const OptionRange *ranges, guint n, GError **error
  * overhead (qkv-seq2seq --threads 10000 took 53.6 s and 2.2 GB where 2
  * threads took 0.11 s). */
 gint options_max_threads(void);
+
+/* Whether value, the text of --name (NULL when not given), is absent or one
+ * of the two choices a and b; else a G_OPTION_ERROR_BAD_VALUE like
+ * "unknown --precision 'fp16' (fp32 or bf16)". */
+gboolean options_check_choice(const gchar *name, const gchar *value, const gchar *a, const gchar *b,
+                              GError **error);

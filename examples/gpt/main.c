@@ -94,18 +94,9 @@ check_options(GError **error)
                 "--heads %d does not divide --d-model %d", opt_heads, opt_d_model);
     return FALSE;
   }
-  if (opt_precision != NULL && !g_str_equal(opt_precision, "fp32") &&
-      !g_str_equal(opt_precision, "bf16")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --precision '%s' (fp32 or bf16)", opt_precision);
+  if (!options_check_choice("precision", opt_precision, "fp32", "bf16", error) ||
+      !options_check_choice("save-dtype", opt_save_dtype, "f32", "bf16", error))
     return FALSE;
-  }
-  if (opt_save_dtype != NULL && !g_str_equal(opt_save_dtype, "f32") &&
-      !g_str_equal(opt_save_dtype, "bf16")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --save-dtype '%s' (f32 or bf16)", opt_save_dtype);
-    return FALSE;
-  }
   if (opt_save_dtype != NULL && opt_save == NULL) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--save-dtype is the dtype of the file --save writes; give --save too");

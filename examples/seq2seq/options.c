@@ -487,12 +487,8 @@ static gboolean
 check_subword_options(Seq2seqOptions *o, gboolean spm_vocab_size_given, gboolean reverse,
                       GError **error)
 {
-  if (o->vocab_name != NULL && !g_str_equal(o->vocab_name, "word") &&
-      !g_str_equal(o->vocab_name, "sentencepiece")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --vocab '%s' (word or sentencepiece)", o->vocab_name);
+  if (!options_check_choice("vocab", o->vocab_name, "word", "sentencepiece", error))
     return FALSE;
-  }
   o->subwords = o->vocab_name != NULL && g_str_equal(o->vocab_name, "sentencepiece");
   const gchar *spm_option = spm_vocab_size_given ? "--spm-vocab-size"
                             : o->spm_type        ? "--spm-type"
@@ -518,12 +514,8 @@ check_subword_options(Seq2seqOptions *o, gboolean spm_vocab_size_given, gboolean
                 "not text");
     return FALSE;
   }
-  if (o->spm_type != NULL && !g_str_equal(o->spm_type, "unigram") &&
-      !g_str_equal(o->spm_type, "bpe")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --spm-type '%s' (unigram or bpe)", o->spm_type);
+  if (!options_check_choice("spm-type", o->spm_type, "unigram", "bpe", error))
     return FALSE;
-  }
   if (o->spm_model != NULL && (spm_vocab_size_given || o->spm_type || o->spm_save)) {
     g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                 "--spm-model loads a SentencePiece model; %s are for training one",
@@ -561,12 +553,8 @@ check_options(Seq2seqOptions *o, GError **error)
                 o->model);
     return FALSE;
   }
-  if (o->precision_name != NULL && !g_str_equal(o->precision_name, "fp32") &&
-      !g_str_equal(o->precision_name, "bf16")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --precision '%s' (fp32 or bf16)", o->precision_name);
+  if (!options_check_choice("precision", o->precision_name, "fp32", "bf16", error))
     return FALSE;
-  }
   o->reverse = reverse;
   o->kind = kind;
   o->precision = o->precision_name != NULL && g_str_equal(o->precision_name, "bf16")
@@ -592,18 +580,10 @@ check_options(Seq2seqOptions *o, GError **error)
                 o->accumulate, o->accumulate, o->batch);
     return FALSE;
   }
-  if (o->clip_rule != NULL && !g_str_equal(o->clip_rule, "torch") &&
-      !g_str_equal(o->clip_rule, "d2l")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --clip-rule '%s' (torch or d2l)", o->clip_rule);
+  if (!options_check_choice("clip-rule", o->clip_rule, "torch", "d2l", error))
     return FALSE;
-  }
-  if (o->save_dtype_name != NULL && !g_str_equal(o->save_dtype_name, "f32") &&
-      !g_str_equal(o->save_dtype_name, "bf16")) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "unknown --save-dtype '%s' (f32 or bf16)", o->save_dtype_name);
+  if (!options_check_choice("save-dtype", o->save_dtype_name, "f32", "bf16", error))
     return FALSE;
-  }
   o->save_dtype = o->save_dtype_name != NULL && g_str_equal(o->save_dtype_name, "bf16")
                       ? QKV_CHECKPOINT_DTYPE_BF16
                       : QKV_CHECKPOINT_DTYPE_F32;

@@ -277,6 +277,156 @@ plugin_search_description(void)
                          user_part, system_part);
 }
 
+/* The op registered as op_name, or NULL with QKV_ERROR_UNKNOWN_OP saying
+ * where a plugin defining it would have been looked for. */
+static const QkvOpDef *
+lookup_op(const gchar *op_name, const gchar *node_name, GError **error)
+{
+  const QkvOpDef *op = qkv_op_lookup(op_name);
+  if (op == NULL) {
+    g_autofree gchar *where = plugin_search_description();
+    g_set_error(error, QKV_ERROR, QKV_ERROR_UNKNOWN_OP,
+                "unknown op '%s' (node %s): no built-in op or loaded plugin has that name; %s",
+                op_name, node_name, where);
+  }
+  return op;
+}
+
+/* Whether op takes n_inputs inputs; the message names the range the op
+ * declares (at least, exactly, or from-to). */
+static gboolean
+check_arity(const QkvOpDef *op, const gchar *op_name, const gchar *node_name, guint n_inputs,
+            GError **error)
+{
+  if (n_inputs >= op->min_inputs && (op->max_inputs < 0 || n_inputs <= (guint)op->max_inputs))
+    return TRUE;
+  if (op->max_inputs < 0)
+    g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY,
+                "op '%s' (node %s): expects at least %u inputs, got %u", op_name, node_name,
+                op->min_inputs, n_inputs);
+  else if ((guint)op->max_inputs == op->min_inputs)
+    g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY, "op '%s' (node %s): expects %u inputs, got %u",
+                op_name, node_name, op->min_inputs, n_inputs);
+  else
+    g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY,
+                "op '%s' (node %s): expects %u to %d inputs, got %u", op_name, node_name,
+                op->min_inputs, op->max_inputs, n_inputs);
+  return FALSE;
+}
+
+/* Whether every input is a live value of graph: not NULL, not from another
+ * graph, not retired by a rollback. */
+static gboolean
+check_inputs(QkvGraph *graph, const gchar *op_name, const gchar *node_name, QkvValue *const *inputs,
+             guint n_inputs, GError **error)
+{
+  for (guint i = 0; i < n_inputs; i++) {
+    if (inputs[i] == NULL) {
+      if (error == NULL || *error == NULL) /* else an earlier failure said why */
+        g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                    "op '%s' (node %s): input %u is NULL (did an earlier step fail?)", op_name,
+                    node_name, i);
+      return FALSE;
+    }
+    if (inputs[i]->graph != graph) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_GRAPH_MISMATCH,
+                  "op '%s' (node %s): input %u ('%s') belongs to another graph", op_name, node_name,
+                  i, inputs[i]->name ? inputs[i]->name : "?");
+      return FALSE;
+    }
+    if (qkv_value_is_retired(graph, inputs[i])) {
+      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                  "op '%s' (node %s): input %u ('%s') was removed from the graph by a rollback",
+                  op_name, node_name, i, inputs[i]->name ? inputs[i]->name : "?");
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* Whether the outputs the shape rule declared are usable: 1 to
+ * QKV_MAX_OUTPUTS of them, each a valid shape of a dtype values can have. */
+static gboolean
+check_declared_outputs(const QkvShapeCtx *ctx, GError **error)
+{
+  if (ctx->n_outputs < 1 || ctx->n_outputs > QKV_MAX_OUTPUTS)
+    return qkv_shape_error(ctx, error, QKV_ERROR_INVALID_ARGUMENT,
+                           "the shape rule declared %u outputs (1 to %d allowed)", ctx->n_outputs,
+                           QKV_MAX_OUTPUTS);
+  for (guint i = 0; i < ctx->n_outputs; i++) {
+    gboolean ok = qkv_shape_is_valid(&ctx->out_shapes[i]) &&
+                  (ctx->out_dtypes[i] == QKV_F32 || ctx->out_dtypes[i] == QKV_I32);
+    if (!ok)
+      return qkv_shape_error(
+          ctx, error, QKV_ERROR_SHAPE,
+          "output %u would have an invalid shape (negative or too many elements)", i);
+  }
+  return TRUE;
+}
+
+/* Run op's shape rule on the inputs into ctx (n_outputs, out_shapes,
+ * out_dtypes); FALSE with error if it rejects them or declares unusable
+ * outputs. ctx's input arrays live only during the call (cleared on return). */
+static gboolean
+infer_output_shapes(const QkvOpDef *op, const gchar *node_name, QkvValue *const *inputs,
+                    guint n_inputs, const QkvAttrs *parsed, QkvShapeCtx *ctx, GError **error)
+{
+  QkvShape *in_shapes = g_newa(QkvShape, MAX(n_inputs, 1));
+  QkvDType *in_dtypes = g_newa(QkvDType, MAX(n_inputs, 1));
+  for (guint i = 0; i < n_inputs; i++) {
+    in_shapes[i] = inputs[i]->shape;
+    in_dtypes[i] = inputs[i]->dtype;
+  }
+  memset(ctx, 0, sizeof *ctx);
+  ctx->op_name = op->name;
+  ctx->node_name = node_name;
+  ctx->n_inputs = n_inputs;
+  ctx->in_shapes = in_shapes;
+  ctx->in_dtypes = in_dtypes;
+  ctx->attrs = parsed;
+  ctx->n_outputs = 1;
+  GError *shape_error = NULL;
+  gboolean ok = op->shape(ctx, &shape_error);
+  if (!ok) {
+    if (shape_error == NULL)
+      qkv_shape_error(ctx, &shape_error, QKV_ERROR_SHAPE, "the shape rule rejected the inputs");
+    g_propagate_error(error, shape_error);
+  } else {
+    ok = check_declared_outputs(ctx, error);
+  }
+  ctx->in_shapes = NULL; /* the stack arrays die with this frame */
+  ctx->in_dtypes = NULL;
+  return ok;
+}
+
+/* The node, with its outputs as ctx declared them, appended to graph; takes
+ * node_name and parsed. */
+static QkvNode *
+node_create(QkvGraph *graph, const QkvOpDef *op, gchar *node_name, QkvValue *const *inputs,
+            guint n_inputs, QkvAttrs *parsed, const QkvShapeCtx *ctx)
+{
+  QkvNode *node = g_new0(QkvNode, 1);
+  node->graph = graph;
+  node->id = graph->nodes->len;
+  node->born = graph->generation;
+  node->op = op;
+  node->name = node_name;
+  node->n_inputs = n_inputs;
+  node->inputs = g_new0(QkvValue *, MAX(n_inputs, 1));
+  memcpy(node->inputs, inputs, n_inputs * sizeof(QkvValue *));
+  node->attrs = parsed;
+  node->n_outputs = ctx->n_outputs;
+  for (guint i = 0; i < ctx->n_outputs; i++) {
+    QkvValue *v = value_new(graph, QKV_VALUE_OP, ctx->out_dtypes[i], &ctx->out_shapes[i]);
+    v->node = node;
+    v->output_index = i;
+    v->name = ctx->n_outputs == 1 ? g_strdup(node->name) : g_strdup_printf("%s:%u", node->name, i);
+    node->outputs[i] = v;
+  }
+  g_ptr_array_add(graph->nodes, node);
+  return node;
+}
+
 QkvNode *
 qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *inputs, guint n_inputs,
                    GVariant *attrs, GError **error)
@@ -291,113 +441,19 @@ qkv_graph_add_node(QkvGraph *graph, const gchar *op_name, QkvValue *const *input
   g_return_val_if_fail(n_inputs == 0 || inputs != NULL, NULL);
   g_autofree gchar *node_name = make_node_name(graph, op_name);
 
-  const QkvOpDef *op = qkv_op_lookup(op_name);
-  if (op == NULL) {
-    g_autofree gchar *where = plugin_search_description();
-    g_set_error(error, QKV_ERROR, QKV_ERROR_UNKNOWN_OP,
-                "unknown op '%s' (node %s): no built-in op or loaded plugin has that name; %s",
-                op_name, node_name, where);
+  const QkvOpDef *op = lookup_op(op_name, node_name, error);
+  if (op == NULL || !check_arity(op, op_name, node_name, n_inputs, error) ||
+      !check_inputs(graph, op_name, node_name, inputs, n_inputs, error))
     return NULL;
-  }
-  if (n_inputs < op->min_inputs || (op->max_inputs >= 0 && n_inputs > (guint)op->max_inputs)) {
-    if (op->max_inputs < 0)
-      g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY,
-                  "op '%s' (node %s): expects at least %u inputs, got %u", op_name, node_name,
-                  op->min_inputs, n_inputs);
-    else if ((guint)op->max_inputs == op->min_inputs)
-      g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY, "op '%s' (node %s): expects %u inputs, got %u",
-                  op_name, node_name, op->min_inputs, n_inputs);
-    else
-      g_set_error(error, QKV_ERROR, QKV_ERROR_ARITY,
-                  "op '%s' (node %s): expects %u to %d inputs, got %u", op_name, node_name,
-                  op->min_inputs, op->max_inputs, n_inputs);
-    return NULL;
-  }
-  for (guint i = 0; i < n_inputs; i++) {
-    if (inputs[i] == NULL) {
-      if (error == NULL || *error == NULL) /* else an earlier failure said why */
-        g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                    "op '%s' (node %s): input %u is NULL (did an earlier step fail?)", op_name,
-                    node_name, i);
-      return NULL;
-    }
-    if (inputs[i]->graph != graph) {
-      g_set_error(error, QKV_ERROR, QKV_ERROR_GRAPH_MISMATCH,
-                  "op '%s' (node %s): input %u ('%s') belongs to another graph", op_name, node_name,
-                  i, inputs[i]->name ? inputs[i]->name : "?");
-      return NULL;
-    }
-    if (qkv_value_is_retired(graph, inputs[i])) {
-      g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
-                  "op '%s' (node %s): input %u ('%s') was removed from the graph by a rollback",
-                  op_name, node_name, i, inputs[i]->name ? inputs[i]->name : "?");
-      return NULL;
-    }
-  }
   QkvAttrs *parsed = qkv_attrs_parse(op, node_name, attrs, error);
   if (parsed == NULL)
     return NULL;
-
-  QkvShape *in_shapes = g_newa(QkvShape, MAX(n_inputs, 1));
-  QkvDType *in_dtypes = g_newa(QkvDType, MAX(n_inputs, 1));
-  for (guint i = 0; i < n_inputs; i++) {
-    in_shapes[i] = inputs[i]->shape;
-    in_dtypes[i] = inputs[i]->dtype;
-  }
-  QkvShapeCtx ctx = {0};
-  ctx.op_name = op->name;
-  ctx.node_name = node_name;
-  ctx.n_inputs = n_inputs;
-  ctx.in_shapes = in_shapes;
-  ctx.in_dtypes = in_dtypes;
-  ctx.attrs = parsed;
-  ctx.n_outputs = 1;
-  GError *shape_error = NULL;
-  if (!op->shape(&ctx, &shape_error)) {
-    if (shape_error == NULL)
-      qkv_shape_error(&ctx, &shape_error, QKV_ERROR_SHAPE, "the shape rule rejected the inputs");
-    g_propagate_error(error, shape_error);
+  QkvShapeCtx ctx;
+  if (!infer_output_shapes(op, node_name, inputs, n_inputs, parsed, &ctx, error)) {
     qkv_attrs_free(parsed);
     return NULL;
   }
-  if (ctx.n_outputs < 1 || ctx.n_outputs > QKV_MAX_OUTPUTS) {
-    qkv_shape_error(&ctx, error, QKV_ERROR_INVALID_ARGUMENT,
-                    "the shape rule declared %u outputs (1 to %d allowed)", ctx.n_outputs,
-                    QKV_MAX_OUTPUTS);
-    qkv_attrs_free(parsed);
-    return NULL;
-  }
-  for (guint i = 0; i < ctx.n_outputs; i++) {
-    gboolean ok = qkv_shape_is_valid(&ctx.out_shapes[i]) &&
-                  (ctx.out_dtypes[i] == QKV_F32 || ctx.out_dtypes[i] == QKV_I32);
-    if (!ok) {
-      qkv_shape_error(&ctx, error, QKV_ERROR_SHAPE,
-                      "output %u would have an invalid shape (negative or too many elements)", i);
-      qkv_attrs_free(parsed);
-      return NULL;
-    }
-  }
-
-  QkvNode *node = g_new0(QkvNode, 1);
-  node->graph = graph;
-  node->id = graph->nodes->len;
-  node->born = graph->generation;
-  node->op = op;
-  node->name = g_steal_pointer(&node_name);
-  node->n_inputs = n_inputs;
-  node->inputs = g_new0(QkvValue *, MAX(n_inputs, 1));
-  memcpy(node->inputs, inputs, n_inputs * sizeof(QkvValue *));
-  node->attrs = parsed;
-  node->n_outputs = ctx.n_outputs;
-  for (guint i = 0; i < ctx.n_outputs; i++) {
-    QkvValue *v = value_new(graph, QKV_VALUE_OP, ctx.out_dtypes[i], &ctx.out_shapes[i]);
-    v->node = node;
-    v->output_index = i;
-    v->name = ctx.n_outputs == 1 ? g_strdup(node->name) : g_strdup_printf("%s:%u", node->name, i);
-    node->outputs[i] = v;
-  }
-  g_ptr_array_add(graph->nodes, node);
-  return node;
+  return node_create(graph, op, g_steal_pointer(&node_name), inputs, n_inputs, parsed, &ctx);
 }
 
 QkvValue *

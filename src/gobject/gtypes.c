@@ -11,81 +11,58 @@
 
 /* ---- References ---------------------------------------------------------- */
 
-QkvGraph *
-qkv_graph_ref(QkvGraph *graph)
-{
-  g_return_val_if_fail(graph != NULL, NULL);
-  g_atomic_int_inc(&graph->ref_count);
-  return graph;
-}
+/* TypeName *type_name_ref(TypeName *arg) for the types that count their own
+ * references (ref_count, released by their _free). arg is the parameter's
+ * name, which g_return_val_if_fail's message quotes. */
+#define QKV_DEFINE_REF(TypeName, type_name, arg)                                                   \
+  TypeName *type_name##_ref(TypeName *arg)                                                         \
+  {                                                                                                \
+    g_return_val_if_fail(arg != NULL, NULL);                                                       \
+    g_atomic_int_inc(&arg->ref_count);                                                             \
+    return arg;                                                                                    \
+  }
 
-QkvParams *
-qkv_params_ref(QkvParams *params)
-{
-  g_return_val_if_fail(params != NULL, NULL);
-  g_atomic_int_inc(&params->ref_count);
-  return params;
-}
-
-QkvPlan *
-qkv_plan_ref(QkvPlan *plan)
-{
-  g_return_val_if_fail(plan != NULL, NULL);
-  g_atomic_int_inc(&plan->ref_count);
-  return plan;
-}
-
-QkvOptimizer *
-qkv_optimizer_ref(QkvOptimizer *opt)
-{
-  g_return_val_if_fail(opt != NULL, NULL);
-  g_atomic_int_inc(&opt->ref_count);
-  return opt;
-}
-
-QkvTensor *
-qkv_tensor_ref(QkvTensor *tensor)
-{
-  g_return_val_if_fail(tensor != NULL, NULL);
-  g_atomic_int_inc(&tensor->ref_count);
-  return tensor;
-}
+QKV_DEFINE_REF(QkvGraph, qkv_graph, graph)
+QKV_DEFINE_REF(QkvParams, qkv_params, params)
+QKV_DEFINE_REF(QkvPlan, qkv_plan, plan)
+QKV_DEFINE_REF(QkvOptimizer, qkv_optimizer, opt)
+QKV_DEFINE_REF(QkvTensor, qkv_tensor, tensor)
 
 /* A value (or node) belongs to its graph: a reference to it is one on the
  * graph, and the graph keeps what a rollback removes from then on. The
  * graph is built by one thread at a time (qkv-graph.h), so the flag needs
  * no atomics. */
-QkvValue *
-qkv_value_ref(QkvValue *value)
-{
-  g_return_val_if_fail(value != NULL, NULL);
-  value->graph->retire = TRUE;
-  qkv_graph_ref(value->graph);
-  return value;
-}
+#define QKV_DEFINE_GRAPH_MEMBER_REF(TypeName, type_name, arg)                                      \
+  TypeName *type_name##_ref(TypeName *arg)                                                         \
+  {                                                                                                \
+    g_return_val_if_fail(arg != NULL, NULL);                                                       \
+    arg->graph->retire = TRUE;                                                                     \
+    qkv_graph_ref(arg->graph);                                                                     \
+    return arg;                                                                                    \
+  }                                                                                                \
+                                                                                                   \
+  void type_name##_unref(TypeName *arg)                                                            \
+  {                                                                                                \
+    if (arg != NULL)                                                                               \
+      qkv_graph_free(arg->graph);                                                                  \
+  }
 
-void
-qkv_value_unref(QkvValue *value)
-{
-  if (value != NULL)
-    qkv_graph_free(value->graph);
-}
+QKV_DEFINE_GRAPH_MEMBER_REF(QkvValue, qkv_value, value)
+QKV_DEFINE_GRAPH_MEMBER_REF(QkvNode, qkv_node, node)
 
-QkvNode *
-qkv_node_ref(QkvNode *node)
-{
-  g_return_val_if_fail(node != NULL, NULL);
-  node->graph->retire = TRUE;
-  qkv_graph_ref(node->graph);
-  return node;
-}
-
-void
-qkv_node_unref(QkvNode *node)
-{
-  if (node != NULL)
-    qkv_graph_free(node->graph);
-}
+/* type_name_copy() and type_name_free() of the plain structs bindings get
+ * boxed (no pointers inside): a byte copy, and g_free. */
+#define QKV_DEFINE_STRUCT_COPY_FREE(TypeName, type_name, arg)                                      \
+  TypeName *type_name##_copy(const TypeName *arg)                                                  \
+  {                                                                                                \
+    g_return_val_if_fail(arg != NULL, NULL);                                                       \
+    return g_memdup2(arg, sizeof *arg);                                                            \
+  }                                                                                                \
+                                                                                                   \
+  void type_name##_free(TypeName *arg)                                                             \
+  {                                                                                                \
+    g_free(arg);                                                                                   \
+  }
 
 /* A boxed copy of a tensor: the same tensor when it owns its data (a
  * parameter's value stays live and shared), a deep copy when it borrows
@@ -132,18 +109,7 @@ qkv_shape_new(const gint64 *dims, gint rank)
   return shape;
 }
 
-QkvShape *
-qkv_shape_copy(const QkvShape *shape)
-{
-  g_return_val_if_fail(shape != NULL, NULL);
-  return g_memdup2(shape, sizeof *shape);
-}
-
-void
-qkv_shape_free(QkvShape *shape)
-{
-  g_free(shape);
-}
+QKV_DEFINE_STRUCT_COPY_FREE(QkvShape, qkv_shape, shape)
 
 const gint64 *
 qkv_shape_get_dims(const QkvShape *shape, gint *rank)
@@ -222,18 +188,7 @@ qkv_plan_options_new(void)
   return options;
 }
 
-QkvPlanOptions *
-qkv_plan_options_copy(const QkvPlanOptions *options)
-{
-  g_return_val_if_fail(options != NULL, NULL);
-  return g_memdup2(options, sizeof *options);
-}
-
-void
-qkv_plan_options_free(QkvPlanOptions *options)
-{
-  g_free(options);
-}
+QKV_DEFINE_STRUCT_COPY_FREE(QkvPlanOptions, qkv_plan_options, options)
 
 QkvOptimConfig *
 qkv_optim_config_new(QkvOptimizerKind kind, double lr)
@@ -255,18 +210,7 @@ qkv_optim_config_new(QkvOptimizerKind kind, double lr)
   return g_memdup2(&config, sizeof config);
 }
 
-QkvOptimConfig *
-qkv_optim_config_copy(const QkvOptimConfig *config)
-{
-  g_return_val_if_fail(config != NULL, NULL);
-  return g_memdup2(config, sizeof *config);
-}
-
-void
-qkv_optim_config_free(QkvOptimConfig *config)
-{
-  g_free(config);
-}
+QKV_DEFINE_STRUCT_COPY_FREE(QkvOptimConfig, qkv_optim_config, config)
 
 QkvBuilder *
 qkv_builder_new(QkvGraph *graph, QkvParams *params, guint64 seed)
