@@ -466,32 +466,20 @@ fixture_clear(void)
  * error pointer error) that calls it and is TRUE when it returned its
  * failure value. Keep them in the headers' order. */
 #define STICKY_CALLS(CALL)                                                                         \
-  /* qkv-builders.h */                                                                             \
+  /* qkv-builders-core.h */                                                                        \
   CALL(qkv_builder_push, push_and_pop(f, error))                                                   \
   CALL(qkv_builder_push_printf, push_printf_and_pop(f, error))                                     \
   CALL(qkv_build_param, qkv_build_param(&f->b, "bp", &f->s4, "zeros", 4, error) == NULL)           \
   CALL(qkv_build_param_init,                                                                       \
        qkv_build_param_init(&f->b, "bpi", &f->s4, &f->init_ones, error) == NULL)                   \
+  /* qkv-builders-layers.h */                                                                      \
   CALL(qkv_build_linear, qkv_build_linear(&f->b, "lin", f->x, 3, TRUE, error) == NULL)             \
   CALL(qkv_build_linear_init,                                                                      \
        qkv_build_linear_init(&f->b, "lini", f->x, 3, TRUE, &f->init_ones, NULL, error) == NULL)    \
   CALL(qkv_build_embedding, qkv_build_embedding(&f->b, "embb", f->ids, 10, 4, error) == NULL)      \
   CALL(qkv_build_embedding_init,                                                                   \
        qkv_build_embedding_init(&f->b, "embi", f->ids, 10, 4, &f->init_ones, error) == NULL)       \
-  CALL(qkv_build_mha, qkv_build_mha(&f->b, "mha", f->x, f->kv, f->kv, 4, 2, f->lens, FALSE, 0.0,   \
-                                    &f->out, error) == NULL &&                                     \
-                          f->out == NULL)                                                          \
-  CALL(qkv_build_mha_masked,                                                                       \
-       qkv_build_mha_masked(&f->b, "mham", f->x, f->kv, f->kv, 4, 2, f->lens, f->mask,             \
-                            QKV_MASK_BOOLEAN, FALSE, 0.0, &f->out, error) == NULL &&               \
-           f->out == NULL)                                                                         \
   CALL(qkv_build_positions, qkv_build_positions(&f->b, f->ids, error) == NULL)                     \
-  CALL(qkv_build_mha_keys_values, qkv_build_mha_keys_values(&f->b, "mhakv", f->kv, f->kv, 4, 2,    \
-                                                            NULL, &f->out, error) == NULL &&       \
-                                      f->out == NULL)                                              \
-  CALL(qkv_build_mha_full, qkv_build_mha_full(&f->b, "mhaf", f->x, f->kv, f->kv, 4, 2,             \
-                                              &f->mha_options, &f->out, error) == NULL &&          \
-                               f->out == NULL)                                                     \
   CALL(qkv_build_ffn, qkv_build_ffn(&f->b, "ffn", f->x, 8, 4, error) == NULL)                      \
   CALL(qkv_build_ffn_activation,                                                                   \
        qkv_build_ffn_activation(&f->b, "ffna", f->x, 8, 4, QKV_ACTIVATION_GELU, error) == NULL)    \
@@ -499,6 +487,45 @@ fixture_clear(void)
   CALL(qkv_build_layer_norm,                                                                       \
        qkv_build_layer_norm(&f->b, "ln", f->x, 1e-5, TRUE, TRUE, error) == NULL)                   \
   CALL(qkv_build_rms_norm, qkv_build_rms_norm(&f->b, "rms", f->x, 1e-5, error) == NULL)            \
+  CALL(qkv_build_gru,                                                                              \
+       qkv_build_gru(&f->b, "gru", f->x, NULL, 4, 1, 0.0, &f->out, error) == NULL &&               \
+           f->out == NULL)                                                                         \
+  /* qkv-builders-attention.h */                                                                   \
+  CALL(qkv_build_mha, qkv_build_mha(&f->b, "mha", f->x, f->kv, f->kv, 4, 2, f->lens, FALSE, 0.0,   \
+                                    &f->out, error) == NULL &&                                     \
+                          f->out == NULL)                                                          \
+  CALL(qkv_build_mha_masked,                                                                       \
+       qkv_build_mha_masked(&f->b, "mham", f->x, f->kv, f->kv, 4, 2, f->lens, f->mask,             \
+                            QKV_MASK_BOOLEAN, FALSE, 0.0, &f->out, error) == NULL &&               \
+           f->out == NULL)                                                                         \
+  CALL(qkv_build_mha_full, qkv_build_mha_full(&f->b, "mhaf", f->x, f->kv, f->kv, 4, 2,             \
+                                              &f->mha_options, &f->out, error) == NULL &&          \
+                               f->out == NULL)                                                     \
+  CALL(qkv_build_mha_keys_values, qkv_build_mha_keys_values(&f->b, "mhakv", f->kv, f->kv, 4, 2,    \
+                                                            NULL, &f->out, error) == NULL &&       \
+                                      f->out == NULL)                                              \
+  CALL(qkv_build_luong_attention, qkv_build_luong_attention(&f->b, "la", &f->lacfg, f->x, f->kv,   \
+                                                            f->lens, 0, &f->out, error) == NULL && \
+                                      f->out == NULL)                                              \
+  CALL(qkv_build_luong_attentional,                                                                \
+       qkv_build_luong_attentional(&f->b, "lat", f->x, f->y, error) == NULL)                       \
+  CALL(qkv_build_attention_pooling,                                                                \
+       qkv_build_attention_pooling(&f->b, "pool", f->x, f->lens, 2, 4, &f->out, error) == NULL &&  \
+           f->out == NULL)                                                                         \
+  CALL(qkv_build_hard_attention_pooling,                                                           \
+       qkv_build_hard_attention_pooling(&f->b, "hpool", f->x, f->lens, 2, 4, 1.0, &f->out,         \
+                                        error) == NULL &&                                          \
+           f->out == NULL)                                                                         \
+  CALL(qkv_build_mean_pooling,                                                                     \
+       qkv_build_mean_pooling(&f->b, f->x, f->lens, &f->out, error) == NULL && f->out == NULL)     \
+  CALL(qkv_build_nw_regression, qkv_build_nw_regression(f->graph, f->params, "nw.", f->nq, f->nk,  \
+                                                        f->nk, 1, &f->out, error) == NULL &&       \
+                                    f->out == NULL)                                                \
+  CALL(qkv_build_nw_regression_masked,                                                             \
+       qkv_build_nw_regression_masked(f->graph, f->params, "nwm.", f->nq, f->nk, f->nk, f->nk, 1,  \
+                                      &f->out, error) == NULL &&                                   \
+           f->out == NULL)                                                                         \
+  /* qkv-builders-models.h */                                                                      \
   CALL(qkv_build_transformer_encoder,                                                              \
        qkv_build_transformer_encoder(&f->b, &f->tcfg, f->ids, f->lens, error) == NULL)             \
   CALL(qkv_build_transformer_decoder,                                                              \
@@ -510,20 +537,12 @@ fixture_clear(void)
   CALL(qkv_build_transformer_decoder_taps,                                                         \
        qkv_build_transformer_decoder_taps(&f->b, &f->tcfg, f->ids, f->x, f->lens, NULL, error) ==  \
            NULL)                                                                                   \
-  CALL(qkv_build_gru,                                                                              \
-       qkv_build_gru(&f->b, "gru", f->x, NULL, 4, 1, 0.0, &f->out, error) == NULL &&               \
-           f->out == NULL)                                                                         \
   CALL(qkv_build_bahdanau_seq2seq, qkv_build_bahdanau_seq2seq(&f->b, &f->gcfg, f->ids, f->lens,    \
                                                               f->ids, &f->out, error) == NULL &&   \
                                        f->out == NULL)                                             \
   CALL(qkv_build_bahdanau_seq2seq_taps,                                                            \
        qkv_build_bahdanau_seq2seq_taps(&f->b, &f->gcfg, f->ids, f->lens, f->ids, NULL, error) ==   \
            NULL)                                                                                   \
-  CALL(qkv_build_luong_attention, qkv_build_luong_attention(&f->b, "la", &f->lacfg, f->x, f->kv,   \
-                                                            f->lens, 0, &f->out, error) == NULL && \
-                                      f->out == NULL)                                              \
-  CALL(qkv_build_luong_attentional,                                                                \
-       qkv_build_luong_attentional(&f->b, "lat", f->x, f->y, error) == NULL)                       \
   CALL(qkv_build_luong_seq2seq, qkv_build_luong_seq2seq(&f->b2, &f->lcfg, f->ids, f->lens, f->ids, \
                                                         &f->out, error) == NULL &&                 \
                                     f->out == NULL)                                                \
@@ -536,24 +555,8 @@ fixture_clear(void)
   CALL(qkv_build_seq2seq_loss_lens_smoothed,                                                       \
        qkv_build_seq2seq_loss_lens_smoothed(f->x, f->ids, f->lens, 0.1, &f->out, error) == NULL && \
            f->out == NULL)                                                                         \
-  CALL(qkv_build_attention_pooling,                                                                \
-       qkv_build_attention_pooling(&f->b, "pool", f->x, f->lens, 2, 4, &f->out, error) == NULL &&  \
-           f->out == NULL)                                                                         \
-  CALL(qkv_build_hard_attention_pooling,                                                           \
-       qkv_build_hard_attention_pooling(&f->b, "hpool", f->x, f->lens, 2, 4, 1.0, &f->out,         \
-                                        error) == NULL &&                                          \
-           f->out == NULL)                                                                         \
-  CALL(qkv_build_mean_pooling,                                                                     \
-       qkv_build_mean_pooling(&f->b, f->x, f->lens, &f->out, error) == NULL && f->out == NULL)     \
   CALL(qkv_build_pooling_classifier,                                                               \
        qkv_build_pooling_classifier(&f->b, &f->pcfg, f->ids, f->lens, &f->out, error) == NULL &&   \
-           f->out == NULL)                                                                         \
-  CALL(qkv_build_nw_regression, qkv_build_nw_regression(f->graph, f->params, "nw.", f->nq, f->nk,  \
-                                                        f->nk, 1, &f->out, error) == NULL &&       \
-                                    f->out == NULL)                                                \
-  CALL(qkv_build_nw_regression_masked,                                                             \
-       qkv_build_nw_regression_masked(f->graph, f->params, "nwm.", f->nq, f->nk, f->nk, f->nk, 1,  \
-                                      &f->out, error) == NULL &&                                   \
            f->out == NULL)                                                                         \
   /* qkv-check.h */                                                                                \
   CALL(qkv_check_gradients, !qkv_check_gradients(1, &f->t34, NULL, check_build, NULL,              \
@@ -659,7 +662,7 @@ fixture_clear(void)
   CALL(qkv_positional_encoding_at,                                                                 \
        qkv_positional_encoding_at(f->x, f->lens, 0.0, 0, error) == NULL)                           \
   CALL(qkv_dropout, qkv_dropout(f->x, 0.5, error) == NULL)                                         \
-  /* qkv-ops.h */                                                                                  \
+  /* qkv-ops-basic.h */                                                                            \
   CALL(qkv_matmul, qkv_matmul(f->x, f->w44, FALSE, TRUE, error) == NULL)                           \
   CALL(qkv_add, qkv_add(f->x, f->y, error) == NULL)                                                \
   CALL(qkv_sub, qkv_sub(f->x, f->y, error) == NULL)                                                \
@@ -676,6 +679,24 @@ fixture_clear(void)
   CALL(qkv_mean, qkv_mean(f->x, f->axis0, 1, TRUE, error) == NULL)                                 \
   CALL(qkv_sum_to, qkv_sum_to(f->x, &f->s4, error) == NULL)                                        \
   CALL(qkv_broadcast_to, qkv_broadcast_to(f->x, &f->s5234, error) == NULL)                         \
+  CALL(qkv_clamp, qkv_clamp(f->x, -1.0, 1.0, error) == NULL)                                       \
+  CALL(qkv_abs, qkv_abs(f->x, error) == NULL)                                                      \
+  CALL(qkv_sign, qkv_sign(f->x, error) == NULL)                                                    \
+  CALL(qkv_sqrt, qkv_sqrt(f->x, error) == NULL)                                                    \
+  CALL(qkv_square, qkv_square(f->x, error) == NULL)                                                \
+  CALL(qkv_pow, qkv_pow(f->x, 3.0, error) == NULL)                                                 \
+  CALL(qkv_pow_tensor, qkv_pow_tensor(f->x, f->y, error) == NULL)                                  \
+  CALL(qkv_max, qkv_max(f->x, -1, FALSE, &f->out, error) == NULL && f->out == NULL)                \
+  CALL(qkv_min, qkv_min(f->x, -1, TRUE, &f->out, error) == NULL && f->out == NULL)                 \
+  CALL(qkv_argmax, qkv_argmax(f->x, -1, FALSE, error) == NULL)                                     \
+  CALL(qkv_argmin, qkv_argmin(f->x, 0, FALSE, error) == NULL)                                      \
+  CALL(qkv_cast, qkv_cast(f->x, QKV_I32, error) == NULL)                                           \
+  CALL(qkv_unsqueeze, qkv_unsqueeze(f->x, 0, error) == NULL)                                       \
+  CALL(qkv_squeeze, qkv_squeeze(f->x, NULL, 0, error) == NULL)                                     \
+  CALL(qkv_expand, qkv_expand(f->b4, &f->s234, error) == NULL)                                     \
+  CALL(qkv_slice_backward, qkv_slice_backward(f->x, &f->s234, 1, 0, error) == NULL)                \
+  CALL(qkv_clamp_backward, qkv_clamp_backward(f->y, f->x, -1.0, 1.0, error) == NULL)               \
+  /* qkv-ops-nn.h */                                                                               \
   CALL(qkv_relu, qkv_relu(f->x, error) == NULL)                                                    \
   CALL(qkv_sigmoid, qkv_sigmoid(f->x, error) == NULL)                                              \
   CALL(qkv_tanh, qkv_tanh(f->x, error) == NULL)                                                    \
@@ -713,7 +734,8 @@ fixture_clear(void)
   CALL(qkv_cross_entropy_weight_backward,                                                          \
        qkv_cross_entropy_weight_backward(f->loss, f->x, f->ids, QKV_REDUCTION_SUM, 0.0, -100,      \
                                          error) == NULL)                                           \
-  CALL(qkv_slice_backward, qkv_slice_backward(f->x, &f->s234, 1, 0, error) == NULL)                \
+  CALL(qkv_gumbel_softmax, qkv_gumbel_softmax(f->x, NULL, 1.0, TRUE, -1, error) == NULL)           \
+  /* qkv-ops-select.h */                                                                           \
   CALL(qkv_eq, qkv_eq(f->x, f->y, error) == NULL)                                                  \
   CALL(qkv_ne, qkv_ne(f->x, f->y, error) == NULL)                                                  \
   CALL(qkv_lt, qkv_lt(f->x, f->y, error) == NULL)                                                  \
@@ -726,31 +748,14 @@ fixture_clear(void)
   CALL(qkv_masked_fill, qkv_masked_fill(f->x, f->y, -1.0, error) == NULL)                          \
   CALL(qkv_sequence_mask, qkv_sequence_mask(f->lens, 3, error) == NULL)                            \
   CALL(qkv_sequence_mask_like, qkv_sequence_mask_like(f->lens, f->ids, error) == NULL)             \
-  CALL(qkv_clamp, qkv_clamp(f->x, -1.0, 1.0, error) == NULL)                                       \
-  CALL(qkv_abs, qkv_abs(f->x, error) == NULL)                                                      \
-  CALL(qkv_sign, qkv_sign(f->x, error) == NULL)                                                    \
-  CALL(qkv_sqrt, qkv_sqrt(f->x, error) == NULL)                                                    \
-  CALL(qkv_square, qkv_square(f->x, error) == NULL)                                                \
-  CALL(qkv_pow, qkv_pow(f->x, 3.0, error) == NULL)                                                 \
-  CALL(qkv_pow_tensor, qkv_pow_tensor(f->x, f->y, error) == NULL)                                  \
-  CALL(qkv_max, qkv_max(f->x, -1, FALSE, &f->out, error) == NULL && f->out == NULL)                \
-  CALL(qkv_min, qkv_min(f->x, -1, TRUE, &f->out, error) == NULL && f->out == NULL)                 \
-  CALL(qkv_argmax, qkv_argmax(f->x, -1, FALSE, error) == NULL)                                     \
-  CALL(qkv_argmin, qkv_argmin(f->x, 0, FALSE, error) == NULL)                                      \
-  CALL(qkv_cast, qkv_cast(f->x, QKV_I32, error) == NULL)                                           \
-  CALL(qkv_unsqueeze, qkv_unsqueeze(f->x, 0, error) == NULL)                                       \
-  CALL(qkv_squeeze, qkv_squeeze(f->x, NULL, 0, error) == NULL)                                     \
-  CALL(qkv_expand, qkv_expand(f->b4, &f->s234, error) == NULL)                                     \
   CALL(qkv_gather, qkv_gather(f->x, f->ids3, 2, error) == NULL)                                    \
   CALL(qkv_index_select, qkv_index_select(f->x, f->lens, 2, error) == NULL)                        \
   CALL(qkv_gather_backward, qkv_gather_backward(f->g3, f->ids3, &f->s234, 2, error) == NULL)       \
   CALL(qkv_index_select_backward, qkv_index_select_backward(f->kv, f->lens, 3, 0, error) == NULL)  \
-  CALL(qkv_clamp_backward, qkv_clamp_backward(f->y, f->x, -1.0, 1.0, error) == NULL)               \
-  CALL(qkv_gumbel_softmax, qkv_gumbel_softmax(f->x, NULL, 1.0, TRUE, -1, error) == NULL)           \
   CALL(qkv_kv_cache_append,                                                                        \
        qkv_kv_cache_append(f->cache, f->fresh, f->lens, &f->out, error) == NULL && f->out == NULL) \
   CALL(qkv_positions, qkv_positions(f->ids, f->lens, 1, error) == NULL)                            \
-  /* qkv-optim.h */                                                                                \
+  /* qkv-optim-optimizer.h */                                                                      \
   CALL(qkv_optimizer_new_sgd, take_optimizer(qkv_optimizer_new_sgd(f->params, &f->sgd, error)))    \
   CALL(qkv_optimizer_new_adam, take_optimizer(qkv_optimizer_new_adam(f->params, &f->adam, error))) \
   CALL(qkv_optimizer_new_adamw,                                                                    \
@@ -758,16 +763,19 @@ fixture_clear(void)
   CALL(qkv_optimizer_new,                                                                          \
        take_optimizer(qkv_optimizer_new(QKV_OPTIMIZER_SGD, f->params, &f->sgd, error)))            \
   CALL(qkv_optimizer_select_names, !qkv_optimizer_select_names(f->opt, f->select, error))          \
+  CALL(qkv_optimizer_step, !qkv_optimizer_step(f->opt, error))                                     \
+  CALL(qkv_optimizer_step_clipped,                                                                 \
+       !qkv_optimizer_step_clipped(f->opt, 1.0, QKV_CLIP_TORCH, NULL, error))                      \
+  CALL(qkv_optimizer_try_set_lr, !qkv_optimizer_try_set_lr(f->opt, 0.5, error))                    \
+  CALL(qkv_optimizer_set_config, !qkv_optimizer_set_config(f->opt, &f->sgd, error))                \
+  /* qkv-optim-groups.h */                                                                         \
   CALL(qkv_optimizer_add_group,                                                                    \
        qkv_optimizer_add_group(f->opt, NULL, accept_all, NULL, 0.5, 0.0, error) == 0)              \
   CALL(qkv_optimizer_set_group_settings,                                                           \
        !qkv_optimizer_set_group_settings(f->opt, 1, 2.0, 0.01, error))                             \
-  CALL(qkv_optimizer_try_set_lr, !qkv_optimizer_try_set_lr(f->opt, 0.5, error))                    \
-  CALL(qkv_optimizer_step, !qkv_optimizer_step(f->opt, error))                                     \
-  CALL(qkv_optimizer_step_clipped,                                                                 \
-       !qkv_optimizer_step_clipped(f->opt, 1.0, QKV_CLIP_TORCH, NULL, error))                      \
-  CALL(qkv_optimizer_set_config, !qkv_optimizer_set_config(f->opt, &f->sgd, error))                \
+  /* qkv-optim-accumulate.h */                                                                     \
   CALL(qkv_grad_accumulator_new, take_accumulator(qkv_grad_accumulator_new(f->params, error)))     \
+  /* qkv-optim-schedule.h */                                                                       \
   CALL(qkv_schedule_try_new_constant, take_schedule(qkv_schedule_try_new_constant(0.1, error)))    \
   CALL(qkv_schedule_try_new_step, take_schedule(qkv_schedule_try_new_step(0.1, 10, 0.5, error)))   \
   CALL(qkv_schedule_try_new_cosine,                                                                \
@@ -787,11 +795,13 @@ fixture_clear(void)
   CALL(qkv_plan_reset_state, !qkv_plan_reset_state(f->plan, "s", error))                           \
   CALL(qkv_plan_reorder_states, !qkv_plan_reorder_states(f->plan, f->parents, 2, error))           \
   CALL(qkv_graph_eval, eval_fails(f, error))                                                       \
-  /* qkv-plugin.h */                                                                               \
+  /* qkv-plugin-op.h */                                                                            \
   CALL(qkv_shape_error, shape_error_probe(error))                                                  \
   CALL(qkv_op_register,                                                                            \
        !qkv_op_register(&f->def, error) && qkv_op_lookup("test.sticky_registered") == NULL)        \
+  /* qkv-plugin-kernel.h */                                                                        \
   CALL(qkv_set_gemm_backend, !qkv_set_gemm_backend(qkv_gemm_backend(), error))                     \
+  /* qkv-plugin-load.h */                                                                          \
   CALL(qkv_plugin_load, qkv_plugin_load(f->plugin_path, error) == NULL)                            \
   /* qkv-tensor.h */                                                                               \
   CALL(qkv_tensor_try_new, take_tensor(f, qkv_tensor_try_new(QKV_F32, &f->s34, error)))            \

@@ -219,7 +219,7 @@ def comment_text(comment):
     return out
 
 
-# The op ABI (qkv-plugin.h): ops are written in C, bindings do not call it.
+# The op ABI (qkv-plugin-op.h and qkv-plugin-kernel.h): ops are written in C, bindings do not call it.
 OP_ABI = re.compile(r"\b(QkvAttrs|QkvShapeCtx|QkvKernelCtx|QkvOpDef|QkvRangeFunc)\b")
 RAW_BUFFER = {"qkv_sgemm", "qkv_vec_exp", "qkv_vec_tanh", "qkv_vec_erf", "qkv_random_dropout_mask"}
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Reference data for tests/test-luong.c: a GRU seq2seq with Luong attention
 (Luong, Pham & Manning 2015) defined in PyTorch, the way graph/luong.c builds
-it (include/qkv/qkv-builders.h documents the model), with random weights and
-no dropout.
+it (include/qkv/qkv-builders-attention.h and qkv-builders-models.h document
+the model), with random weights and no dropout.
 
 For each variant it writes two safetensors files under tests/data/:
   luong_<variant>_ref_params.safetensors   the state_dict
