@@ -590,6 +590,7 @@ fixture_clear(void)
   CALL(qkv_step_decoder_translate,                                                                 \
        !qkv_step_decoder_translate(f->ldec, f->src, f->src_valid, &f->beam, f->tokens, f->lengths, \
                                    f->scores, error))                                              \
+  CALL(qkv_step_decoder_try_set_precision, decoder_precision_kept(f, error))                       \
   CALL(qkv_sample_logits,                                                                          \
        !qkv_sample_logits(&f->sample, f->logits, 2, 5, 0, f->row_ids, f->tokens, error))           \
   CALL(qkv_plan_decoder_new, take_plan_decoder(qkv_plan_decoder_new(f->dplan, 2, 4, error)))       \
@@ -794,6 +795,7 @@ fixture_clear(void)
   CALL(qkv_plan_run, !qkv_plan_run(f->plan, error))                                                \
   CALL(qkv_plan_reset_state, !qkv_plan_reset_state(f->plan, "s", error))                           \
   CALL(qkv_plan_reorder_states, !qkv_plan_reorder_states(f->plan, f->parents, 2, error))           \
+  CALL(qkv_plan_try_set_precision, plan_precision_kept(f, error))                                  \
   CALL(qkv_graph_eval, eval_fails(f, error))                                                       \
   /* qkv-plugin-op.h */                                                                            \
   CALL(qkv_shape_error, shape_error_probe(error))                                                  \
@@ -801,6 +803,7 @@ fixture_clear(void)
        !qkv_op_register(&f->def, error) && qkv_op_lookup("test.sticky_registered") == NULL)        \
   /* qkv-plugin-kernel.h */                                                                        \
   CALL(qkv_set_gemm_backend, !qkv_set_gemm_backend(qkv_gemm_backend(), error))                     \
+  CALL(qkv_try_set_sparse_backward, sparse_backward_kept(error))                                   \
   /* qkv-plugin-load.h */                                                                          \
   CALL(qkv_plugin_load, qkv_plugin_load(f->plugin_path, error) == NULL)                            \
   /* qkv-tensor.h */                                                                               \
@@ -870,6 +873,47 @@ take_plan(QkvPlan *plan)
 {
   qkv_plan_free(plan);
   return plan == NULL;
+}
+
+/* The setters: each is asked for a value other than the current one, so
+ * that one that applied it despite the error is caught; TRUE when it failed
+ * and the setting is as it was. Under QKV_STICKY_VALID the value is applied
+ * and put back, so that the later calls meet the fixture as it was. */
+static gboolean
+plan_precision_kept(Fixture *f, GError **error)
+{
+  QkvPrecision before = qkv_plan_get_precision(f->plan);
+  QkvPrecision other = before == QKV_PRECISION_FP32 ? QKV_PRECISION_BF16 : QKV_PRECISION_FP32;
+  gboolean ok = qkv_plan_try_set_precision(f->plan, other, error);
+  gboolean kept = qkv_plan_get_precision(f->plan) == before;
+  if (ok)
+    qkv_plan_set_precision(f->plan, before);
+  return !ok && kept;
+}
+
+static gboolean
+decoder_precision_kept(Fixture *f, GError **error)
+{
+  QkvPrecision before = qkv_step_decoder_get_precision(f->tdec);
+  QkvPrecision other = before == QKV_PRECISION_FP32 ? QKV_PRECISION_BF16 : QKV_PRECISION_FP32;
+  gboolean ok = qkv_step_decoder_try_set_precision(f->tdec, other, error);
+  gboolean kept = qkv_step_decoder_get_precision(f->tdec) == before;
+  if (ok)
+    qkv_step_decoder_set_precision(f->tdec, before);
+  return !ok && kept;
+}
+
+static gboolean
+sparse_backward_kept(GError **error)
+{
+  QkvSparseBackward before = qkv_get_sparse_backward();
+  QkvSparseBackward other =
+      before == QKV_SPARSE_BACKWARD_OFF ? QKV_SPARSE_BACKWARD_AUTO : QKV_SPARSE_BACKWARD_OFF;
+  gboolean ok = qkv_try_set_sparse_backward(other, error);
+  gboolean kept = qkv_get_sparse_backward() == before;
+  if (ok)
+    qkv_set_sparse_backward(before);
+  return !ok && kept;
 }
 
 /* A floating a{sv} for the "scale" op: the graph sinks it either way. */

@@ -56,9 +56,12 @@ ensure_decoder(Translator *t, const ModelConfig *cfg, QkvParams *params, GError 
     t->decoder = qkv_step_decoder_new_luong(params, &lc, rows, t->num_steps, t->num_steps,
                                             t->threads, error);
   }
-  /* decode as training's forward computed: bf16 products under --precision bf16 */
-  if (t->decoder != NULL)
-    qkv_step_decoder_set_precision(t->decoder, cfg->precision);
+  /* decode as training's forward computed: bf16 products under --precision
+   * bf16. options.c refuses an unknown --precision already; the try form
+   * makes a value that slipped past it a message and a failed run, not a
+   * critical. */
+  if (t->decoder != NULL && !qkv_step_decoder_try_set_precision(t->decoder, cfg->precision, error))
+    g_clear_pointer(&t->decoder, qkv_step_decoder_free);
   return t->decoder != NULL;
 }
 

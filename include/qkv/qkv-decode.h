@@ -340,10 +340,28 @@ gint64 qkv_step_decoder_vocab(const QkvStepDecoder *decoder);
  * sentences: a sentence encoded in one precision and stepped in the other
  * mixes them. Like qkv_plan_set_precision(), no QKV_ERROR_BUSY guard: call
  * it from the thread that decodes, or with no start, step or translate in
- * flight.
+ * flight. A value that is not a QkvPrecision leaves the precision unchanged
+ * and logs a critical: a value a user gives goes to
+ * qkv_step_decoder_try_set_precision().
  */
 QKV_API
 void qkv_step_decoder_set_precision(QkvStepDecoder *decoder, QkvPrecision precision);
+/**
+ * qkv_step_decoder_try_set_precision:
+ * @decoder: a #QkvStepDecoder
+ * @precision: the precision
+ * @error: return location for a #GError, or %NULL
+ *
+ * qkv_step_decoder_set_precision() that refuses a value that is not a
+ * QkvPrecision (QKV_PRECISION_FP32 or QKV_PRECISION_BF16) with
+ * QKV_ERROR_INVALID_ARGUMENT naming it (neither of the decoder's plans
+ * changed).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
+QKV_API
+gboolean qkv_step_decoder_try_set_precision(QkvStepDecoder *decoder, QkvPrecision precision,
+                                            GError **error);
 /**
  * qkv_step_decoder_get_precision:
  * @decoder: a #QkvStepDecoder

@@ -372,10 +372,26 @@ gint qkv_plan_get_n_threads(const QkvPlan *plan);
  * @plan: a #QkvPlan
  * @precision: the precision
  *
- * The precision of later runs' matrix products (see QkvPrecision).
+ * The precision of later runs' matrix products (see QkvPrecision). A value
+ * that is not a QkvPrecision leaves the precision unchanged and logs a
+ * critical: a value a user gives goes to qkv_plan_try_set_precision().
  */
 QKV_API
 void qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision);
+/**
+ * qkv_plan_try_set_precision:
+ * @plan: a #QkvPlan
+ * @precision: the precision
+ * @error: return location for a #GError, or %NULL
+ *
+ * qkv_plan_set_precision() that refuses a value that is not a QkvPrecision
+ * (QKV_PRECISION_FP32 or QKV_PRECISION_BF16) with QKV_ERROR_INVALID_ARGUMENT
+ * naming it (the precision unchanged).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
+QKV_API
+gboolean qkv_plan_try_set_precision(QkvPlan *plan, QkvPrecision precision, GError **error);
 /**
  * qkv_plan_get_precision:
  * @plan: a #QkvPlan

@@ -219,10 +219,26 @@ typedef enum {
  * qkv_set_sparse_backward:
  * @mode: the mode
  *
- * Set sparse backward.
+ * Set sparse backward. A value that is not a QkvSparseBackward leaves the
+ * mode unchanged and logs a critical: a value a user gives goes to
+ * qkv_try_set_sparse_backward().
  */
 QKV_API
 void qkv_set_sparse_backward(QkvSparseBackward mode);
+/**
+ * qkv_try_set_sparse_backward:
+ * @mode: the mode
+ * @error: return location for a #GError, or %NULL
+ *
+ * qkv_set_sparse_backward() that refuses a value that is not a
+ * QkvSparseBackward (QKV_SPARSE_BACKWARD_OFF, QKV_SPARSE_BACKWARD_AUTO or
+ * QKV_SPARSE_BACKWARD_ALWAYS) with QKV_ERROR_INVALID_ARGUMENT naming it (the
+ * mode unchanged).
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ */
+QKV_API
+gboolean qkv_try_set_sparse_backward(QkvSparseBackward mode, GError **error);
 /**
  * qkv_get_sparse_backward:
  *

@@ -314,12 +314,31 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   return plan;
 }
 
+gboolean
+qkv_plan_try_set_precision(QkvPlan *plan, QkvPrecision precision, GError **error)
+{
+  QKV_RETURN_IF_ERROR_SET(error, FALSE);
+  g_return_val_if_fail(plan != NULL, FALSE);
+  /* a value a user passes (a --precision option): refused, never a critical */
+  if (precision != QKV_PRECISION_FP32 && precision != QKV_PRECISION_BF16) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_plan_try_set_precision: precision %d is not a QkvPrecision "
+                "(QKV_PRECISION_FP32 = %d or QKV_PRECISION_BF16 = %d)",
+                (int)precision, (int)QKV_PRECISION_FP32, (int)QKV_PRECISION_BF16);
+    return FALSE;
+  }
+  plan->options.precision = precision;
+  return TRUE;
+}
+
 void
 qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision)
 {
   g_return_if_fail(plan != NULL);
-  g_return_if_fail(precision == QKV_PRECISION_FP32 || precision == QKV_PRECISION_BF16);
-  plan->options.precision = precision;
+  /* a bad value is a caller's bug here: loud, as g_return_if_fail was */
+  g_autoptr(GError) error = NULL;
+  if (!qkv_plan_try_set_precision(plan, precision, &error))
+    g_critical("%s", error->message);
 }
 
 QkvPrecision
