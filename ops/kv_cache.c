@@ -3,8 +3,9 @@
  * kernel writes in place: the plan keeps the state across runs and runs
  * this node after every other reader of the cache (src/plan/state.c).
  * "kv_cache_attention", the causal attention of new queries over the
- * filled part of a cache. And "positions", the token positions a cached graph feeds to position
- * embeddings and to the causal mask of attention over the cache.
+ * filled part of a cache (and, when asked, its weights). And "positions",
+ * the token positions a cached graph feeds to position embeddings and to
+ * the causal mask of attention over the cache.
  *
  * An inference op: it has no gradient rule, so autodiff refuses a loss that
  * depends on it through a differentiable input. */
@@ -74,7 +75,8 @@ kv_cache_forward(const QkvKernelCtx *ctx)
 }
 
 /* q (B, H, t, d), keys (B, H, T_max, d), values (B, H, T_max, d_v),
- * positions i32 (B) → (B, H, t, d_v). */
+ * positions i32 (B) → (B, H, t, d_v), and with the attribute weights the
+ * weights (B, H, t, T_max). */
 static gboolean
 cache_attention_shape(QkvShapeCtx *ctx, GError **error)
 {
@@ -95,13 +97,22 @@ cache_attention_shape(QkvShapeCtx *ctx, GError **error)
   QkvShape out = QKV_SHAPE(q->dims[0], q->dims[1], q->dims[2], v->dims[3]);
   ctx->out_shapes[0] = out;
   ctx->out_dtypes[0] = QKV_F32;
+  if (qkv_attrs_get_bool(ctx->attrs, "weights")) {
+    QkvShape w = QKV_SHAPE(q->dims[0], q->dims[1], q->dims[2], k->dims[2]);
+    ctx->n_outputs = 2;
+    ctx->out_shapes[1] = w;
+    ctx->out_dtypes[1] = QKV_F32;
+  }
   return TRUE;
 }
 
-/* One problem's scores (t × T_max) per thread. */
+/* One problem's scores (t × T_max) per thread; none with the weights
+ * output, where each problem's scores are its own weights rows. */
 static gsize
 cache_attention_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
+  if (qkv_attrs_get_bool(ctx->attrs, "weights"))
+    return 0;
   return (gsize)MAX(n_threads, 1) * (gsize)ctx->in_shapes[0].dims[2] *
          (gsize)ctx->in_shapes[1].dims[2] * sizeof(float);
 }
@@ -110,6 +121,7 @@ typedef struct {
   const float *q, *k, *v;
   const gint32 *pos;
   float *out, *scratch;
+  float *weights; /* (B, H, t, T_max), or NULL: not asked for */
   gint64 H, t, T, d, dv;
   float scale;
 } CacheAttentionJob;
@@ -117,41 +129,36 @@ typedef struct {
 /* Problems (batch element, head) [begin, end): query i of row b sits at
  * position pos[b] + i and sees the slots before pos[b] + i + 1, so the
  * problem reads only the first n = pos[b] + t slots (all T_max past the
- * end): that makes a step cost O(filled) rather than O(T_max). Within
- * them, the scores of the slots a query may not see are masked as
- * masked_softmax masks them (QKV_ATTN_MASKED_SCORE), so the result is
- * masked_softmax(scale · q keysᵀ, pos + i + 1) values: the slots left out
- * are masked for every query, and a masked score's weight is exactly 0 in
- * float beside a kept score above -1e6 + 120 (flash-attention.h). A row
- * whose query sees no slot at all (a position the append refused) makes
- * the problem read all T_max slots, where, as in masked_softmax, its
- * weights are uniform. The products are qkv_sgemm's, so they follow the
+ * end): that makes a step cost O(filled) rather than O(T_max). Each score
+ * row is masked_softmax's row (qkv_attn_softmax_row, the numbers of
+ * masked_softmax's kernel): the softmax of the slots the query sees, the
+ * others exactly 0, so the result is masked_softmax(scale · q keysᵀ,
+ * pos + i + 1) values, and the weights are those masked_softmax rows,
+ * exactly 0 at the slots past n that were not read. A row whose query sees
+ * no slot at all (a position the append refused) makes the problem read
+ * all T_max slots, where, as in masked_softmax, its weights are uniform.
+ * The scores go to scratch, or with the weights output straight into its
+ * rows (stride T_max). The products are qkv_sgemm's, so they follow the
  * plan's precision (bf16 rounds their operands) as matmul's do. */
 static void
 cache_attention_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
 {
   const CacheAttentionJob *j = user_data;
   const gint64 t = j->t, T = j->T, d = j->d, dv = j->dv;
-  float *s = j->scratch + thread * t * T;
   for (gint64 bh = begin; bh < end; bh++) {
     gint64 p = j->pos[bh / j->H];
     gint64 n = p + 1 <= 0 ? T : MIN(p + t, T);
+    gint64 ld = j->weights != NULL ? T : n;
+    float *s = j->weights != NULL ? j->weights + bh * t * T : j->scratch + thread * t * T;
     const float *q = j->q + bh * t * d, *k = j->k + bh * T * d, *v = j->v + bh * T * dv;
-    qkv_sgemm(FALSE, TRUE, t, n, d, j->scale, q, d, k, d, 0.0f, s, n, 1);
+    qkv_sgemm(FALSE, TRUE, t, n, d, j->scale, q, d, k, d, 0.0f, s, ld, 1);
     for (gint64 i = 0; i < t; i++) {
-      float *row = s + i * n;
-      gint64 len = p + i + 1;
-      for (gint64 x = MAX(len, 0); x < n; x++)
-        row[x] = QKV_ATTN_MASKED_SCORE;
-      float m = -INFINITY, sum = 0;
-      for (gint64 x = 0; x < n; x++)
-        m = MAX(m, row[x]);
-      for (gint64 x = 0; x < n; x++)
-        sum += row[x] = expf(row[x] - m);
-      for (gint64 x = 0; x < n; x++)
-        row[x] /= sum;
+      float *row = s + i * ld;
+      qkv_attn_softmax_row(row, row, n, MIN(p + i + 1, n));
+      for (gint64 x = n; x < ld; x++)
+        row[x] = 0.0f;
     }
-    qkv_sgemm(FALSE, FALSE, t, dv, n, 1.0f, s, n, v, dv, 0.0f, j->out + bh * t * dv, dv, 1);
+    qkv_sgemm(FALSE, FALSE, t, dv, n, 1.0f, s, ld, v, dv, 0.0f, j->out + bh * t * dv, dv, 1);
   }
 }
 
@@ -166,6 +173,7 @@ cache_attention_forward(const QkvKernelCtx *ctx)
       .pos = ctx->in[3].data,
       .out = ctx->out[0].data,
       .scratch = ctx->scratch,
+      .weights = ctx->n_outputs > 1 ? ctx->out[1].data : NULL,
       .H = qs->dims[1],
       .t = qs->dims[2],
       .T = vs->dims[2],
@@ -237,10 +245,15 @@ const QkvOpDef qkv_ops_kv_cache[] = {
                   "1) of keys and values only, so the cost follows the filled length, not "
                   "T_max. q (B, H, t, d), keys (B, H, T_max, d), values (B, H, T_max, d_v) "
                   "(kv_cache_append's outputs 0), positions i32 (B) → (B, H, t, d_v); the "
-                  "same as masked_softmax(scale · q keysᵀ, positions + 1 + i) values. "
+                  "same as masked_softmax(scale · q keysᵀ, positions + 1 + i) values. Output 1 "
+                  "(only with weights) is that masked softmax, the weights (B, H, t, T_max): "
+                  "written for the filled slots, exactly 0 at the slots a query does not see. "
                   "Inference only: no gradient.",
-           QKV_INPUTS("q", "keys", "values", "positions"), QKV_OUTPUTS("out"),
-           QKV_ATTRS(QKV_FLOAT_ATTR("scale", 1.0, "multiplies q · k")),
+           QKV_INPUTS("q", "keys", "values", "positions"), QKV_OUTPUTS("out", "weights"),
+           QKV_ATTRS(QKV_FLOAT_ATTR("scale", 1.0, "multiplies q · k"),
+                     QKV_BOOL_ATTR("weights", FALSE,
+                                   "also output the attention weights (B, H, t, T_max) "
+                                   "(the slots past the filled ones are only zeroed)")),
            .shape = cache_attention_shape, .forward = cache_attention_forward,
            .scratch_size = cache_attention_scratch),
     QKV_OP(.name = "positions",

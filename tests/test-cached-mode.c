@@ -5,7 +5,8 @@
  * (QkvPlanDecoder under qkv_generate()) have the logits of the same model
  * recomputed on the whole sequence, to within a bound derived from the
  * arithmetic; QkvPlanDecoder's restart of a full context, and its beam
- * reordering, against recomputation. */
+ * reordering, against recomputation; and the attention weights of a cached
+ * self-attention against recomputation. */
 #include "test-util.h"
 
 #include <math.h>
@@ -450,6 +451,134 @@ test_plan_decoder_restart_and_parents(void)
   qkv_graph_free(g);
 }
 
+/* ---- the weights of a cached self-attention --------------------------------- */
+
+/* A cached causal self-attention asked for its weights (the Transformer
+ * decoder's self-attention taps) gives, at step s, row s of the weights of
+ * the same attention recomputed on the whole sequence (the fused
+ * multi_head_attention op on the causal square), zero-padded to max_len:
+ * the slots after s, never written or not yet seen, exactly 0.
+ *
+ * The bound, per weight of row (b, h, s), in units of u to first order:
+ * each computation projects q and k with sums of D terms and a bias
+ * (sf(D) + 1 relative to Q_c = Σ_j |x_j||W_cj| + |b_c|, and K_c), then
+ * forms the scores with sums of d_head terms and a scaling, so a score errs
+ * by at most e S with e = 2 (sf(D) + 1) + sf(d_head) + 1 and S = scale ·
+ * max_x Σ_c Q_c K_xc over the slots seen (computed here in double), which
+ * moves a weight by 2 e S relative to itself; the softmax adds 2 S (the
+ * maximum subtracted), 2 (exp, 1 ulp), sf(max_len) (the sum) and 2 (the
+ * reciprocal and the product). Both computations err: factor 2, times the
+ * weight. Inputs in [-1, 1] keep S, and so that bound, below the 1678 u
+ * that a relative error of 1e-4 amounts to, so the check can see one. */
+static void
+test_cached_self_attention_weights(void)
+{
+  enum { MAX_LEN = 12, STEPS = 9, DH = D / HEADS };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvParams) params = qkv_params_new();
+  QkvMhaOptions o = {.causal = TRUE, .bias = TRUE};
+  /* the step plan: one token per row at "positions" */
+  g_autoptr(QkvGraph) sg = qkv_graph_new();
+  QkvValue *pos = qkv_test_input(sg, "positions", QKV_I32, QKV_SHAPE(ROWS));
+  QkvValue *x = qkv_test_input(sg, "x", QKV_F32, QKV_SHAPE(ROWS, 1, D));
+  QkvBuilderCache cache = {.max_len = MAX_LEN, .positions = pos};
+  QkvBuilder b = {.graph = sg, .params = params, .seed = 5, .cache = &cache};
+  QkvValue *outs[2] = {NULL, NULL};
+  outs[0] = qkv_build_mha_full(&b, "attn", x, x, x, D, HEADS, &o, &outs[1], &error);
+  g_assert_no_error(error);
+  QkvShape ws = QKV_SHAPE(ROWS, HEADS, 1, MAX_LEN);
+  g_assert_true(qkv_shape_equal(qkv_value_shape(outs[1]), &ws));
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(sg, outs, 2, NULL, &error);
+  g_assert_no_error(error);
+  /* the whole sequence, no cache, over the same params */
+  g_autoptr(QkvGraph) fg = qkv_graph_new();
+  QkvValue *xs = qkv_test_input(fg, "x", QKV_F32, QKV_SHAPE(ROWS, STEPS, D));
+  QkvBuilder fb = {.graph = fg, .params = params, .seed = 5};
+  QkvValue *fw = NULL;
+  QkvValue *fy = qkv_build_mha_full(&fb, "attn", xs, xs, xs, D, HEADS, &o, &fw, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(fy);
+  QkvShape seq = QKV_SHAPE(ROWS, STEPS, D);
+  g_autoptr(QkvTensor) xt = qkv_test_uniform(&seq, 21, -1, 1);
+  const gchar *names[] = {"x"};
+  QkvTensor *full = NULL;
+  g_assert_true(qkv_graph_eval(fg, names, &xt, 1, &fw, &full, 1, &error));
+  g_assert_no_error(error);
+
+  /* each step's weights row, and what the recomputation says it should be */
+  QkvShape all = QKV_SHAPE(ROWS, HEADS, STEPS, MAX_LEN), one = QKV_SHAPE(ROWS, 1, D);
+  QkvShape rs = QKV_SHAPE(ROWS);
+  g_autoptr(QkvTensor) got = qkv_tensor_new(QKV_F32, &all);
+  g_autoptr(QkvTensor) want = qkv_tensor_new(QKV_F32, &all);
+  g_autoptr(QkvTensor) mag = qkv_tensor_new(QKV_F32, &all);
+  g_autoptr(QkvTensor) xone = qkv_tensor_new(QKV_F32, &one);
+  g_autoptr(QkvTensor) pt = qkv_tensor_new(QKV_I32, &rs);
+  for (gint s = 0; s < STEPS; s++) {
+    for (gint r = 0; r < ROWS; r++)
+      memcpy(qkv_tensor_f32(xone) + r * D, F32(xt) + ((gsize)r * STEPS + s) * D, D * sizeof(float));
+    qkv_tensor_fill(pt, s);
+    g_assert_true(qkv_plan_bind(plan, "x", xone, &error) &&
+                  qkv_plan_bind(plan, "positions", pt, &error) && qkv_plan_run(plan, &error));
+    g_assert_no_error(error);
+    const float *w = F32(qkv_plan_output(plan, 1));
+    for (gint rh = 0; rh < ROWS * HEADS; rh++)
+      for (gint j = 0; j < MAX_LEN; j++) {
+        gsize at = ((gsize)rh * STEPS + s) * MAX_LEN + j;
+        qkv_tensor_f32(got)[at] = w[rh * MAX_LEN + j];
+        qkv_tensor_f32(want)[at] = j < STEPS ? F32(full)[((gsize)rh * STEPS + s) * STEPS + j] : 0;
+        if (j > s) /* not yet seen (j < STEPS) or never written */
+          g_assert_cmpfloat(w[rh * MAX_LEN + j], ==, 0.0f);
+      }
+  }
+  qkv_tensor_free(full);
+
+  /* Q and K (ROWS, STEPS, D): the projections' magnitudes, in double */
+  g_autofree double *Q = g_new(double, ROWS *STEPS *D), *K = g_new(double, ROWS *STEPS *D);
+  for (gint r = 0; r < ROWS * STEPS; r++)
+    for (gint c = 0; c < D; c++) {
+      double mq = fabs(param_at(params, "attn.W_q.bias", c));
+      double mk = fabs(param_at(params, "attn.W_k.bias", c));
+      for (gint j = 0; j < D; j++) {
+        mq += fabs(F32(xt)[r * D + j] * param_at(params, "attn.W_q.weight", c * D + j));
+        mk += fabs(F32(xt)[r * D + j] * param_at(params, "attn.W_k.weight", c * D + j));
+      }
+      Q[r * D + c] = mq;
+      K[r * D + c] = mk;
+    }
+  const double sf_d = qkv_test_sum_factor(D);
+  const double e = 2 * (sf_d + 1) + qkv_test_sum_factor(DH) + 1;
+  double worst = 0;
+  for (gint r = 0; r < ROWS; r++)
+    for (gint h = 0; h < HEADS; h++)
+      for (gint s = 0; s < STEPS; s++) {
+        double S = 0;
+        for (gint j = 0; j <= s; j++) {
+          double sum = 0;
+          for (gint c = h * DH; c < (h + 1) * DH; c++)
+            sum += Q[(r * STEPS + s) * D + c] * K[(r * STEPS + j) * D + c];
+          S = MAX(S, sum / sqrt(DH));
+        }
+        double rel = 2 * e * S + 2 * S + 2 + qkv_test_sum_factor(MAX_LEN) + 2;
+        worst = MAX(worst, rel);
+        for (gint j = 0; j < MAX_LEN; j++) {
+          gsize at = (((gsize)r * HEADS + h) * STEPS + s) * MAX_LEN + j;
+          qkv_tensor_f32(mag)[at] = (float)(fabs(F32(want)[at]) * rel);
+        }
+      }
+  double needed = qkv_assert_bounded("cached weights vs full", got, want, mag, 2.0);
+  g_test_message("largest relative bound %.0f u, factor 2, needed %.2f", worst, needed);
+  /* the check sees a weight off by 1e-4 of itself, and weights one step
+   * behind (step s's row against the recomputation's row s − 1) */
+  gint64 at = qkv_test_typical_index(want);
+  g_autoptr(QkvTensor) wrong = qkv_test_perturbed(got, at, 1e-4);
+  g_assert_false(qkv_test_check_bound(wrong, want, mag, 0, 2.0, NULL, NULL));
+  g_autoptr(QkvTensor) behind = qkv_tensor_copy(want);
+  for (gint rh = 0; rh < ROWS * HEADS; rh++)
+    memcpy(qkv_tensor_f32(behind) + ((gsize)rh * STEPS + 1) * MAX_LEN,
+           F32(want) + (gsize)rh * STEPS * MAX_LEN, (gsize)(STEPS - 1) * MAX_LEN * sizeof(float));
+  g_assert_false(qkv_test_check_bound(got, behind, mag, 0, 2.0, NULL, NULL));
+}
+
 /* ---- what a cached builder makes and refuses ------------------------------- */
 
 static void
@@ -559,5 +688,6 @@ main(int argc, char **argv)
   g_test_add_func("/cached-mode/plan-decoder-restart-and-parents",
                   test_plan_decoder_restart_and_parents);
   g_test_add_func("/cached-mode/builder", test_cached_builder);
+  g_test_add_func("/cached-mode/self-attention-weights", test_cached_self_attention_weights);
   return g_test_run();
 }

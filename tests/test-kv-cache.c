@@ -2,7 +2,9 @@
  * qkv_plan_state, qkv_plan_reset_state) and the kv_cache_append op: slots
  * written at per-row positions, positions past the cache refused, and a
  * one-layer causal self-attention model decoded token by token through the
- * cache against the same model recomputed on the whole sequence. */
+ * cache against the same model recomputed on the whole sequence; and
+ * kv_cache_attention, which reads only the filled slots, with and without
+ * its weights output. */
 #include "test-util.h"
 
 #include <math.h>
@@ -378,10 +380,32 @@ test_no_gradient(void)
   g_assert_nonnull(error);
 }
 
+/* A kv_cache_attention node on q, keys, values and positions; with
+ * weights its output 1 is the attention weights. */
+static QkvNode *
+cache_attention_node(QkvValue *q, QkvValue *keys, QkvValue *values, QkvValue *pos, double scale,
+                     gboolean weights)
+{
+  g_autoptr(GError) error = NULL;
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "scale", g_variant_new_double(scale));
+  if (weights)
+    g_variant_builder_add(&attrs, "{sv}", "weights", g_variant_new_boolean(TRUE));
+  QkvValue *inputs[] = {q, keys, values, pos};
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "kv_cache_attention", inputs, 4,
+                                     g_variant_builder_end(&attrs), &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(qkv_node_n_outputs(node), ==, weights ? 2 : 1);
+  return node;
+}
+
 /* kv_cache_attention reads only the filled slots of each row: after a run
- * at late positions has left NaN values there, a run at early positions
- * still gives the masked-softmax attention over its own slots (computed
- * here in double), where one stale slot read would make it NaN. */
+ * at late positions has left NaN keys and values there, a run at early
+ * positions still gives the masked-softmax attention over its own slots
+ * (computed here in double), where one stale value read would make it NaN;
+ * and so does the node that also outputs the weights, whose slots past
+ * the ones a query sees (stale NaN ones among them) are exactly 0. */
 static void
 test_cache_attention(void)
 {
@@ -398,35 +422,37 @@ test_cache_attention(void)
   QkvValue *keys = qkv_kv_cache_append(kstate, k, pos, NULL, &error);
   QkvValue *values = qkv_kv_cache_append(vstate, v, pos, NULL, &error);
   g_assert_no_error(error);
-  GVariantBuilder attrs;
-  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
-  g_variant_builder_add(&attrs, "{sv}", "scale", g_variant_new_double(0.5));
-  QkvValue *inputs[] = {q, keys, values, pos};
-  QkvValue *out =
-      qkv_graph_op(g, "kv_cache_attention", inputs, 4, g_variant_builder_end(&attrs), &error);
-  g_assert_no_error(error);
-  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &out, 1, NULL, &error);
+  QkvNode *plain = cache_attention_node(q, keys, values, pos, 0.5, FALSE);
+  QkvNode *with_w = cache_attention_node(q, keys, values, pos, 0.5, TRUE);
+  QkvValue *outs[] = {qkv_node_output(plain, 0), qkv_node_output(with_w, 0),
+                      qkv_node_output(with_w, 1)};
+  QkvShape want_ws = QKV_SHAPE(B, H, t, T);
+  g_assert_true(qkv_shape_equal(qkv_value_shape(outs[2]), &want_ws));
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, outs, 3, NULL, &error);
   g_assert_no_error(error);
   QkvShape qs = QKV_SHAPE(B, H, t, d), ns = QKV_SHAPE(B, H, t, dv), bs = QKV_SHAPE(B);
-  /* run 1 fills slots 5-6 and 6-7 with NaN values; run 2 writes slots 0-1
-   * and 2-3 (slots 0-1 of row 1 stay zero, as compiled) */
+  /* run 1 fills slots 5-6 and 6-7 with NaN keys and values; run 2 writes
+   * slots 0-1 and 2-3 (slots 0-1 of row 1 stay zero, as compiled) */
   const gint32 runs[2][2] = {{5, 6}, {0, 2}};
   g_autoptr(QkvTensor) qt = qkv_test_uniform(&qs, 10, -2, 2);
   g_autoptr(QkvTensor) kt = qkv_test_uniform(&qs, 20, -2, 2);
   g_autoptr(QkvTensor) vt = qkv_test_uniform(&ns, 30, -2, 2);
   g_autoptr(QkvTensor) nan = qkv_tensor_new(QKV_F32, &ns);
+  g_autoptr(QkvTensor) nan_k = qkv_tensor_new(QKV_F32, &qs);
   for (gint i = 0; i < B * H * t * dv; i++)
     qkv_tensor_f32(nan)[i] = NAN;
+  for (gint i = 0; i < B * H * t * d; i++)
+    qkv_tensor_f32(nan_k)[i] = NAN;
   for (gint r = 0; r < 2; r++) {
     g_autoptr(QkvTensor) pt = qkv_tensor_new_i32(&bs, runs[r]);
     g_assert_true(qkv_plan_bind(plan, "q", qt, &error) &&
-                  qkv_plan_bind(plan, "k_new", kt, &error) &&
+                  qkv_plan_bind(plan, "k_new", r == 0 ? nan_k : kt, &error) &&
                   qkv_plan_bind(plan, "v_new", r == 0 ? nan : vt, &error) &&
                   qkv_plan_bind(plan, "positions", pt, &error) && qkv_plan_run(plan, &error));
     g_assert_no_error(error);
   }
   const float *Q = qkv_tensor_f32(qt), *K = qkv_tensor_f32(kt), *V = qkv_tensor_f32(vt);
-  float want[B * H * t * dv];
+  float want[B * H * t * dv], want_w[B * H * t * T];
   for (gint bh = 0; bh < B * H; bh++)
     for (gint i = 0; i < t; i++) {
       /* query i sees slots [0, p + i], of which slot p + j holds new row j
@@ -446,10 +472,145 @@ test_cache_attention(void)
           o[c] += exp(sc[x] - m) / sum * V[(bh * t + x - p) * dv + c];
       for (gint c = 0; c < dv; c++)
         want[(bh * t + i) * dv + c] = (float)o[c];
+      for (gint x = 0; x < T; x++)
+        want_w[(bh * t + i) * T + x] = x < n ? (float)(exp(sc[x] - m) / sum) : 0.0f;
     }
   /* sums of at most T terms below 4 in magnitude, in float32: a few u
    * (2^-24) of 4·T = 32 each, under 1e-5; a NaN fails any bound */
   qkv_assert_values(qkv_plan_output(plan, 0), want, B * H * t * dv, 1e-5);
+  qkv_assert_values(qkv_plan_output(plan, 1), want, B * H * t * dv, 1e-5);
+  /* the weights: scores below 0.5·d·4 = 6 in magnitude err by (d + 1) u ·
+   * 6 each, which moves a weight by twice that relatively, and the softmax
+   * adds 2·6 u (the max subtracted), 2 u (exp, 1 ulp), T u (the sum) and
+   * 2 u (the reciprocal, the product): 72 u relative to weights ≤ 1, under
+   * 1e-5. The slots a query does not see, exactly 0 */
+  const QkvTensor *w = qkv_plan_output(plan, 2);
+  qkv_assert_values(w, want_w, B * H * t * T, 1e-5);
+  for (gint r = 0; r < B * H * t; r++)
+    for (gint x = runs[1][r / (H * t)] + r % t + 1; x < T; x++)
+      g_assert_cmpfloat(F32(w)[r * T + x], ==, 0.0f);
+}
+
+/* The graph cached mode built for the weights before kv_cache_attention had
+ * them: scores over the whole cache (matmul, then scale) and masked_softmax
+ * with the per-query lengths positions + 1 + i; out its weights · values.
+ * *weights gets the masked_softmax. */
+static QkvValue *
+whole_cache_attention(QkvValue *q, QkvValue *keys, QkvValue *values, QkvValue *pos, double scale,
+                      QkvValue **weights, GError **error)
+{
+  const gint perm[] = {0, 2, 1, 3}; /* (B, t, H, d): positions reads its axis 1 */
+  QkvValue *lens = qkv_positions(qkv_permute(q, perm, 4, error), pos, 1, error);
+  QkvValue *s = qkv_scale(qkv_matmul(q, keys, FALSE, TRUE, error), scale, error);
+  *weights = qkv_masked_softmax(s, lens, FALSE, error);
+  return qkv_matmul(*weights, values, FALSE, FALSE, error);
+}
+
+/* kv_cache_attention's weights (the attribute weights) against that graph:
+ * keys and values are bound directly (no append), so the positions may be
+ * any the op meets: 0, inside, the last slots exactly (p + t = T_max), past
+ * the end (p + t > T_max, a row the append refuses: the op reads all T_max
+ * slots) and -1 (query 0 sees no slot: a uniform row).
+ *
+ * The bound, per weight of row (b, h, i), in units of u to first order:
+ * each computation forms the scores with sums of d terms and one scaling,
+ * an error of (sf(d) + 1) S (sf = qkv_test_sum_factor; S = scale · max_x
+ * Σ_c |q_c||k_xc| over the slots the query sees), which moves a weight by
+ * at most twice that relative to itself; its softmax subtracts the row's
+ * maximum (u |s − m| ≤ 2 S), takes exp (1 ulp: 2), sums at most T_max
+ * positive terms (sf(T_max)) and multiplies by a reciprocal (2):
+ *   r = 2 (sf(d) + 1) S + 2 S + 2 + sf(T_max) + 2
+ * relative to the weight, and both computations err: factor 2 times w r
+ * (w and S computed here in double). A masked weight has bound 0: both
+ * must give exactly 0. out: the weights' error times |v| plus a sum of
+ * T_max terms, so r + sf(T_max) relative to Σ_x w_x |v_xc|. */
+static void
+test_cache_attention_weights(void)
+{
+  enum { B = 5, H = 2, T = 7, d = 5, dv = 3, t = 2 };
+  const gint32 positions[B] = {0, 3, 5, 6, -1};
+  const double scale = 1.0 / sqrt(d);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvValue *q = qkv_test_input(g, "q", QKV_F32, QKV_SHAPE(B, H, t, d));
+  QkvValue *keys = qkv_test_input(g, "keys", QKV_F32, QKV_SHAPE(B, H, T, d));
+  QkvValue *values = qkv_test_input(g, "values", QKV_F32, QKV_SHAPE(B, H, T, dv));
+  QkvValue *pos = qkv_test_input(g, "positions", QKV_I32, QKV_SHAPE(B));
+  QkvNode *node = cache_attention_node(q, keys, values, pos, scale, TRUE);
+  QkvNode *plain = cache_attention_node(q, keys, values, pos, scale, FALSE);
+  QkvValue *old_w = NULL;
+  QkvValue *old = whole_cache_attention(q, keys, values, pos, scale, &old_w, &error);
+  g_assert_no_error(error);
+  QkvValue *outs[] = {qkv_node_output(node, 0), qkv_node_output(node, 1), qkv_node_output(plain, 0),
+                      old, old_w};
+  QkvShape qs = QKV_SHAPE(B, H, t, d), ks = QKV_SHAPE(B, H, T, d), vs = QKV_SHAPE(B, H, T, dv);
+  QkvShape bs = QKV_SHAPE(B);
+  g_autoptr(QkvTensor) qt = qkv_test_uniform(&qs, 41, -1, 1);
+  g_autoptr(QkvTensor) kt = qkv_test_uniform(&ks, 42, -1, 1);
+  g_autoptr(QkvTensor) vt = qkv_test_uniform(&vs, 43, -1, 1);
+  g_autoptr(QkvTensor) pt = qkv_tensor_new_i32(&bs, positions);
+  const gchar *names[] = {"q", "keys", "values", "positions"};
+  QkvTensor *ins[] = {qt, kt, vt, pt};
+  QkvTensor *res[5] = {NULL};
+  g_assert_true(qkv_graph_eval(g, names, ins, 4, outs, res, 5, &error));
+  g_assert_no_error(error);
+
+  QkvShape ws = QKV_SHAPE(B, H, t, T), os = QKV_SHAPE(B, H, t, dv);
+  g_autoptr(QkvTensor) w_mag = qkv_tensor_new(QKV_F32, &ws);
+  g_autoptr(QkvTensor) out_mag = qkv_tensor_new(QKV_F32, &os);
+  const float *Q = F32(qt), *K = F32(kt), *V = F32(vt), *W = F32(res[1]);
+  const double sf_d = qkv_test_sum_factor(d), sf_T = qkv_test_sum_factor(T);
+  for (gint bh = 0; bh < B * H; bh++)
+    for (gint i = 0; i < t; i++) {
+      gint r = bh * t + i;
+      gint64 limit = CLAMP((gint64)positions[bh / H] + i + 1, 0, T);
+      double sc[T], S = 0, m = -INFINITY, sum = 0, w[T];
+      for (gint x = 0; x < limit; x++) {
+        double dot = 0, mag = 0;
+        for (gint c = 0; c < d; c++) {
+          dot += Q[r * d + c] * K[(bh * T + x) * d + c];
+          mag += fabs(Q[r * d + c] * K[(bh * T + x) * d + c]);
+        }
+        sc[x] = scale * dot;
+        S = MAX(S, scale * mag);
+        m = MAX(m, sc[x]);
+      }
+      for (gint x = 0; x < limit; x++)
+        sum += exp(sc[x] - m);
+      for (gint x = 0; x < T; x++)
+        w[x] = limit == 0 ? 1.0 / T : x < limit ? exp(sc[x] - m) / sum : 0.0;
+      double rel = 2 * (sf_d + 1) * S + 2 * S + 2 + sf_T + 2;
+      for (gint x = 0; x < T; x++)
+        qkv_tensor_f32(w_mag)[r * T + x] = (float)(w[x] * rel);
+      for (gint c = 0; c < dv; c++) {
+        double a = 0;
+        for (gint x = 0; x < T; x++)
+          a += w[x] * fabs(V[(bh * T + x) * dv + c]);
+        qkv_tensor_f32(out_mag)[r * dv + c] = (float)(a * (rel + sf_T));
+      }
+      /* the slots query i does not see: exactly 0, read or not */
+      for (gint x = limit == 0 ? T : limit; x < T; x++)
+        g_assert_cmpfloat(W[r * T + x], ==, 0.0f);
+    }
+  double needed = qkv_assert_bounded("weights vs whole cache", res[1], res[4], w_mag, 2.0);
+  g_test_message("weights: factor 2, needed %.2f", needed);
+  qkv_assert_bounded("out vs whole cache", res[0], res[3], out_mag, 2.0);
+  qkv_assert_bounded("out without weights vs whole cache", res[2], res[3], out_mag, 2.0);
+  /* and the check would see a weight off by 1e-4 of itself */
+  gint64 at = qkv_test_typical_index(res[4]);
+  g_autoptr(QkvTensor) wrong = qkv_test_perturbed(res[1], at, 1e-4);
+  g_assert_false(qkv_test_check_bound(wrong, res[4], w_mag, 0, 2.0, NULL, NULL));
+  for (gint i = 0; i < 5; i++)
+    qkv_tensor_free(res[i]);
+
+  /* weights must be a bool */
+  GVariantBuilder attrs;
+  g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add(&attrs, "{sv}", "weights", g_variant_new_int32(1));
+  QkvValue *inputs[] = {q, keys, values, pos};
+  qkv_assert_op_fails(
+      g, "kv_cache_attention", QKV_ERROR_ATTRIBUTE,
+      qkv_graph_op(g, "kv_cache_attention", inputs, 4, g_variant_builder_end(&attrs), &error_));
 }
 
 int
@@ -463,5 +624,6 @@ main(int argc, char **argv)
   g_test_add_func("/kv-cache/rows-at-different-lengths", test_rows_at_different_lengths);
   g_test_add_func("/kv-cache/no-gradient", test_no_gradient);
   g_test_add_func("/kv-cache/attention-reads-filled-slots", test_cache_attention);
+  g_test_add_func("/kv-cache/attention-weights", test_cache_attention_weights);
   return g_test_run();
 }

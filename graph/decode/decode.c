@@ -13,10 +13,10 @@
  * block's causal self-attention keeps the keys and values of the tokens
  * decoded so far in graph states of max_len positions that the plan owns
  * (rows, heads, max_len, d_head), appends the token's own at position step
- * (kv_cache_append) and attends over the filled part, so a step costs one
- * token's projections and a pass over max_len cached keys however long the
- * output has grown; beam search moves the caches' rows to their parents
- * (qkv_plan_reorder_states). The encoder-decoder attention's keys and
+ * (kv_cache_append) and attends over the filled part (kv_cache_attention),
+ * so a step costs one token's projections and a pass over the keys cached
+ * so far, never over all max_len slots; beam search moves the caches' rows
+ * to their parents (qkv_plan_reorder_states). The encoder-decoder attention's keys and
  * values, which the full decoder recomputes at every step, are projected
  * once per sentence by the encoder plan (qkv_build_mha_keys_values) and
  * bound to the step plan (QkvBuilderCache.cross_inputs). The same builder

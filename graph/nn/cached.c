@@ -2,9 +2,9 @@
  * causal self-attention over key/value caches kept in graph states, and the
  * token positions that position embeddings read. The attention is written
  * with plain ops (projections, kv_cache_append, kv_cache_attention over the
- * filled slots; scores and masked softmax over the whole cache when the
- * weights are asked for) rather than the fused multi_head_attention op,
- * because its keys and values come from the cache, not from its inputs. */
+ * filled slots, which also gives the weights when they are asked for)
+ * rather than the fused multi_head_attention op, because its keys and
+ * values come from the cache, not from its inputs. */
 #include <math.h>
 #include <qkv/qkv.h>
 
@@ -104,10 +104,13 @@ cache_state(QkvBuilder *b, const gchar *what, const QkvShape *shape, GError **er
 
 /* The kv_cache_attention op (ops/kv_cache.c): q over the filled slots of
  * keys and values, which must be kv_cache_append's outputs 0 so that the
- * plan runs it after the appends. */
+ * plan runs it after the appends. With weights non-NULL it also gives the
+ * attention weights (B, heads, t, max_len), computed over the same filled
+ * slots and 0 past them: a step costs in proportion to the tokens so far,
+ * not to max_len, whether or not the weights are asked for. */
 static QkvValue *
 cache_attention(QkvValue *q, QkvValue *keys, QkvValue *values, QkvValue *pos, double scale,
-                GError **error)
+                QkvValue **weights, GError **error)
 {
   if ((error != NULL && *error != NULL) || q == NULL || keys == NULL || values == NULL)
     return NULL;
@@ -115,8 +118,14 @@ cache_attention(QkvValue *q, QkvValue *keys, QkvValue *values, QkvValue *pos, do
   GVariantBuilder attrs;
   g_variant_builder_init(&attrs, G_VARIANT_TYPE_VARDICT);
   g_variant_builder_add(&attrs, "{sv}", "scale", g_variant_new_double(scale));
-  return qkv_graph_op(qkv_value_graph(q), "kv_cache_attention", inputs, 4,
-                      g_variant_builder_end(&attrs), error);
+  g_variant_builder_add(&attrs, "{sv}", "weights", g_variant_new_boolean(weights != NULL));
+  QkvNode *node = qkv_graph_add_node(qkv_value_graph(q), "kv_cache_attention", inputs, 4,
+                                     g_variant_builder_end(&attrs), error);
+  if (node == NULL)
+    return NULL;
+  if (weights != NULL)
+    *weights = qkv_node_output(node, 1);
+  return qkv_node_output(node, 0);
 }
 
 QkvValue *
@@ -140,19 +149,11 @@ builder_cached_self_attention(QkvBuilder *b, QkvValue *x, gint64 num_hiddens, gi
   QkvValue *keys = qkv_kv_cache_append(cache_state(b, "k_cache", &cs, error), k, pos, NULL, error);
   QkvValue *values =
       qkv_kv_cache_append(cache_state(b, "v_cache", &cs, error), v, pos, NULL, error);
-  QkvValue *a = NULL, *p = NULL;
-  if (weights == NULL) {
-    /* reads only the filled slots of each row's caches: a step costs in
-     * proportion to the tokens so far, not to max_len */
-    a = cache_attention(q, keys, values, pos, 1.0 / sqrt((double)dh), error);
-  } else {
-    /* the weights (B, heads, t, max_len) are asked for: scores over the whole cache */
-    /* query i of row b sits at pos[b] + i and sees the slots before pos[b] + i + 1 */
-    QkvValue *lens = qkv_positions(x, pos, 1, error);
-    QkvValue *s = qkv_scale(qkv_matmul(q, keys, FALSE, TRUE, error), 1.0 / sqrt((double)dh), error);
-    p = qkv_masked_softmax(s, lens, FALSE, error);
-    a = qkv_matmul(p, values, FALSE, FALSE, error);
-  }
+  /* reads only the filled slots of each row's caches: a step costs in
+   * proportion to the tokens so far, not to max_len */
+  QkvValue *p = NULL;
+  QkvValue *a = cache_attention(q, keys, values, pos, 1.0 / sqrt((double)dh),
+                                weights != NULL ? &p : NULL, error);
   a = merge_heads(a, B, t, num_hiddens, error);
   QkvValue *out = project(a, w[3], bias ? bias[3] : NULL, error);
   if (out != NULL && weights != NULL)

@@ -109,7 +109,9 @@ typedef struct {
  * qkv_build_mha() with everything optional in options (NULL: all zero).
  * Without biases it builds what qkv_build_mha_masked() builds. With
  * b->cache, a causal self-attention attends over its key/value cache
- * (QkvBuilderCache); *weights is then (B, heads, t, max_len).
+ * (QkvBuilderCache); *weights is then (B, heads, t, max_len), exactly 0 at
+ * the slots a query does not see, and asking for it does not make a step
+ * read past the filled slots.
  *
  * Returns: (transfer none) (nullable): a #QkvValue, or %NULL with @error set
  */
