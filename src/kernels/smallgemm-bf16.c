@@ -23,10 +23,12 @@
 /* outside any target region, so that each intrinsic keeps its own ISA */
 #include <immintrin.h>
 
-/* Rows per block: MR × 4 accumulators, 4 vectors of b and a broadcast fit
- * in the 32 zmm registers, and MR × 2 (n = 32) are enough independent
- * accumulators to keep both of Zen 5's dot-product pipes busy. */
-#define MR 6
+/* Rows per block, for up to 2 and for 3 or 4 vectors of columns: MR × NV
+ * accumulators, NV vectors of b and a broadcast fit in the 32 zmm
+ * registers, with enough independent accumulators (12 or more) to keep two
+ * dot-product pipes busy; 8 rows divide the attention heads' 32 or 64. */
+#define MR_NARROW 8
+#define MR_WIDE 6
 
 static gint64
 pairs(gint64 k)
@@ -37,8 +39,8 @@ pairs(gint64 k)
 gsize
 qkv_small_sgemm_bf16_scratch(gint64 m, gint64 n, gint64 k)
 {
-  /* packed a, packed b, one row of k bf16 values (rounded up to whole words) */
-  return (gsize)(pairs(k) * (m + n) + pairs(k) + 16) * sizeof(guint32);
+  /* packed a, packed b, 16 rows of pairs for pack_rows_transposed() */
+  return (gsize)(pairs(k) * (m + n + 16) + 16) * sizeof(guint32);
 }
 
 #pragma GCC push_options
@@ -62,48 +64,67 @@ row_to_bf16(guint16 *dst, const float *src, gint64 n)
     dst[n] = 0;
 }
 
-/* x rows of k floats each (ld apart), k along the row: the pairs of row r
- * go to dst[p·stride_p + r·stride_r]. tmp holds a row of bf16. */
+/* x rows of k floats each (ld apart), k along the row, into rows of
+ * pairs(k) words ld_dst apart: each row's pairs already lie together. */
 static void
-pack_along_rows(guint32 *dst, gint64 stride_p, gint64 stride_r, const float *src, gint64 ld,
-                gint64 x, gint64 k, guint16 *tmp)
+pack_rows(guint32 *dst, gint64 ld_dst, const float *src, gint64 ld, gint64 x, gint64 k)
+{
+  for (gint64 r = 0; r < x; r++)
+    row_to_bf16((guint16 *)(dst + r * ld_dst), src + r * ld, k);
+}
+
+/* The same rows transposed: pair p of row r goes to dst[p·x + r]. Blocks of
+ * 16 rows go through tmp (16 rows of pairs(k) words) and a gather takes
+ * word p of the 16. */
+static void
+pack_rows_transposed(guint32 *dst, const float *src, gint64 ld, gint64 x, gint64 k, guint32 *tmp)
 {
   gint64 kh = pairs(k);
-  for (gint64 r = 0; r < x; r++) {
-    if (stride_p == 1) {
-      row_to_bf16((guint16 *)(dst + r * stride_r), src + r * ld, k);
-      continue;
-    }
-    row_to_bf16(tmp, src + r * ld, k);
+  const __m512i rows =
+      _mm512_mullo_epi32(_mm512_set1_epi32((int)kh),
+                         _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+  for (gint64 r0 = 0; r0 < x; r0 += 16) {
+    gint64 nr = MIN(16, x - r0);
+    __mmask16 mk = (__mmask16)(nr == 16 ? 0xffff : (1u << nr) - 1);
+    pack_rows(tmp, kh, src + r0 * ld, ld, nr, k);
     for (gint64 p = 0; p < kh; p++)
-      dst[p * stride_p + r * stride_r] = (guint32)tmp[2 * p] | (guint32)tmp[2 * p + 1] << 16;
+      _mm512_mask_storeu_epi32(
+          dst + p * x + r0, mk,
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, rows, tmp + p, 4));
   }
 }
 
 /* k rows of x floats each (ld apart), k across the rows: rows 2p and 2p + 1
- * interleave into dst[p·stride_p + 0 … x). */
+ * interleave into dst[p·stride_p + 0 … x). VCVTNE2PS2BF16 puts the 16 bf16
+ * of row 2p in the low half of a vector and those of row 2p + 1 in the high
+ * half; a word permutation pairs them. */
 static void
 pack_across_rows(guint32 *dst, gint64 stride_p, const float *src, gint64 ld, gint64 x, gint64 k)
 {
+  const __m512i pair_up =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (gint64 p = 0; p < pairs(k); p++) {
     const float *lo = src + 2 * p * ld, *hi = 2 * p + 1 < k ? lo + ld : NULL;
     guint32 *d = dst + p * stride_p;
-    for (gint64 i = 0; i < x; i += 16) {
-      __mmask16 mk = (__mmask16)(x - i >= 16 ? 0xffff : (1u << (x - i)) - 1);
-      __m512i w =
-          _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, lo + i)));
-      if (hi != NULL)
-        w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
-                                                     _mm512_maskz_loadu_ps(mk, hi + i))),
-                                                 16));
-      _mm512_mask_storeu_epi32(d + i, mk, w);
+    gint64 i = 0;
+    for (; i + 16 <= x; i += 16) {
+      __m512 h = hi != NULL ? _mm512_loadu_ps(hi + i) : _mm512_setzero_ps();
+      __m512i v = (__m512i)_mm512_cvtne2ps_pbh(h, _mm512_loadu_ps(lo + i));
+      _mm512_storeu_si512(d + i, _mm512_permutexvar_epi16(pair_up, v));
+    }
+    if (i < x) {
+      __mmask16 mk = (__mmask16)((1u << (x - i)) - 1);
+      __m512 h = hi != NULL ? _mm512_maskz_loadu_ps(mk, hi + i) : _mm512_setzero_ps();
+      __m512i v = (__m512i)_mm512_cvtne2ps_pbh(h, _mm512_maskz_loadu_ps(mk, lo + i));
+      _mm512_mask_storeu_epi32(d + i, mk, _mm512_permutexvar_epi16(pair_up, v));
     }
   }
 }
 
 /* One block of up to MR rows × NV vectors of 16 columns over kh pairs. Rows
  * past mr reuse the last row (computed, never stored). */
-#define DEFINE_BLOCK(NV)                                                                           \
+#define DEFINE_BLOCK(NV, MR)                                                                       \
   static inline void block_nv##NV(gint64 mr, gint64 kh, float alpha, const guint32 *a,             \
                                   gint64 a_rs, gint64 a_cs, const guint32 *b, gint64 ldb,          \
                                   float beta, float *c, gint64 ldc, __mmask16 tail)                \
@@ -144,10 +165,10 @@ pack_across_rows(guint32 *dst, gint64 stride_p, const float *src, gint64 ld, gin
       }                                                                                            \
     }                                                                                              \
   }
-DEFINE_BLOCK(1)
-DEFINE_BLOCK(2)
-DEFINE_BLOCK(3)
-DEFINE_BLOCK(4)
+DEFINE_BLOCK(1, MR_NARROW)
+DEFINE_BLOCK(2, MR_NARROW)
+DEFINE_BLOCK(3, MR_WIDE)
+DEFINE_BLOCK(4, MR_WIDE)
 
 void
 qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
@@ -156,11 +177,11 @@ qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint6
 {
   gint64 kh = pairs(k);
   guint32 *pa = scratch, *pb = pa + m * kh;
-  guint16 *tmp = (guint16 *)(pb + n * kh);
+  guint32 *tmp = pb + n * kh;
   /* op(b) as kh rows of n words; op(a) as m rows of kh words (a_rs = kh,
    * a_cs = 1) or, transposed, kh rows of m words (a_rs = 1, a_cs = m) */
   if (transpose_b)
-    pack_along_rows(pb, n, 1, b, ldb, n, k, tmp);
+    pack_rows_transposed(pb, b, ldb, n, k, tmp);
   else
     pack_across_rows(pb, n, b, ldb, n, k);
   gint64 a_rs, a_cs;
@@ -168,7 +189,7 @@ qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint6
     pack_across_rows(pa, m, a, lda, m, k);
     a_rs = 1, a_cs = m;
   } else {
-    pack_along_rows(pa, 1, kh, a, lda, m, k, tmp);
+    pack_rows(pa, kh, a, lda, m, k);
     a_rs = kh, a_cs = 1;
   }
   for (gint64 j0 = 0; j0 < n; j0 += 64) {
@@ -176,8 +197,9 @@ qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint6
     gint64 nv = (nc + 15) / 16;
     gint64 rest = nc - 16 * (nv - 1);
     __mmask16 tail = (__mmask16)(rest == 16 ? 0xffff : (1u << rest) - 1);
-    for (gint64 i0 = 0; i0 < m; i0 += MR) {
-      gint64 mr = MIN(MR, m - i0);
+    gint64 rows = nv <= 2 ? MR_NARROW : MR_WIDE;
+    for (gint64 i0 = 0; i0 < m; i0 += rows) {
+      gint64 mr = MIN(rows, m - i0);
       const guint32 *ai = pa + i0 * a_rs;
       float *ci = c + i0 * ldc + j0;
       const guint32 *bj = pb + j0;
