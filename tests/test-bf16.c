@@ -300,15 +300,17 @@ static void
 test_sgemm(void)
 {
   /* small ones (below 2^18 multiply-adds: the AVX512_BF16 kernel where
-   * products are native, else emulated; shapes that leave row blocks of 1 to
-   * 5 rows, 1 to 4 column vectors with and without a tail, more than one
-   * column block, odd k), the native threshold 2^18, single rows and columns,
-   * and products split over two threads by rows (m ≥ n) and by columns */
+   * products are native, else emulated; shapes that leave last row blocks
+   * of 1 to 8 rows, 1 to 4 column vectors each full and with a tail, more
+   * than one column block, odd k, a long k through the transposed packing,
+   * single rows), the native threshold 2^18, single rows and columns, and
+   * products split over two threads by rows (m ≥ n) and by columns */
   static const Product products[] = {
-      {3, 4, 5, 1},       {17, 9, 33, 1},    {1, 1, 1, 1},     {32, 32, 32, 1},  {6, 64, 31, 1},
-      {13, 100, 7, 1},    {7, 49, 2, 1},     {11, 130, 64, 1}, {2, 1, 1000, 1},  {64, 64, 64, 1},
-      {100, 70, 60, 1},   {1, 300, 1000, 1}, {300, 1, 900, 1}, {130, 40, 70, 2}, {520, 260, 130, 2},
-      {200, 700, 130, 2}, {64, 64, 257, 2},
+      {3, 4, 5, 1},       {17, 9, 33, 1},     {1, 1, 1, 1},      {32, 32, 32, 1},  {6, 64, 31, 1},
+      {13, 100, 7, 1},    {7, 49, 2, 1},      {11, 130, 64, 1},  {2, 1, 1000, 1},  {5, 20, 9, 1},
+      {4, 48, 3, 1},      {7, 16, 2, 1},      {1, 40, 17, 1},    {12, 80, 5, 1},   {1, 1, 4097, 1},
+      {64, 64, 64, 1},    {100, 70, 60, 1},   {1, 300, 1000, 1}, {300, 1, 900, 1}, {130, 40, 70, 2},
+      {520, 260, 130, 2}, {200, 700, 130, 2}, {64, 64, 257, 2},
   };
   static const Layout layouts[] = {
       {FALSE, FALSE, 1.0f, 0.0f}, {FALSE, TRUE, 1.0f, 0.0f},   {TRUE, FALSE, 1.0f, 1.0f},

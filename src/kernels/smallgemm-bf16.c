@@ -9,7 +9,8 @@
  * last word has a zero high half). VDPBF16PS then adds two exact products
  * per lane and instruction into float32 accumulators, so the results are
  * those of the emulated path (rounded operands, products exact in float32,
- * float32 sums) up to the order of the sums.
+ * float32 sums) up to the order of the sums, and to VDPBF16PS flushing
+ * subnormal partial sums to zero (as oneDNN's bf16 kernels do too).
  *
  * Blocking as in smallgemm.c: MR rows of op(a) (broadcast words) against up
  * to 4 vectors of 16 columns of op(b), the accumulators in registers, then
@@ -47,7 +48,8 @@ qkv_small_sgemm_bf16_scratch(gint64 m, gint64 n, gint64 k)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 
 /* n floats as bf16, one after the other; an odd n gets a zero after them,
- * so that the last pair is whole. */
+ * so that the last pair is whole (written by the masked store, as the rest:
+ * the kernel reads these bytes as 32-bit words). */
 static inline void
 row_to_bf16(guint16 *dst, const float *src, gint64 n)
 {
@@ -55,13 +57,12 @@ row_to_bf16(guint16 *dst, const float *src, gint64 n)
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256((__m256i *)(dst + i),
                         (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
-  if (i < n) {
-    __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
-    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, src + i));
-    _mm256_mask_storeu_epi16(dst + i, mk, (__m256i)v);
+  if (i < n) { /* an odd n always leaves a tail of at most 15, so the pad fits */
+    __mmask16 load = (__mmask16)((1u << (n - i)) - 1);
+    __mmask16 store = (__mmask16)((1u << (n - i + n % 2)) - 1);
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(load, src + i));
+    _mm256_mask_storeu_epi16(dst + i, store, (__m256i)v);
   }
-  if (n % 2 != 0)
-    dst[n] = 0;
 }
 
 /* x rows of k floats each (ld apart), k along the row, into rows of
