@@ -119,7 +119,8 @@ typedef struct {
   /* a plan with inputs "tokens" (2, 1), "positions" (2) and logits (2, 1, 4)
    * (an embedding of the positions), and its QkvPlanDecoder */
   QkvGraph *dgraph;
-  QkvPlan *dplan;
+  QkvPlan *dplan, *dplan_spare; /* the spare for qkv_plan_decoder_new's call, whose decoder
+                                 * binds its tensors and is freed: pdec's plan stays bound */
   QkvPlanDecoder *pdec;
   QkvTensor *src, *src_valid;
   QkvBeamOptions beam;
@@ -352,6 +353,7 @@ fixture_init(void)
   QkvValue *dlogits = qkv_embedding(qkv_positions(dtokens, dpos, 0, &error),
                                     qkv_graph_constant(fx.dgraph, dtable, &error), &error);
   fx.dplan = qkv_graph_compile(fx.dgraph, &dlogits, 1, NULL, &error);
+  fx.dplan_spare = qkv_graph_compile(fx.dgraph, &dlogits, 1, NULL, &error);
   fx.pdec = qkv_plan_decoder_new(fx.dplan, 2, 4, &error);
   g_assert_no_error(error);
 
@@ -432,6 +434,7 @@ fixture_clear(void)
   qkv_step_decoder_free(fx.tdec);
   qkv_plan_decoder_free(fx.pdec);
   qkv_plan_free(fx.dplan);
+  qkv_plan_free(fx.dplan_spare);
   qkv_graph_free(fx.dgraph);
   qkv_step_decoder_free(fx.gdec);
   qkv_step_decoder_free(fx.ldec);
@@ -593,7 +596,7 @@ fixture_clear(void)
   CALL(qkv_step_decoder_try_set_precision, decoder_precision_kept(f, error))                       \
   CALL(qkv_sample_logits,                                                                          \
        !qkv_sample_logits(&f->sample, f->logits, 2, 5, 0, f->row_ids, f->tokens, error))           \
-  CALL(qkv_plan_decoder_new, take_plan_decoder(qkv_plan_decoder_new(f->dplan, 2, 4, error)))       \
+  CALL(qkv_plan_decoder_new, take_plan_decoder(qkv_plan_decoder_new(f->dplan_spare, 2, 4, error))) \
   CALL(qkv_plan_decoder_step,                                                                      \
        !qkv_plan_decoder_step(f->pdec, 0, f->tokens, NULL, 2, f->logits, error))                   \
   CALL(qkv_generate, !qkv_generate(&f->generate, 1, f->prompt, f->prompt_lens, 2, toy_step, NULL,  \
