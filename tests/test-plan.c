@@ -339,6 +339,47 @@ test_kernel_failure_stops_run(void)
   qkv_assert_tensor_close(qkv_plan_output(plan, 0), good, 0);
 }
 
+/* The plan holds a reference to a bound tensor: the caller frees its own
+ * right after binding, memory of that size is handed out again and filled
+ * with NaN (glibc reuses a freed small block first), and the run still
+ * reads the values bound. Without the plan's reference the run would read
+ * the NaNs (or, under ASan, fail as a use after free). */
+static void
+test_bound_tensor_outlives_caller(void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(QkvGraph) g = qkv_graph_new();
+  QkvShape xs = QKV_SHAPE(16);
+  QkvValue *x = qkv_graph_input(g, "x", QKV_F32, &xs, &error);
+  QkvValue *y = qkv_scale(x, 2.0, &error);
+  g_assert_no_error(error);
+  g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &y, 1, NULL, &error);
+  g_assert_no_error(error);
+  QkvTensor *t = qkv_test_uniform(&xs, 3, -1.0f, 1.0f);
+  float want[16];
+  for (gint i = 0; i < 16; i++)
+    want[i] = 2.0f * qkv_tensor_f32(t)[i];
+  g_assert_true(qkv_plan_bind(plan, "x", t, &error));
+  qkv_tensor_free(t);
+  QkvTensor *reuse[8];
+  for (guint i = 0; i < G_N_ELEMENTS(reuse); i++) {
+    reuse[i] = qkv_tensor_new(QKV_F32, &xs);
+    for (gint j = 0; j < 16; j++)
+      qkv_tensor_f32(reuse[i])[j] = NAN;
+  }
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_no_error(error);
+  const float *got = qkv_tensor_const_data(qkv_plan_output(plan, 0));
+  for (gint i = 0; i < 16; i++)
+    g_assert_cmpfloat(got[i], ==, want[i]);
+  /* rebinding drops the plan's reference to the first tensor */
+  g_assert_true(qkv_plan_bind(plan, "x", reuse[0], &error));
+  g_assert_true(qkv_plan_run(plan, &error));
+  g_assert_true(isnan(((const float *)qkv_tensor_const_data(qkv_plan_output(plan, 0)))[0]));
+  for (guint i = 0; i < G_N_ELEMENTS(reuse); i++)
+    qkv_tensor_free(reuse[i]);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -349,5 +390,6 @@ main(int argc, char **argv)
   g_test_add_func("/plan/sgd-training-lowers-loss", test_sgd_training_lowers_loss);
   g_test_add_func("/plan/pruning-and-unbound-inputs", test_pruning_and_unbound_inputs);
   g_test_add_func("/plan/kernel-failure-stops-run", test_kernel_failure_stops_run);
+  g_test_add_func("/plan/bound-tensor-outlives-caller", test_bound_tensor_outlives_caller);
   return g_test_run();
 }

@@ -571,9 +571,9 @@ typedef struct _QkvPlanDecoder QkvPlanDecoder;
  * @max_len: the max len
  * @error: return location for a #GError, or %NULL
  *
- * A decoder for plan (borrowed: it must outlive the decoder, and the
- * decoder's tensors stay bound to it) with rows rows and caches of max_len
- * positions (the builder's QkvBuilderCache.max_len). NULL with
+ * A decoder for plan (borrowed: it must outlive the decoder; the decoder's
+ * tensors stay bound to it, the plan holding references) with rows rows and
+ * caches of max_len positions (the builder's QkvBuilderCache.max_len). NULL with
  * QKV_ERROR_INVALID_ARGUMENT for rows or max_len below 1, the plan's bind
  * error for inputs that are not as above, QKV_ERROR_MEMORY.
  *

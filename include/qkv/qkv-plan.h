@@ -142,8 +142,12 @@ QkvPlan *qkv_plan_ref(QkvPlan *plan);
  * @tensor: a #QkvTensor
  * @error: return location for a #GError, or %NULL
  *
- * Bind a tensor to the graph input of that name. The plan borrows it: keep it
- * alive and unchanged in shape until the last run that uses it.
+ * Bind a tensor to the graph input of that name. The plan takes a
+ * reference (qkv_tensor_ref()) and drops it when another tensor is bound to
+ * that input or the plan is freed, so the caller may free its own at once.
+ * The plan reads the tensor's data where it is at every run: do not change
+ * its shape (rebind instead), and a tensor over borrowed memory
+ * (qkv_tensor_new_borrowed()) needs that memory alive until the last run.
  *
  * Variable shapes: the tensor must have the input's dtype and rank, and each
  * dim at most the one the graph was built with (a partial last batch, a

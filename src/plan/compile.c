@@ -361,8 +361,10 @@ qkv_plan_free(QkvPlan *plan)
     g_free(plan->steps[s].out);
   }
   g_free(plan->steps);
-  for (guint i = 0; i < plan->n_bindings; i++)
+  for (guint i = 0; i < plan->n_bindings; i++) {
     g_array_unref(plan->bindings[i].patches);
+    qkv_tensor_free(plan->bindings[i].bound);
+  }
   g_free(plan->bindings);
   for (guint i = 0; i < plan->n_outputs; i++)
     qkv_tensor_free(plan->outputs[i]);

@@ -88,7 +88,11 @@ bind_input(QkvPlan *plan, const gchar *input_name, QkvTensor *tensor, GError **e
                 input_name, qkv_dtype_name(v->dtype), want, qkv_dtype_name(tensor->dtype), got);
     return FALSE;
   }
-  b->bound = tensor;
+  if (b->bound != tensor) { /* the plan's own reference: freeing the caller's is safe */
+    qkv_tensor_ref(tensor);
+    qkv_tensor_free(b->bound);
+    b->bound = tensor;
+  }
   if (!qkv_shape_equal(&tensor->shape, &b->shape)) {
     b->shape = tensor->shape;
     plan->shapes_dirty = TRUE;

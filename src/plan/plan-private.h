@@ -21,7 +21,7 @@ typedef struct {
 
 typedef struct {
   QkvValue *value;
-  QkvTensor *bound;
+  QkvTensor *bound; /* a reference, dropped on rebinding and by qkv_plan_free() */
   gboolean needed;
   GArray *patches; /* Patch: ctx.in[slot] of step */
   QkvShape shape;  /* the bound tensor's shape when it was bound */
