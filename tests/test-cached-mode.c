@@ -391,6 +391,16 @@ test_plan_decoder_restart_and_parents(void)
   QkvPlan *plan = step_plan(params, ROWS, MAX_LEN, &g);
   g_autoptr(QkvPlanDecoder) dec = qkv_plan_decoder_new(plan, ROWS, MAX_LEN, &error);
   g_assert_no_error(error);
+  /* one decoder per plan: a second would rebind the inputs and share the
+   * caches; after the first is freed the plan takes a new one */
+  QkvPlanDecoder *second = qkv_plan_decoder_new(plan, ROWS, MAX_LEN, &error);
+  g_assert_null(second);
+  g_assert_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull(strstr(error->message, "already has a QkvPlanDecoder"));
+  g_clear_error(&error);
+  qkv_plan_decoder_free(g_steal_pointer(&dec));
+  dec = qkv_plan_decoder_new(plan, ROWS, MAX_LEN, &error);
+  g_assert_no_error(error);
   QkvShape ss = QKV_SHAPE(ROWS, STEPS);
   g_autoptr(QkvTensor) seq = qkv_test_randint(&ss, 12, 0, VOCAB);
   /* the histories: rows swap at step 9 */

@@ -573,9 +573,11 @@ typedef struct _QkvPlanDecoder QkvPlanDecoder;
  *
  * A decoder for plan (borrowed: it must outlive the decoder; the decoder's
  * tensors stay bound to it, the plan holding references) with rows rows and
- * caches of max_len positions (the builder's QkvBuilderCache.max_len). NULL with
- * QKV_ERROR_INVALID_ARGUMENT for rows or max_len below 1, the plan's bind
- * error for inputs that are not as above, QKV_ERROR_MEMORY.
+ * caches of max_len positions (the builder's QkvBuilderCache.max_len). A plan
+ * takes one decoder at a time (the caches are its states). NULL with
+ * QKV_ERROR_INVALID_ARGUMENT for rows or max_len below 1 or a plan that has a
+ * decoder already, the plan's bind error for inputs that are not as above,
+ * QKV_ERROR_MEMORY.
  *
  * Returns: (transfer full) (nullable): a new #QkvPlanDecoder, or %NULL with @error set
  */

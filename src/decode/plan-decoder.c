@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "error-private.h"
+#include "plan/plan-private.h"
 
 struct _QkvPlanDecoder {
   QkvPlan *plan; /* borrowed */
@@ -26,6 +27,14 @@ qkv_plan_decoder_new(QkvPlan *plan, gint rows, gint64 max_len, GError **error)
 {
   QKV_RETURN_IF_ERROR_SET(error, NULL);
   g_return_val_if_fail(plan != NULL, NULL);
+  if (plan->decoder != NULL) {
+    /* a second one would rebind the inputs under the first and share its
+     * caches (the plan's states) */
+    g_set_error_literal(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                        "qkv_plan_decoder_new: the plan already has a QkvPlanDecoder (its caches "
+                        "are the plan's states): free that one first");
+    return NULL;
+  }
   if (rows < 1 || max_len < 1 || max_len > G_MAXINT32 || (gsize)rows > G_MAXSIZE / 8 / max_len) {
     g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
                 "qkv_plan_decoder_new: rows (%d) and max_len (%" G_GINT64_FORMAT
@@ -53,6 +62,7 @@ qkv_plan_decoder_new(QkvPlan *plan, gint rows, gint64 max_len, GError **error)
   if (!qkv_plan_bind(plan, "tokens", d->tokens, error) ||
       !qkv_plan_bind(plan, "positions", d->positions, error))
     return NULL;
+  plan->decoder = d;
   return g_steal_pointer(&d);
 }
 
@@ -61,6 +71,8 @@ qkv_plan_decoder_free(QkvPlanDecoder *d)
 {
   if (d == NULL)
     return;
+  if (d->plan->decoder == d)
+    d->plan->decoder = NULL;
   qkv_tensor_free(d->tokens);
   qkv_tensor_free(d->positions);
   g_free(d->history);

@@ -75,6 +75,9 @@ struct _QkvPlan {
   /* What a kernel reported with qkv_kernel_fail() during the current run
    * (every step's ctx.reserved points here); NULL otherwise. */
   GError *kernel_failure;
+  /* the QkvPlanDecoder feeding this plan (plan-decoder.c), NULL if none: its
+   * caches are the plan's states, so one decoder at a time */
+  gconstpointer decoder;
   /* The graph's states (state.c): their buffers (plan->value_external,
    * owned) and borrowed tensor views of them, one per state. */
   QkvValue **state_values;
