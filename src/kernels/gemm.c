@@ -71,13 +71,26 @@ qkv_get_running_precision(void)
   return running_precision;
 }
 
+#ifdef QKV_HAVE_ONEDNN
+/* oneDNN's ISA: DNNL_MAX_CPU_ISA and the CPU, fixed at oneDNN's first query
+ * (qkv never sets it), so asked once: qkv_bf16_native() runs per product. */
+static dnnl_cpu_isa_t
+onednn_isa(void)
+{
+  static gsize isa = 0; /* the ISA + 1 */
+  if (g_once_init_enter(&isa))
+    g_once_init_leave(&isa, (gsize)dnnl_get_effective_cpu_isa() + 1);
+  return (dnnl_cpu_isa_t)(isa - 1);
+}
+#endif
+
 /* Whether oneDNN's sgemm would run AVX-512 kernels here: it caps its ISA at
  * DNNL_MAX_CPU_ISA and at what the CPU has. */
 static gboolean
 onednn_has_avx512(void)
 {
 #ifdef QKV_HAVE_ONEDNN
-  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  dnnl_cpu_isa_t isa = onednn_isa();
   return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 #else
   return FALSE;
@@ -166,7 +179,7 @@ qkv_gemm_kernel(void)
     return openblas_get_corename();
 #ifdef QKV_HAVE_ONEDNN
   /* oneDNN's sgemm has JIT kernels for AVX-512 (avx512_core), AVX2 and SSE4.1 */
-  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  dnnl_cpu_isa_t isa = onednn_isa();
   if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core)
     return "jit avx512_core";
   if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2)
@@ -183,7 +196,7 @@ qkv_bf16_native(const gchar **why)
   const gchar *reason;
   gboolean native = FALSE;
 #ifdef QKV_HAVE_ONEDNN
-  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  dnnl_cpu_isa_t isa = onednn_isa();
   if (!qkv_use_avx512())
     reason = "QKV_VEC_ISA picked no AVX-512";
   else if (current_backend() != GEMM_ONEDNN)
