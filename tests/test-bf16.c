@@ -347,6 +347,117 @@ test_sgemm_empty(void)
   g_assert_cmpfloat(c[3], ==, 2.0f);
 }
 
+/* Products whose m or k changes from call to call (the ops drop a
+ * gradient's zero rows) are cut into a bounded set of chunks on the native
+ * path, so they build a bounded set of oneDNN primitives: here 45 values of
+ * m build at most 8 row chunks (64·2^i up to 512, rests of 16 to 64 rows)
+ * times the 2 chunks of k = 96 (64, then 32 with β = 1), where one
+ * primitive per shape would build 45; 45 values of k likewise. The varying
+ * dimension is the rows of the operands' copies there, as in the ops (a
+ * copy's row length is part of a primitive: a varying m of a transposed a
+ * would still build one per value). The results stay within the bounds of
+ * test_sgemm (a sample of them: the exact reference is slow), and a shape
+ * gives the same bits before and after the others (the cut is the shape's
+ * alone). */
+static void
+test_sgemm_chunks(void)
+{
+  /* m varies (a not transposed), then k (a transposed, b not) */
+  const Layout layouts[] = {{FALSE, FALSE, 1.0f, 0.0f},
+                            {FALSE, TRUE, 0.5f, -0.75f},
+                            {TRUE, FALSE, -2.0f, 0.0f},
+                            {TRUE, FALSE, 1.0f, 1.0f}};
+  Worst w = {0, 0, 0, 0, 0};
+  for (guint l = 0; l < G_N_ELEMENTS(layouts); l++) {
+    const Layout *lay = &layouts[l];
+    gboolean vary_k = lay->ta;
+    Operands first;
+    Product p0 = {vary_k ? 64 : 600, 64, vary_k ? 600 : 96, 1};
+    operands_init(&first, &p0, lay, 77);
+    g_autofree float *c_first = run_product(&first, lay, QKV_PRECISION_BF16, 1);
+    guint64 built = qkv_bf16_primitives_built();
+    for (gint64 x = 601; x <= 997; x += 9) {
+      Product p = {vary_k ? 64 : x, 64, vary_k ? x : 96, 1};
+      if (x % 5 == 0) { /* also checked against the exact results */
+        check_product(&p, lay, &w);
+        continue;
+      }
+      Operands o;
+      operands_init(&o, &p, lay, (guint32)x);
+      g_autofree float *c = run_product(&o, lay, QKV_PRECISION_BF16, 1);
+      operands_clear(&o);
+    }
+    built = qkv_bf16_primitives_built() - built;
+    g_test_message("ta %d tb %d: 45 values of %s built %" G_GUINT64_FORMAT " primitives", lay->ta,
+                   lay->tb, vary_k ? "k" : "m", built);
+    if (qkv_bf16_native(NULL))
+      g_assert_cmpuint(built, <=, 16);
+    g_autofree float *c_again = run_product(&first, lay, QKV_PRECISION_BF16, 1);
+    g_assert_cmpmem(c_first, (gsize)(first.m * first.ldc) * sizeof(float), c_again,
+                    (gsize)(first.m * first.ldc) * sizeof(float));
+    operands_clear(&first);
+  }
+  /* both cut, on two threads (rows split in blocks of 64) */
+  for (gint64 k = 64; k <= 400; k += 37) {
+    Product p = {300, 80, k, 2};
+    check_product(&p, &layouts[k % 4], &w);
+  }
+  g_test_message("worst shares of the bounds: exact from the rounded operands %.3g, exact %.3g, "
+                 "fp32 %.3g, native vs emulated %.3g",
+                 w.vs_rounded, w.vs_exact, w.vs_fp32, w.vs_other);
+}
+
+/* qkv_sgemm_operand_final(): memory the running step may write (its scratch
+ * here) is converted afresh for each product, unless the step declared it
+ * final; then the first product keeps its copy for the others. The copy
+ * goes when a step that writes that memory starts, so new values there are
+ * read. Native path only (the emulated one keeps no copies). */
+static void
+test_operand_final(void)
+{
+  if (!qkv_bf16_native(NULL)) {
+    g_test_skip("bf16 products are emulated here: nothing is cached");
+    return;
+  }
+  enum { N = 128 };
+  g_autofree float *scratch = g_new(float, N *N), *b = g_new(float, N *N);
+  g_autofree float *c1 = g_new(float, N *N), *c2 = g_new(float, N *N);
+  guint32 seed = 5;
+  for (gint i = 0; i < N * N; i++)
+    scratch[i] = uniform(&seed), b[i] = uniform(&seed);
+  QkvKernelCtx step = {
+      .op_name = "test", .scratch = scratch, .scratch_size = N * N * sizeof(float)};
+  qkv_set_running_precision(QKV_PRECISION_BF16);
+  /* a first run sizes the cache (it grows when a run ends) */
+  qkv_set_running_step(&step);
+  qkv_sgemm(FALSE, FALSE, N, N, N, 1.0f, scratch, N, b, N, 0.0f, c1, N, 1);
+  qkv_set_running_step(NULL);
+
+  qkv_set_running_step(&step);
+  guint64 h0 = qkv_bf16_cache_hits();
+  qkv_sgemm(FALSE, FALSE, N, N, N, 1.0f, scratch, N, b, N, 0.0f, c1, N, 1);
+  qkv_sgemm(FALSE, FALSE, N, N, N, 1.0f, scratch, N, b, N, 0.0f, c2, N, 1);
+  guint64 h1 = qkv_bf16_cache_hits();
+  g_assert_cmpuint(h1 - h0, ==, 1); /* b only: the scratch may change under a copy */
+  g_assert_cmpmem(c1, N * N * sizeof(float), c2, N * N * sizeof(float));
+  qkv_sgemm_operand_final(scratch, N * N);
+  qkv_sgemm(FALSE, FALSE, N, N, N, 1.0f, scratch, N, b, N, 0.0f, c2, N, 1);
+  qkv_sgemm(FALSE, FALSE, N, N, N, 1.0f, scratch, N, b, N, 0.0f, c2, N, 1);
+  guint64 h2 = qkv_bf16_cache_hits();
+  g_assert_cmpuint(h2 - h1, ==, 3); /* b twice, the scratch once */
+  g_assert_cmpmem(c1, N * N * sizeof(float), c2, N * N * sizeof(float));
+
+  /* the next step writes the scratch: the copy is dropped, the new values read */
+  qkv_set_running_step(&step);
+  for (gint i = 0; i < N * N; i++)
+    scratch[i] = -scratch[i];
+  qkv_sgemm(FALSE, FALSE, N, N, N, 1.0f, scratch, N, b, N, 0.0f, c2, N, 1);
+  qkv_set_running_step(NULL);
+  qkv_set_running_precision(QKV_PRECISION_FP32);
+  for (gint i = 0; i < N * N; i++)
+    g_assert_cmpfloat(c2[i], ==, -c1[i]); /* bf16 rounding is symmetric */
+}
+
 /* ---- running graphs ------------------------------------------------------- */
 
 /* Compile outs of g (inputs "in0", "in1", … bound to inputs) in evaluation
@@ -813,12 +924,16 @@ test_transformer_step(void)
 
 /* The run's cache of bf16 copies changes nothing: the same step with the
  * cache and without gives the same loss and gradients bit for bit (a stale
- * copy would not), on one thread and two, and where products run natively
- * it is used (weights and repeated inputs are found in it). */
+ * copy would not), on one thread and two, with and without the backward
+ * ops' gathered rows (declared final), and where products run natively it
+ * is used (weights and repeated inputs are found in it). */
 static void
 test_cache(void)
 {
-  for (gint threads = 1; threads <= 2; threads++) {
+  for (gint mode = 0; mode < 4; mode++) {
+    gint threads = 1 + mode % 2;
+    /* ALWAYS: the backward ops gather nonzero rows and declare them final */
+    qkv_set_sparse_backward(mode < 2 ? QKV_SPARSE_BACKWARD_AUTO : QKV_SPARSE_BACKWARD_ALWAYS);
     Trainer tr;
     trainer_init(&tr, threads);
     Step cached, fresh, again;
@@ -829,7 +944,8 @@ test_cache(void)
     qkv_set_bf16_cache_limit(0);
     step_run(&fresh, &tr, QKV_PRECISION_BF16, FALSE);
     qkv_set_bf16_cache_limit(32);
-    g_test_message("%d threads: %" G_GUINT64_FORMAT " cache hits in two runs", threads, used);
+    g_test_message("%d threads, sparse backward %s: %" G_GUINT64_FORMAT " cache hits in two runs",
+                   threads, mode < 2 ? "auto" : "always", used);
     if (qkv_bf16_native(NULL))
       g_assert_cmpuint(used, >, 0);
     g_assert_cmpfloat(cached.loss, ==, fresh.loss);
@@ -845,6 +961,7 @@ test_cache(void)
     step_clear(&fresh);
     trainer_clear(&tr);
   }
+  qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
 }
 
 /* ---- the plan API ----------------------------------------------------------- */
@@ -940,6 +1057,8 @@ main(int argc, char **argv)
   g_test_add_func("/bf16/rounding", test_rounding);
   g_test_add_func("/bf16/sgemm", test_sgemm);
   g_test_add_func("/bf16/sgemm-empty", test_sgemm_empty);
+  g_test_add_func("/bf16/sgemm-chunks", test_sgemm_chunks);
+  g_test_add_func("/bf16/operand-final", test_operand_final);
   g_test_add_func("/bf16/pool-precision", test_pool_precision);
   g_test_add_func("/bf16/plan-api", test_plan_api);
   g_test_add_func("/bf16/multi-head-attention", test_mha);

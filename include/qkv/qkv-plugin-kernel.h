@@ -104,6 +104,23 @@ void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, g
                float *c, gint64 ldc, gint n_threads);
 
 /**
+ * qkv_sgemm_operand_final: (skip)
+ * @data: (array length=n_floats): the floats
+ * @n_floats: how many
+ *
+ * A kernel's promise that it writes data[0 .. n_floats) no more until it
+ * returns, so that qkv_sgemm() in bf16 precision may convert those floats
+ * once for every product of the kernel that reads them (it keeps a copy per
+ * plan run of inputs, never of what the running kernel may still write: its
+ * outputs and scratch). Call it for an output or a scratch matrix that is
+ * complete and that two or more products read; anywhere else (fp32, outside
+ * a plan run) it does nothing. Breaking the promise makes later products
+ * read stale values.
+ */
+QKV_API
+void qkv_sgemm_operand_final(const float *data, gsize n_floats);
+
+/**
  * qkv_gemm_backend:
  *
  * The GEMM library behind qkv_sgemm(): "onednn" (its JIT kernels follow the

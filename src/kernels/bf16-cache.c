@@ -10,7 +10,8 @@
  * memory (the op contract: an op that works in place writes an output that
  * shares an input's memory, and that memory is then an output). So
  *  - an operand is cached only if none of its bytes lies in the running
- *    step's outputs or scratch (its own results may change under it);
+ *    step's outputs or scratch (its own results may change under it), or
+ *    the step declared those bytes final (qkv_sgemm_operand_final());
  *  - a cached copy is dropped before a step that is about to write any byte
  *    of its source runs;
  *  - everything is dropped when the run ends (between runs the caller, bind
@@ -32,13 +33,24 @@
 typedef struct {
   const float *src;
   gint64 rows, cols, ld;
-  guintptr lo, hi; /* the source's bytes [lo, hi) */
-  gsize offset;    /* of the copy in the buffer */
+  gint64 copy_rows, copy_cols; /* the copy's layout (gemm-bf16.c pads it) */
+  guintptr lo, hi;             /* the source's bytes [lo, hi) */
+  gsize offset;                /* of the copy in the buffer */
   gboolean live;
 } Entry;
 
+/* Ranges of the running step's own memory that it will not write again
+ * (qkv_sgemm_operand_final()); more than this many are ignored. */
+#define MAX_FINAL 16
+
+typedef struct {
+  guintptr lo, hi;
+} Range;
+
 typedef struct {
   const QkvKernelCtx *step; /* the running step, NULL between runs */
+  Range final[MAX_FINAL];
+  guint n_final;
   guint8 *buf;
   gsize capacity;
   gsize run_top;  /* bytes the run's copies take */
@@ -127,6 +139,25 @@ step_writes(const QkvKernelCtx *step, guintptr lo, guintptr hi)
   return overlaps(lo, hi, step->scratch, step->scratch_size);
 }
 
+/* Whether [lo, hi) lies in memory the running step declared final. */
+static gboolean
+declared_final(const Cache *c, guintptr lo, guintptr hi)
+{
+  for (guint i = 0; i < c->n_final; i++)
+    if (c->final[i].lo <= lo && hi <= c->final[i].hi)
+      return TRUE;
+  return FALSE;
+}
+
+void
+qkv_sgemm_operand_final(const float *data, gsize n_floats)
+{
+  Cache *c = cache_get(FALSE);
+  if (c == NULL || c->step == NULL || data == NULL || n_floats == 0 || c->n_final == MAX_FINAL)
+    return;
+  c->final[c->n_final++] = (Range){(guintptr)data, (guintptr)(data + n_floats)};
+}
+
 /* The running step's copies: kept for the run while the run's copies stay
  * within the limit, else dropped. */
 static void
@@ -169,6 +200,7 @@ qkv_set_running_step(const QkvKernelCtx *ctx)
   if (c->step != NULL)
     step_ends(c);
   c->step = ctx;
+  c->n_final = 0;
   if (ctx == NULL) {
     run_ends(c);
     return;
@@ -181,7 +213,8 @@ qkv_set_running_step(const QkvKernelCtx *ctx)
 }
 
 const guint16 *
-qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld, guint16 **slot)
+qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld, gint64 copy_rows,
+                      gint64 copy_cols, guint16 **slot)
 {
   *slot = NULL;
   Cache *c = cache_get(FALSE);
@@ -189,20 +222,21 @@ qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld, gui
     return NULL;
   for (guint i = 0; i < c->entries->len; i++) {
     const Entry *e = &g_array_index(c->entries, Entry, i);
-    if (e->live && e->src == src && e->rows == rows && e->cols == cols && e->ld == ld) {
+    if (e->live && e->src == src && e->rows == rows && e->cols == cols && e->ld == ld &&
+        e->copy_rows == copy_rows && e->copy_cols == copy_cols) {
       __atomic_add_fetch(&cache_hits, 1, __ATOMIC_RELAXED);
       return (const guint16 *)(c->buf + e->offset);
     }
   }
   guintptr lo = (guintptr)src, hi = (guintptr)(src + (rows - 1) * ld + cols);
-  if (step_writes(c->step, lo, hi))
+  if (step_writes(c->step, lo, hi) && !declared_final(c, lo, hi))
     return NULL;
-  gsize bytes = ((gsize)(rows * cols) * sizeof(guint16) + 63) / 64 * 64;
+  gsize bytes = ((gsize)(copy_rows * copy_cols) * sizeof(guint16) + 63) / 64 * 64;
   c->run_wanted += bytes;
   c->step_wanted += bytes;
   if (c->step_top + bytes > c->capacity)
     return NULL;
-  Entry e = {src, rows, cols, ld, lo, hi, c->step_top, TRUE};
+  Entry e = {src, rows, cols, ld, copy_rows, copy_cols, lo, hi, c->step_top, TRUE};
   g_array_append_val(c->entries, e);
   c->step_top += bytes;
   *slot = (guint16 *)(c->buf + e.offset);

@@ -50,9 +50,41 @@
 /* Conversions of fewer elements than this run on one thread. */
 #define BF16_CONVERT_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 17)
 /* Primitives each thread keeps (a split product uses two shapes). */
-#define MATMUL_CACHE 64
+#define MATMUL_CACHE 128
+
+/* Chunks: few shapes for products whose size changes. The ops skip the
+ * rows of a gradient that are zero (ops-common.h), so a backward product's m
+ * or k follows the batch's padding and changes from run to run. Each new
+ * shape needs a primitive of its own, and building one (JIT code included)
+ * took 0.4-0.9 ms on a Zen 5 against the tens of microseconds a run of one
+ * takes: config M built about 16 a step. So m and k of 64 or more are cut
+ * into chunks of 64·2^i, largest first, and a rest rounded up to a multiple
+ * of 16: a bounded set of shapes per n (at most 6 + 4 for m or k up to
+ * 4095). The rows past m are the zero rows of op(a)'s copy, multiplied into
+ * a scratch block of c; the columns past k are zeros in both copies and add
+ * exact zeros. The cut depends on the shape alone, so a product gives the
+ * same bits every time. Aligned shapes (m = 2048) stay one call; the cost
+ * elsewhere is a few calls more (m = 1000: 512, 256, 128, 64 and 40 rows in
+ * 48), each reading c again when k is cut. */
+#define CHUNK_MIN 64
+#define CHUNK_ROUND 16
+
+/* The length of m or k in the copies of the operands: room for the rest's
+ * rounding once the dimension is cut into chunks. */
+static gint64
+padded_dim(gint64 d)
+{
+  return d < CHUNK_MIN ? d : (d + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND;
+}
 
 static gint force_emulation = FALSE; /* atomic; tests */
+static guint64 primitives_built = 0; /* atomic; tests */
+
+guint64
+qkv_bf16_primitives_built(void)
+{
+  return __atomic_load_n(&primitives_built, __ATOMIC_RELAXED);
+}
 
 void
 qkv_set_bf16_emulation(gboolean force)
@@ -234,6 +266,8 @@ typedef struct {
 typedef struct {
   guint8 *operands; /* the converted operands of the current product */
   gsize operands_size;
+  float *c_rows; /* the rows of c that a chunk adds past m */
+  gsize c_rows_size;
 #ifdef QKV_HAVE_ONEDNN
   guint8 *scratchpad; /* oneDNN's, for the current primitive */
   gsize scratchpad_size;
@@ -262,6 +296,7 @@ bf16_thread_free(gpointer data)
 {
   Bf16Thread *t = data;
   qkv_aligned_free(t->operands);
+  qkv_aligned_free(t->c_rows);
 #ifdef QKV_HAVE_ONEDNN
   for (guint i = 0; i < t->n_cached; i++)
     matmul_clear(&t->cache[i]);
@@ -305,10 +340,12 @@ reserve(guint8 **buf, gsize *size, gsize need)
 
 /* ---- converting the operands ---------------------------------------------- */
 
-/* A stored matrix: rows × cols with rows ld apart, copied to a dense one. */
+/* A stored matrix: rows × cols with rows ld apart, copied into copy_rows ×
+ * copy_cols (at least as many), the rest of which is zeros. */
 typedef struct {
   const float *src;
   gint64 rows, cols, ld;
+  gint64 copy_rows, copy_cols;
   gpointer dst; /* guint16 (to_bf16) or float */
 } Operand;
 
@@ -321,11 +358,21 @@ typedef struct {
 static void
 convert_rows(const ConvertJob *j, const Operand *op, gint64 r0, gint64 r1)
 {
-  guint8 *dst = (guint8 *)op->dst + (gsize)(r0 * op->cols) * j->elem;
-  if (op->ld == op->cols) /* one run */
+  guint8 *dst = (guint8 *)op->dst + (gsize)(r0 * op->copy_cols) * j->elem;
+  if (op->ld == op->cols && op->copy_cols == op->cols) { /* one run */
     j->convert(dst, op->src + r0 * op->cols, 1, (r1 - r0) * op->cols, (r1 - r0) * op->cols);
-  else
+    return;
+  }
+  if (op->copy_cols == op->cols) {
     j->convert(dst, op->src + r0 * op->ld, r1 - r0, op->cols, op->ld);
+    return;
+  }
+  gsize row_bytes = (gsize)op->copy_cols * j->elem,
+        pad = (gsize)(op->copy_cols - op->cols) * j->elem;
+  for (gint64 r = r0; r < r1; r++, dst += row_bytes) {
+    j->convert(dst, op->src + r * op->ld, 1, op->cols, op->ld);
+    memset(dst + row_bytes - pad, 0, pad);
+  }
 }
 
 /* Rows [begin, end) of the two operands' rows, a's first. */
@@ -346,39 +393,62 @@ static void
 place_bf16(Operand *op, gpointer scratch)
 {
   guint16 *slot;
-  const guint16 *cached = qkv_bf16_cache_lookup(op->src, op->rows, op->cols, op->ld, &slot);
+  const guint16 *cached = qkv_bf16_cache_lookup(op->src, op->rows, op->cols, op->ld, op->copy_rows,
+                                                op->copy_cols, &slot);
   if (cached != NULL)
     op->dst = (gpointer)cached, op->rows = 0;
   else
     op->dst = slot != NULL ? (gpointer)slot : scratch;
 }
 
-/* Converts op(a) and op(b), each dense (ld = the stored rows' length): bf16
- * copies into the run's cache where they may be kept, the rest into the
- * thread's scratch. Returns where they went. */
+/* The zero rows under a copy (its zero columns are written with each row). */
+static void
+zero_rows_below(const Operand *op, gsize elem)
+{
+  if (op->rows > 0 && op->copy_rows > op->rows)
+    memset((guint8 *)op->dst + (gsize)(op->rows * op->copy_cols) * elem, 0,
+           (gsize)((op->copy_rows - op->rows) * op->copy_cols) * elem);
+}
+
+static gsize
+copy_bytes(const Operand *op, gsize elem)
+{
+  return ((gsize)(op->copy_rows * op->copy_cols) * elem + 63) / 64 * 64;
+}
+
+/* Converts op(a) and op(b): as bf16 (to_bf16) into the run's cache where
+ * they may be kept and the thread's scratch otherwise, laid out as the
+ * native path's chunks need (padded_dim() for m and k, below); else as
+ * rounded floats, dense. Returns where they went and their row lengths. */
 static void
 convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, gint64 lda,
                  const float *b, gint64 ldb, gboolean to_bf16, gint n_threads, gpointer *a_out,
-                 gpointer *b_out)
+                 gint64 *lda_out, gpointer *b_out, gint64 *ldb_out)
 {
   gsize elem = to_bf16 ? sizeof(guint16) : sizeof(float);
-  gsize a_bytes = ((gsize)(m * k) * elem + 63) / 64 * 64;
+  gint64 mp = to_bf16 ? padded_dim(m) : m, kp = to_bf16 ? padded_dim(k) : k;
+  ConvertJob job = {{{a, ta ? k : m, ta ? m : k, lda, ta ? kp : mp, ta ? mp : kp, NULL},
+                     {b, tb ? n : k, tb ? k : n, ldb, tb ? n : kp, tb ? kp : n, NULL}},
+                    elem,
+                    convert_rows_for(to_bf16)};
+  gsize a_bytes = copy_bytes(&job.ops[0], elem);
   Bf16Thread *t = bf16_thread();
-  guint8 *buf = reserve(&t->operands, &t->operands_size, a_bytes + (gsize)(k * n) * elem);
-  ConvertJob job = {
-      {{a, ta ? k : m, ta ? m : k, lda, buf}, {b, tb ? n : k, tb ? k : n, ldb, buf + a_bytes}},
-      elem,
-      convert_rows_for(to_bf16)};
+  guint8 *buf = reserve(&t->operands, &t->operands_size, a_bytes + copy_bytes(&job.ops[1], elem));
+  job.ops[0].dst = buf, job.ops[1].dst = buf + a_bytes;
   if (to_bf16) {
     place_bf16(&job.ops[0], buf);
     place_bf16(&job.ops[1], buf + a_bytes);
   }
+  zero_rows_below(&job.ops[0], elem);
+  zero_rows_below(&job.ops[1], elem);
   gint64 rows = job.ops[0].rows + job.ops[1].rows;
   gint64 elems = job.ops[0].rows * job.ops[0].cols + job.ops[1].rows * job.ops[1].cols;
   gint nt = elems < BF16_CONVERT_PARALLEL_MIN ? 1 : n_threads;
   qkv_parallel_for(nt, rows, convert_range, &job);
   *a_out = job.ops[0].dst;
   *b_out = job.ops[1].dst;
+  *lda_out = job.ops[0].copy_cols;
+  *ldb_out = job.ops[1].copy_cols;
 }
 
 /* ---- the emulated path ---------------------------------------------------- */
@@ -408,8 +478,9 @@ sgemm_emulated(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
                gint n_threads)
 {
   gpointer ra, rb;
-  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, FALSE, n_threads, &ra, &rb);
-  qkv_sgemm_fp32(ta, tb, m, n, k, alpha, ra, ta ? m : k, rb, tb ? k : n, beta, c, ldc, n_threads);
+  gint64 lda_r, ldb_r;
+  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, FALSE, n_threads, &ra, &lda_r, &rb, &ldb_r);
+  qkv_sgemm_fp32(ta, tb, m, n, k, alpha, ra, lda_r, rb, ldb_r, beta, c, ldc, n_threads);
 }
 
 /* ---- the native path ------------------------------------------------------ */
@@ -483,6 +554,8 @@ matmul_build(Matmul *mm, const MatmulKey *key, dnnl_engine_t engine)
   mm->key = *key;
   if (!ok)
     matmul_clear(mm);
+  else
+    __atomic_add_fetch(&primitives_built, 1, __ATOMIC_RELAXED);
   return ok;
 }
 
@@ -607,6 +680,55 @@ run_block(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, c
   bf16_block_loops(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* The chunk of a dimension d that starts at done (chunks, above): its
+ * length in the call, and in *real how much of that is the operands' (the
+ * rest is padding). */
+static gint64
+next_chunk(gint64 d, gint64 done, gint64 *real)
+{
+  gint64 left = d - done;
+  *real = left;
+  if (d < CHUNK_MIN)
+    return d;
+  if (left < CHUNK_MIN)
+    return (left + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND;
+  gint64 chunk = CHUNK_MIN;
+  while (chunk * 2 <= left)
+    chunk *= 2;
+  *real = chunk;
+  return chunk;
+}
+
+/* c = α·op(a)·op(b) + β·c on the calling thread, in chunks (above); a and
+ * b are copies laid out by convert_operands(). */
+static void
+run_chunks(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const guint16 *a,
+           gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  Bf16Thread *t = bf16_thread();
+  gint64 rows, cols;
+  for (gint64 i0 = 0; i0 < m; i0 += rows) {
+    gint64 mc = next_chunk(m, i0, &rows);
+    float *ci = c + i0 * ldc;
+    gint64 ldci = ldc;
+    if (mc > rows) { /* past m: into scratch, with c's rows where β reads them */
+      ci = reserve((guint8 **)&t->c_rows, &t->c_rows_size, (gsize)(mc * n) * sizeof(float));
+      ldci = n;
+      for (gint64 r = 0; r < rows && beta != 0.0f; r++)
+        memcpy(ci + r * n, c + (i0 + r) * ldc, (gsize)n * sizeof(float));
+      memset(ci + rows * n, 0, (gsize)((mc - rows) * n) * sizeof(float));
+    }
+    for (gint64 p0 = 0; p0 < k; p0 += cols) {
+      gint64 kc = next_chunk(k, p0, &cols);
+      const guint16 *ap = a + (ta ? p0 * lda + i0 : i0 * lda + p0);
+      const guint16 *bp = b + (tb ? p0 : p0 * ldb);
+      run_block(ta, tb, mc, n, kc, alpha, ap, lda, bp, ldb, p0 == 0 ? beta : 1.0f, ci, ldci);
+    }
+    for (gint64 r = 0; r < rows && mc > rows; r++)
+      memcpy(c + (i0 + r) * ldc, ci + r * n, (gsize)n * sizeof(float));
+  }
+}
+
 /* Blocks [begin, end) of rows (or columns) of c, as one call. */
 static void
 bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
@@ -626,7 +748,7 @@ bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
     b += j->tb ? c0 * j->ldb : c0;
     c += c0;
   }
-  run_block(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+  run_chunks(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
 }
 
 void
@@ -654,9 +776,9 @@ qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
   }
   gint nt = m * n * k < BF16_PARALLEL_MIN ? 1 : n_threads;
   gpointer a16, b16;
-  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, TRUE, n_threads, &a16, &b16);
-  Bf16Job job = {ta,  tb, m >= n, m,    n,   k,   ta ? m : k, tb ? k : n,
-                 ldc, 64, alpha,  beta, a16, b16, c};
+  gint64 lda16, ldb16;
+  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, TRUE, n_threads, &a16, &lda16, &b16, &ldb16);
+  Bf16Job job = {ta, tb, m >= n, m, n, k, lda16, ldb16, ldc, 64, alpha, beta, a16, b16, c};
   gint64 blocks = ((job.split_rows ? m : n) + job.block - 1) / job.block;
   qkv_parallel_for((gint)MIN(nt, blocks), blocks, bf16_blocks, &job);
 }

@@ -55,11 +55,12 @@ void qkv_bf16_round_f32(float *dst, const float *src, gsize n);
  * run's last step); bf16 copies of operands are kept while valid within a
  * run. */
 void qkv_set_running_step(const QkvKernelCtx *ctx);
-/* The cached bf16 copy (dense rows × cols) of the operand src (rows × cols,
- * rows ld apart), or NULL; then *slot is where to convert it so that it is
- * kept, or NULL where it may not be. */
+/* The cached bf16 copy of the operand src (rows × cols, rows ld apart),
+ * laid out as copy_rows × copy_cols (the operand, then zeros), or NULL; then
+ * *slot is where to convert it so that it is kept, or NULL where it may not
+ * be. */
 const guint16 *qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld,
-                                     guint16 **slot);
+                                     gint64 copy_rows, gint64 copy_cols, guint16 **slot);
 /* Tests: the limit on a run's cached copies in MiB (0: no cache; else
  * QKV_BF16_CACHE_MB, default 32), and the cache hits so far. */
 void qkv_set_bf16_cache_limit(gint mib);
@@ -67,6 +68,8 @@ guint64 qkv_bf16_cache_hits(void);
 /* Tests: TRUE makes bf16 products take the emulated path even where the CPU
  * has bf16 instructions, and the conversions the portable code. */
 void qkv_set_bf16_emulation(gboolean force);
+/* Tests: oneDNN primitives the native bf16 path has built so far. */
+guint64 qkv_bf16_primitives_built(void);
 /* Whether the ISA picked at run time (qkv_vec_isa(), QKV_VEC_ISA may force
  * a fallback) is AVX-512 (F, DQ, VL): kernels with an AVX-512 variant use it. */
 gboolean qkv_use_avx512(void);
