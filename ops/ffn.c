@@ -206,6 +206,8 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
     qkv_gather_rows(ctx, dy_c, dy, o, index, m, o);
     qkv_gather_rows(ctx, x_c, x, d, index, m, d);
     qkv_gather_rows(ctx, hidden_c, hidden, f, index, m, f);
+    /* dy_c is read by two products (one copy of it in bf16) */
+    qkv_sgemm_operand_final(dy_c, (gsize)(m * o));
     dy = dy_c;
     x = x_c;
     hidden = hidden_c;
@@ -232,6 +234,7 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
   /* Through the ReLU: its output is positive exactly where it passed. */
   const gint64 nh = n * f;
   relu_gate(ctx, dhidden, hidden, nh);
+  qkv_sgemm_operand_final(dhidden, (gsize)nh);
 
   /* First layer: dw1 = dhiddenᵀ · x, db1 = dhiddenᵀ · 1, dx = dhidden · w1. */
   sgemm(TRUE, FALSE, f, d, n, dhidden, x, 0.0f, dw1);

@@ -153,16 +153,17 @@ gather_floats(const MhaDims *d)
   return MAX(MAX(q * d->hidden, q * d->d_q), MAX(k * d->d_k, k * d->d_v));
 }
 
-/* dC, dQp (B·n_q × H each), dKp, dVp (B·n_k × H each), two gather buffers,
- * row indices (max(B·n_q, B·n_k); an even number of floats before them keeps
- * them aligned), then per-thread attention scratch. */
+/* dC, dQp (B·n_q × H each), dKp, dVp (B·n_k × H each), four gather buffers
+ * (concat, then the queries' rows; dout; the keys' rows; the values' rows),
+ * three row indices (max(B·n_q, B·n_k) each; an even number of floats
+ * before them keeps them aligned), then per-thread attention scratch. */
 static gsize
 backward_shared_scratch(const MhaDims *d)
 {
   return (gsize)(2 * d->batch * d->n_q * d->hidden + 2 * d->batch * d->n_k * d->hidden +
-                 2 * gather_floats(d)) *
+                 4 * gather_floats(d)) *
              sizeof(float) +
-         (gsize)MAX(d->batch * d->n_q, d->batch * d->n_k) * sizeof(gint64);
+         3 * (gsize)MAX(d->batch * d->n_q, d->batch * d->n_k) * sizeof(gint64);
 }
 
 gsize
@@ -187,24 +188,45 @@ column_sums(gint64 rows, gint64 hidden, const float *x, float *db)
       db[j] += x[r * hidden + j];
 }
 
+/* The rows of an input that a projection's backward gathered. */
+typedef struct {
+  const float *x, *rows; /* rows: NULL where nothing was gathered */
+  const gint64 *index;
+  gint64 m;
+} Gathered;
+
 /* For proj = x · wᵀ (+ b): dx (rows × in) = dproj · w, dw (H × in) = dprojᵀ ·
  * x, db = column sums of dproj, over the rows of dproj that are not zero
- * (ops-common.h). dproj is scratch and is compacted in place; xbuf holds the
- * gathered rows of x. */
+ * (ops-common.h). dproj is scratch and is compacted in place; xbuf takes the
+ * gathered rows of x unless an earlier projection (done[0 .. n_done))
+ * gathered the same rows of the same input (self-attention's three
+ * projections usually do: one gather, and in bf16 one copy of it). What
+ * this one gathered goes to *mine. */
 static void
 projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidden, float *dproj,
                     const float *x, const float *w, float *dx, float *dw, float *db, gint64 *index,
-                    float *xbuf)
+                    float *xbuf, const Gathered *done, guint n_done, Gathered *mine)
 {
   gint64 m = rows > 0 ? qkv_nonzero_rows(dproj, rows, hidden, hidden, index) : 0;
   gboolean compact = qkv_compact_pays(m, rows, hidden * in);
   gint64 n = rows;
+  *mine = (Gathered){x, NULL, index, m};
   if (compact) {
     qkv_compact_rows(dproj, index, m, hidden);
-    qkv_gather_rows(ctx, xbuf, x, in, index, m, in);
-    x = xbuf;
+    const float *found = NULL;
+    for (guint i = 0; i < n_done && found == NULL; i++)
+      if (done[i].rows != NULL && done[i].x == x && done[i].m == m &&
+          memcmp(done[i].index, index, (gsize)m * sizeof(gint64)) == 0)
+        found = done[i].rows;
+    if (found == NULL) {
+      qkv_gather_rows(ctx, xbuf, x, in, index, m, in);
+      qkv_sgemm_operand_final(xbuf, (gsize)(m * in)); /* not written again this step */
+      found = xbuf;
+    }
+    mine->rows = x = found;
     n = m;
   }
+  qkv_sgemm_operand_final(dproj, (gsize)(n * hidden)); /* read by two products */
   qkv_attn_sgemm(FALSE, FALSE, n, in, hidden, 1.0f, dproj, hidden, w, in, 0.0f, dx, in);
   if (n > 0)
     qkv_attn_sgemm(TRUE, FALSE, hidden, in, n, 1.0f, dproj, hidden, x, in, 0.0f, dw, in);
@@ -250,9 +272,16 @@ mha_backward_kernel(const QkvKernelCtx *ctx)
   dproj[0] = dconcat + rows[0] * d.hidden;
   dproj[1] = dproj[0] + rows[0] * d.hidden;
   dproj[2] = dproj[1] + rows[1] * d.hidden;
-  float *gather_a = dproj[2] + rows[2] * d.hidden, *gather_b = gather_a + gather_floats(&d);
-  gint64 *index = (gint64 *)(gather_b + gather_floats(&d));
-  float *attn_scratch = (float *)(index + MAX(rows[0], rows[1]));
+  float *gather[4];
+  gather[0] = dproj[2] + rows[2] * d.hidden;
+  for (guint i = 1; i < 4; i++)
+    gather[i] = gather[i - 1] + gather_floats(&d);
+  gint64 *indices[3];
+  indices[0] = (gint64 *)(gather[3] + gather_floats(&d));
+  for (guint i = 1; i < 3; i++)
+    indices[i] = indices[i - 1] + MAX(rows[0], rows[1]);
+  gint64 *index = indices[0];
+  float *attn_scratch = (float *)(indices[2] + MAX(rows[0], rows[1]));
 
   /* out = concat · w_oᵀ + b_o, over the rows of dout that are not zero */
   float *dw_o = ctx->out[6].data, *db_o = has_bias ? ctx->out[10].data : NULL;
@@ -261,10 +290,13 @@ mha_backward_kernel(const QkvKernelCtx *ctx)
     gboolean compact = qkv_compact_pays(m, rows[0], d.hidden * d.hidden);
     gint64 n = rows[0];
     if (compact) {
-      qkv_gather_rows(ctx, gather_a, dout, d.hidden, index, m, d.hidden);
-      qkv_gather_rows(ctx, gather_b, concat, d.hidden, index, m, d.hidden);
-      dout = gather_a;
-      concat = gather_b;
+      /* gather[1] stays dout's for the rest of the step: two products read
+       * it (one copy in bf16) */
+      qkv_gather_rows(ctx, gather[1], dout, d.hidden, index, m, d.hidden);
+      qkv_gather_rows(ctx, gather[0], concat, d.hidden, index, m, d.hidden);
+      qkv_sgemm_operand_final(gather[1], (gsize)(m * d.hidden));
+      dout = gather[1];
+      concat = gather[0];
       n = m;
     }
     qkv_attn_sgemm(FALSE, FALSE, n, d.hidden, d.hidden, 1.0f, dout, d.hidden, w[3], d.hidden, 0.0f,
@@ -318,11 +350,14 @@ mha_backward_kernel(const QkvKernelCtx *ctx)
     qkv_parallel_for(nt, n_problems, mha_backward_problems, &job);
   }
 
-  /* proj = x · wᵀ + b */
+  /* proj = x · wᵀ + b; projection i gathers into gather[0], [2] or [3]
+   * (concat's rows in gather[0] are read no more) */
+  Gathered done[3];
+  float *xbuf[3] = {gather[0], gather[2], gather[3]};
   for (guint i = 0; i < 3; i++)
     projection_backward(ctx, rows[i], in_size[i], d.hidden, dproj[i], x[i], w[i], ctx->out[i].data,
-                        ctx->out[3 + i].data, has_bias ? ctx->out[7 + i].data : NULL, index,
-                        gather_a);
+                        ctx->out[3 + i].data, has_bias ? ctx->out[7 + i].data : NULL, indices[i],
+                        xbuf[i], done, i, &done[i]);
 }
 
 /* The weights output is differentiable; the saved outputs (projections,
