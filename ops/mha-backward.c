@@ -192,7 +192,7 @@ column_sums(gint64 rows, gint64 hidden, const float *x, float *db)
 typedef struct {
   const float *x, *rows; /* rows: NULL where nothing was gathered */
   const gint64 *index;
-  gint64 m;
+  gint64 m, width;
 } Gathered;
 
 /* For proj = x · wᵀ (+ b): dx (rows × in) = dproj · w, dw (H × in) = dprojᵀ ·
@@ -210,12 +210,12 @@ projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidd
   gint64 m = rows > 0 ? qkv_nonzero_rows(dproj, rows, hidden, hidden, index) : 0;
   gboolean compact = qkv_compact_pays(m, rows, hidden * in);
   gint64 n = rows;
-  *mine = (Gathered){x, NULL, index, m};
+  *mine = (Gathered){x, NULL, index, m, in};
   if (compact) {
     qkv_compact_rows(dproj, index, m, hidden);
     const float *found = NULL;
     for (guint i = 0; i < n_done && found == NULL; i++)
-      if (done[i].rows != NULL && done[i].x == x && done[i].m == m &&
+      if (done[i].rows != NULL && done[i].x == x && done[i].width == in && done[i].m == m &&
           memcmp(done[i].index, index, (gsize)m * sizeof(gint64)) == 0)
         found = done[i].rows;
     if (found == NULL) {

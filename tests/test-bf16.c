@@ -397,11 +397,28 @@ test_sgemm_chunks(void)
                     (gsize)(first.m * first.ldc) * sizeof(float));
     operands_clear(&first);
   }
-  /* both cut, on two threads (rows split in blocks of 64) */
-  for (gint64 k = 64; k <= 400; k += 37) {
-    Product p = {300, 80, k, 2};
+  /* both cut, on two threads (above 2^24 multiply-adds: rows split in
+   * blocks of 64, the second thread's block of m - 64·q rows) */
+  for (gint64 k = 100; k <= 400; k += 97) {
+    Product p = {1500 + k, 128, k, 2};
     check_product(&p, &layouts[k % 4], &w);
   }
+  /* the second thread's block short of 64 rows is rounded up too: m from 65
+   * to 127 over two threads (rows split: m ≥ n) gives it 1 to 63 rows, at
+   * most 7 shapes (16, 32, 48 and 64 rows into scratch, 16, 32 and 48 into
+   * c directly) beside the first thread's 64 */
+  guint64 built = qkv_bf16_primitives_built();
+  for (gint64 m = 65; m <= 127; m++) {
+    Product p = {m, 64, 4096, 2};
+    Operands o;
+    operands_init(&o, &p, &layouts[0], (guint32)m);
+    g_autofree float *c = run_product(&o, &layouts[0], QKV_PRECISION_BF16, 2);
+    operands_clear(&o);
+  }
+  built = qkv_bf16_primitives_built() - built;
+  g_test_message("two threads, 63 values of m: %" G_GUINT64_FORMAT " primitives", built);
+  if (qkv_bf16_native(NULL))
+    g_assert_cmpuint(built, <=, 8);
   g_test_message("worst shares of the bounds: exact from the rounded operands %.3g, exact %.3g, "
                  "fp32 %.3g, native vs emulated %.3g",
                  w.vs_rounded, w.vs_exact, w.vs_fp32, w.vs_other);

@@ -23,9 +23,11 @@
  * Memory: one buffer per plan-running thread. Copies made during a step stay
  * for the rest of the run while the run's copies take at most
  * QKV_BF16_CACHE_MB MiB (default 32; 0 turns the cache off); beyond that a
- * step's copies serve that step only. The buffer grows at the end of a run
- * to what the run asked for (up to that limit, plus its largest step), so
- * the first run allocates and later runs at the same shapes do not. */
+ * step's copies serve that step only. Copies of memory the step declared
+ * final always serve that step only (the next step's scratch overlaps it),
+ * from the buffer's other end, so they take none of the run's room. The buffer grows at the end of
+ * a run to what the run asked for (up to that limit, plus its largest step), so the first run
+ * allocates and later runs at the same shapes do not. */
 #include "kernels/kernels-private.h"
 
 #include <string.h>
@@ -37,6 +39,7 @@ typedef struct {
   guintptr lo, hi;             /* the source's bytes [lo, hi) */
   gsize offset;                /* of the copy in the buffer */
   gboolean live;
+  gboolean step_only; /* a copy of memory the running step declared final */
 } Entry;
 
 /* Ranges of the running step's own memory that it will not write again
@@ -53,8 +56,9 @@ typedef struct {
   guint n_final;
   guint8 *buf;
   gsize capacity;
-  gsize run_top;  /* bytes the run's copies take */
-  gsize step_top; /* and those of the running step's copies on top */
+  gsize run_top;     /* bytes the run's copies take */
+  gsize step_top;    /* and those of the running step's copies on top */
+  gsize step_bottom; /* the step-only copies, from the buffer's end down */
   GArray *entries;
   guint n_run_entries;                      /* entries[0 .. n) are the run's */
   gsize run_wanted, step_wanted, step_most; /* bytes asked for: the growth */
@@ -165,6 +169,12 @@ step_ends(Cache *c)
 {
   c->step_most = MAX(c->step_most, c->step_wanted);
   c->step_wanted = 0;
+  c->step_bottom = c->capacity;
+  guint kept = c->n_run_entries;
+  for (guint i = c->n_run_entries; i < c->entries->len; i++)
+    if (!g_array_index(c->entries, Entry, i).step_only)
+      g_array_index(c->entries, Entry, kept++) = g_array_index(c->entries, Entry, i);
+  g_array_set_size(c->entries, kept);
   if (c->step_top <= run_limit()) {
     c->run_top = c->step_top;
     c->n_run_entries = c->entries->len;
@@ -185,6 +195,7 @@ run_ends(Cache *c)
     c->buf = qkv_aligned_alloc0(want);
     c->capacity = c->buf != NULL ? want : 0; /* no memory: no cache */
   }
+  c->step_bottom = c->capacity;
   g_array_set_size(c->entries, 0);
   c->n_run_entries = 0;
   c->run_top = c->step_top = 0;
@@ -229,16 +240,22 @@ qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols, gint64 ld, gin
     }
   }
   guintptr lo = (guintptr)src, hi = (guintptr)(src + (rows - 1) * ld + cols);
-  if (step_writes(c->step, lo, hi) && !declared_final(c, lo, hi))
+  gboolean step_only = step_writes(c->step, lo, hi);
+  if (step_only && !declared_final(c, lo, hi))
     return NULL;
   gsize bytes = ((gsize)(copy_rows * copy_cols) * sizeof(guint16) + 63) / 64 * 64;
-  c->run_wanted += bytes;
+  if (!step_only)
+    c->run_wanted += bytes;
   c->step_wanted += bytes;
-  if (c->step_top + bytes > c->capacity)
+  if (c->step_top + bytes > c->step_bottom)
     return NULL;
-  Entry e = {src, rows, cols, ld, copy_rows, copy_cols, lo, hi, c->step_top, TRUE};
+  gsize offset = step_only ? c->step_bottom - bytes : c->step_top;
+  Entry e = {src, rows, cols, ld, copy_rows, copy_cols, lo, hi, offset, TRUE, step_only};
   g_array_append_val(c->entries, e);
-  c->step_top += bytes;
+  if (step_only)
+    c->step_bottom -= bytes;
+  else
+    c->step_top += bytes;
   *slot = (guint16 *)(c->buf + e.offset);
   return NULL;
 }

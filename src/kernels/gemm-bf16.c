@@ -49,7 +49,7 @@
 #define BF16_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 24)
 /* Conversions of fewer elements than this run on one thread. */
 #define BF16_CONVERT_PARALLEL_MIN (G_GINT64_CONSTANT(1) << 17)
-/* Primitives each thread keeps (a split product uses two shapes). */
+/* Primitives each thread keeps (a product cut into chunks uses several). */
 #define MATMUL_CACHE 128
 
 /* Chunks: few shapes for products whose size changes. The ops skip the
@@ -682,13 +682,16 @@ run_block(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, c
 
 /* The chunk of a dimension d that starts at done (chunks, above): its
  * length in the call, and in *real how much of that is the operands' (the
- * rest is padding). */
+ * rest is padding). whole: the whole product's length of that dimension,
+ * of which d may be a thread's block (blocks start at multiples of 64): the
+ * copies are padded when it is 64 or more, so then a short block is rounded
+ * up too. */
 static gint64
-next_chunk(gint64 d, gint64 done, gint64 *real)
+next_chunk(gint64 d, gint64 whole, gint64 done, gint64 *real)
 {
   gint64 left = d - done;
   *real = left;
-  if (d < CHUNK_MIN)
+  if (whole < CHUNK_MIN)
     return d;
   if (left < CHUNK_MIN)
     return (left + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND;
@@ -700,15 +703,17 @@ next_chunk(gint64 d, gint64 done, gint64 *real)
 }
 
 /* c = α·op(a)·op(b) + β·c on the calling thread, in chunks (above); a and
- * b are copies laid out by convert_operands(). */
+ * b are copies laid out by convert_operands(), m rows of a product of
+ * m_whole. */
 static void
-run_chunks(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const guint16 *a,
-           gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c, gint64 ldc)
+run_chunks(gboolean ta, gboolean tb, gint64 m, gint64 m_whole, gint64 n, gint64 k, float alpha,
+           const guint16 *a, gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c,
+           gint64 ldc)
 {
   Bf16Thread *t = bf16_thread();
   gint64 rows, cols;
   for (gint64 i0 = 0; i0 < m; i0 += rows) {
-    gint64 mc = next_chunk(m, i0, &rows);
+    gint64 mc = next_chunk(m, m_whole, i0, &rows);
     float *ci = c + i0 * ldc;
     gint64 ldci = ldc;
     if (mc > rows) { /* past m: into scratch, with c's rows where β reads them */
@@ -719,7 +724,7 @@ run_chunks(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, 
       memset(ci + rows * n, 0, (gsize)((mc - rows) * n) * sizeof(float));
     }
     for (gint64 p0 = 0; p0 < k; p0 += cols) {
-      gint64 kc = next_chunk(k, p0, &cols);
+      gint64 kc = next_chunk(k, k, p0, &cols);
       const guint16 *ap = a + (ta ? p0 * lda + i0 : i0 * lda + p0);
       const guint16 *bp = b + (tb ? p0 : p0 * ldb);
       run_block(ta, tb, mc, n, kc, alpha, ap, lda, bp, ldb, p0 == 0 ? beta : 1.0f, ci, ldci);
@@ -748,7 +753,7 @@ bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
     b += j->tb ? c0 * j->ldb : c0;
     c += c0;
   }
-  run_chunks(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+  run_chunks(j->ta, j->tb, m, j->m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
 }
 
 void
