@@ -25,9 +25,10 @@
  * QKV_BF16_CACHE_MB MiB (default 32; 0 turns the cache off); beyond that a
  * step's copies serve that step only. Copies of memory the step declared
  * final always serve that step only (the next step's scratch overlaps it),
- * from the buffer's other end, so they take none of the run's room. The buffer grows at the end of
- * a run to what the run asked for (up to that limit, plus its largest step), so the first run
- * allocates and later runs at the same shapes do not. */
+ * from the buffer's other end, so they take none of the run's room. The
+ * buffer grows at the end of a run to what the run asked for (up to that
+ * limit, plus its largest step), so the first run allocates and later runs
+ * at the same shapes do not. */
 #include "kernels/kernels-private.h"
 
 #include <string.h>
