@@ -72,9 +72,15 @@
 /* The length of m or k in the copies of the operands: room for the rest's
  * rounding once the dimension is cut into chunks. */
 static gint64
+round_to_chunk(gint64 d)
+{
+  return (d + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND;
+}
+
+static gint64
 padded_dim(gint64 d)
 {
-  return d < CHUNK_MIN ? d : (d + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND;
+  return d < CHUNK_MIN ? d : round_to_chunk(d);
 }
 
 static gint force_emulation = FALSE; /* atomic; tests */
@@ -694,7 +700,7 @@ next_chunk(gint64 d, gint64 whole, gint64 done, gint64 *real)
   if (whole < CHUNK_MIN)
     return d;
   if (left < CHUNK_MIN)
-    return (left + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND;
+    return round_to_chunk(left);
   gint64 chunk = CHUNK_MIN;
   while (chunk * 2 <= left)
     chunk *= 2;
@@ -710,13 +716,13 @@ run_chunks(gboolean ta, gboolean tb, gint64 m, gint64 m_whole, gint64 n, gint64 
            const guint16 *a, gint64 lda, const guint16 *b, gint64 ldb, float beta, float *c,
            gint64 ldc)
 {
-  Bf16Thread *t = bf16_thread();
   gint64 rows, cols;
   for (gint64 i0 = 0; i0 < m; i0 += rows) {
     gint64 mc = next_chunk(m, m_whole, i0, &rows);
     float *ci = c + i0 * ldc;
     gint64 ldci = ldc;
     if (mc > rows) { /* past m: into scratch, with c's rows where β reads them */
+      Bf16Thread *t = bf16_thread();
       ci = reserve((guint8 **)&t->c_rows, &t->c_rows_size, (gsize)(mc * n) * sizeof(float));
       ldci = n;
       for (gint64 r = 0; r < rows && beta != 0.0f; r++)
