@@ -120,10 +120,10 @@ qkv_compact_pays(gint64 m, gint64 n, gint64 per_row)
 }
 
 typedef struct {
-  float *dst;
-  const float *src;
+  guint8 *dst;
+  const guint8 *src;
   const gint64 *index;
-  gint64 ld, cols;
+  gsize ld, row; /* in bytes */
 } QkvGatherJob;
 
 static inline void
@@ -131,16 +131,25 @@ qkv_gather_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
 {
   const QkvGatherJob *j = user_data;
   for (gint64 i = begin; i < end; i++)
-    memcpy(j->dst + i * j->cols, j->src + j->index[i] * j->ld, (gsize)j->cols * sizeof(float));
+    memcpy(j->dst + (gsize)i * j->row, j->src + (gsize)j->index[i] * j->ld, j->row);
 }
 
-/* dst (m × cols, contiguous) = rows index[0..m) of src (row stride ld). */
+/* dst (m × cols, contiguous) = rows index[0..m) of src (row stride ld), of
+ * elements of elem bytes. */
+static inline void
+qkv_gather_elems(const QkvKernelCtx *ctx, gpointer dst, gconstpointer src, gint64 ld,
+                 const gint64 *index, gint64 m, gint64 cols, gsize elem)
+{
+  QkvGatherJob job = {dst, src, index, (gsize)ld * elem, (gsize)cols * elem};
+  qkv_parallel_for(qkv_kernel_threads(ctx, m * cols), m, qkv_gather_range, &job);
+}
+
+/* The same for floats. */
 static inline void
 qkv_gather_rows(const QkvKernelCtx *ctx, float *dst, const float *src, gint64 ld,
                 const gint64 *index, gint64 m, gint64 cols)
 {
-  QkvGatherJob job = {dst, src, index, ld, cols};
-  qkv_parallel_for(qkv_kernel_threads(ctx, m * cols), m, qkv_gather_range, &job);
+  qkv_gather_elems(ctx, dst, src, ld, index, m, cols, sizeof(float));
 }
 
 /* Rows index[0..m) of x (rows × cols, contiguous; index increasing) moved to

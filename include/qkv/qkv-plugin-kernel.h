@@ -104,6 +104,61 @@ void qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, g
                float *c, gint64 ldc, gint n_threads);
 
 /**
+ * qkv_sgemm_typed: (skip)
+ * @transpose_a: the transpose a
+ * @transpose_b: the transpose b
+ * @m: the m
+ * @n: the n
+ * @k: the k
+ * @alpha: the alpha
+ * @a: the a: floats, or bfloat16 bits where @a_dtype is QKV_BF16
+ * @a_dtype: QKV_F32 or QKV_BF16
+ * @lda: the lda, in elements
+ * @b: the b, as @a
+ * @b_dtype: QKV_F32 or QKV_BF16
+ * @ldb: the ldb, in elements
+ * @beta: the beta
+ * @c: (out) (optional): where to store the c, or %NULL
+ * @ldc: the ldc
+ * @n_threads: the n threads
+ *
+ * qkv_sgemm() with operands that may be stored as bfloat16 (an activation
+ * that a plan keeps in bf16, QkvOpDef.bf16_outputs). In bf16 precision the
+ * result has the bits qkv_sgemm() gives on the same values in float32 (the
+ * operands are rounded to bf16 there anyway); in fp32 the bf16 values are
+ * widened (exactly) and multiplied in float32. Any other dtype logs a
+ * critical and leaves c unchanged.
+ */
+QKV_API
+void qkv_sgemm_typed(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                     float alpha, gconstpointer a, QkvDType a_dtype, gint64 lda, gconstpointer b,
+                     QkvDType b_dtype, gint64 ldb, float beta, float *c, gint64 ldc,
+                     gint n_threads);
+
+/**
+ * qkv_bf16_from_floats: (skip)
+ * @dst: (array length=n): the bfloat16 bits
+ * @src: (array length=n): the floats
+ * @n: how many
+ *
+ * Rounds n floats to bfloat16 as bf16 precision does everywhere: to
+ * nearest even, float32 subnormals to signed zero, NaN stays NaN.
+ */
+QKV_API
+void qkv_bf16_from_floats(guint16 *dst, const float *src, gsize n);
+
+/**
+ * qkv_bf16_to_floats: (skip)
+ * @dst: (array length=n): the floats
+ * @src: (array length=n): the bfloat16 bits
+ * @n: how many
+ *
+ * Widens n bfloat16 values to float32 (exact: every bf16 value is a float).
+ */
+QKV_API
+void qkv_bf16_to_floats(float *dst, const guint16 *src, gsize n);
+
+/**
  * qkv_sgemm_operand_final: (skip)
  * @data: (array length=n_floats): the floats
  * @n_floats: how many

@@ -23,7 +23,7 @@ G_BEGIN_DECLS
  *
  * Op abi minor.
  */
-#define QKV_OP_ABI_MINOR 2
+#define QKV_OP_ABI_MINOR 3
 
 /**
  * QKV_MAX_OUTPUTS:
@@ -315,6 +315,8 @@ typedef gboolean (*QkvGradFunc)(QkvGradCtx *ctx, GError **error);
  * @n_threads: the n threads
  *
  * Scratch bytes a node needs, given its shapes and the thread count.
+ * ctx->out_dtypes says how the plan stores each output: QKV_BF16 where it
+ * keeps it in bfloat16 (QkvOpDef.bf16_outputs), else the value's dtype.
  *
  * Returns: as described above
  */
@@ -392,8 +394,18 @@ typedef struct _QkvOpDef {
    * existing ops, so autodiff can differentiate through it. NULL: none. */
   QkvDecomposeFunc decompose;
 
+  /* ABI 1.3. Bit o of bf16_outputs: output o may be stored as bfloat16 in a
+   * plan compiled with bf16_activations (QkvPlanOptions), when every node
+   * that reads it has the matching bit of bf16_inputs set and it is not one
+   * of the plan's outputs. The kernels then see QKV_BF16 on those views (and
+   * the scratch_size function on ctx->out_dtypes[o]): for activations that
+   * only feed matrix products (qkv_sgemm_typed()), which round them to bf16
+   * in any case. Zero: always float32. */
+  guint32 bf16_outputs;
+  guint32 bf16_inputs;
+
   /* Zero. New fields are taken from here, so the struct keeps its size. */
-  gpointer reserved[11];
+  gpointer reserved[10];
 } QkvOpDef;
 
 /**

@@ -22,12 +22,17 @@ G_BEGIN_DECLS
  * QkvDType:
  * @QKV_F32: f32
  * @QKV_I32: i32
+ * @QKV_BF16: bfloat16, for storage only: no graph value or tensor has it. A
+ *   kernel sees it on the view of an output (or input) that a plan compiled
+ *   with bf16_activations keeps in bfloat16 (QkvOpDef.bf16_outputs), and a
+ *   scratch_size function in QkvShapeCtx.out_dtypes.
  *
  * The dtype values.
  */
 typedef enum {
   QKV_F32 = 0,
   QKV_I32 = 1,
+  QKV_BF16 = 2,
 } QkvDType;
 
 /**
@@ -132,7 +137,7 @@ gboolean qkv_shape_broadcast(const QkvShape *a, const QkvShape *b, QkvShape *out
  * qkv_dtype_name:
  * @dtype: the dtype
  *
- * "f32" or "i32".
+ * "f32", "i32" or "bf16".
  *
  * Returns: (transfer none): the string
  */

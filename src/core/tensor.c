@@ -86,6 +86,8 @@ qkv_dtype_name(QkvDType dtype)
     return "f32";
   case QKV_I32:
     return "i32";
+  case QKV_BF16:
+    return "bf16";
   }
   return "?";
 }
@@ -93,7 +95,7 @@ qkv_dtype_name(QkvDType dtype)
 gsize
 qkv_dtype_size(QkvDType dtype)
 {
-  return 4;
+  return dtype == QKV_BF16 ? 2 : 4;
 }
 
 gboolean

@@ -223,6 +223,29 @@ cpu_has_avx512_bf16(void)
 }
 #endif /* QKV_ARCH_X86 */
 
+/* Operands stored as bf16 (qkv_sgemm_typed()) go through the same
+ * ConvertRows slots: src then holds bf16 bits and ld counts them. A copy
+ * for the native path, and a widening (exact) for the float32 ones. */
+static void
+copy_rows_bf16(gpointer dst, const float *src, gint64 rows, gint64 cols, gint64 ld)
+{
+  const guint16 *s = (const guint16 *)(gconstpointer)src;
+  guint16 *d = dst;
+  for (gint64 r = 0; r < rows; r++)
+    memcpy(d + r * cols, s + r * ld, (gsize)cols * sizeof(guint16));
+}
+
+static void
+widen_rows(gpointer dst, const float *src, gint64 rows, gint64 cols, gint64 ld)
+{
+  const guint16 *s = (const guint16 *)(gconstpointer)src;
+  guint32 *d = dst;
+  for (gint64 r = 0; r < rows; r++)
+#pragma omp simd
+    for (gint64 i = 0; i < cols; i++)
+      d[r * cols + i] = (guint32)s[r * ld + i] << 16;
+}
+
 /* The fastest conversion here (the portable code while emulation is
  * forced, so that tests compare the two). */
 static ConvertRows
@@ -252,6 +275,20 @@ qkv_bf16_round_f32(float *dst, const float *src, gsize n)
   convert_rows_for(FALSE)(dst, src, 1, (gint64)n, (gint64)n);
 }
 
+void
+qkv_bf16_from_floats(guint16 *dst, const float *src, gsize n)
+{
+  g_return_if_fail(n == 0 || (dst != NULL && src != NULL));
+  qkv_bf16_from_f32(dst, src, n);
+}
+
+void
+qkv_bf16_to_floats(float *dst, const guint16 *src, gsize n)
+{
+  g_return_if_fail(n == 0 || (dst != NULL && src != NULL));
+  widen_rows(dst, (const float *)(gconstpointer)src, 1, (gint64)n, (gint64)n);
+}
+
 /* ---- per-thread state ----------------------------------------------------- */
 
 #ifdef QKV_HAVE_ONEDNN
@@ -272,6 +309,8 @@ typedef struct {
 typedef struct {
   guint8 *operands; /* the converted operands of the current product */
   gsize operands_size;
+  guint8 *widened; /* operands stored as bf16, widened to floats */
+  gsize widened_size;
   float *c_rows; /* the rows of c that a chunk adds past m */
   gsize c_rows_size;
 #ifdef QKV_HAVE_ONEDNN
@@ -302,6 +341,7 @@ bf16_thread_free(gpointer data)
 {
   Bf16Thread *t = data;
   qkv_aligned_free(t->operands);
+  qkv_aligned_free(t->widened);
   qkv_aligned_free(t->c_rows);
 #ifdef QKV_HAVE_ONEDNN
   for (guint i = 0; i < t->n_cached; i++)
@@ -346,37 +386,47 @@ reserve(guint8 **buf, gsize *size, gsize need)
 
 /* ---- converting the operands ---------------------------------------------- */
 
-/* A stored matrix: rows × cols with rows ld apart, copied into copy_rows ×
- * copy_cols (at least as many), the rest of which is zeros. */
+/* A stored matrix: rows × cols with rows ld apart (floats, or bf16 bits
+ * where src_bf16), copied into copy_rows × copy_cols (at least as many),
+ * the rest of which is zeros. */
 typedef struct {
   const float *src;
+  gboolean src_bf16;
   gint64 rows, cols, ld;
   gint64 copy_rows, copy_cols;
   gpointer dst; /* guint16 (to_bf16) or float */
+  ConvertRows convert;
 } Operand;
 
 typedef struct {
   Operand ops[2];
   gsize elem; /* bytes per converted element */
-  ConvertRows convert;
 } ConvertJob;
+
+/* Row r of an operand's source. */
+static const float *
+source_row(const Operand *op, gint64 r)
+{
+  gsize elem = op->src_bf16 ? sizeof(guint16) : sizeof(float);
+  return (const float *)(gconstpointer)((const guint8 *)op->src + (gsize)(r * op->ld) * elem);
+}
 
 static void
 convert_rows(const ConvertJob *j, const Operand *op, gint64 r0, gint64 r1)
 {
   guint8 *dst = (guint8 *)op->dst + (gsize)(r0 * op->copy_cols) * j->elem;
   if (op->ld == op->cols && op->copy_cols == op->cols) { /* one run */
-    j->convert(dst, op->src + r0 * op->cols, 1, (r1 - r0) * op->cols, (r1 - r0) * op->cols);
+    op->convert(dst, source_row(op, r0), 1, (r1 - r0) * op->cols, (r1 - r0) * op->cols);
     return;
   }
   if (op->copy_cols == op->cols) {
-    j->convert(dst, op->src + r0 * op->ld, r1 - r0, op->cols, op->ld);
+    op->convert(dst, source_row(op, r0), r1 - r0, op->cols, op->ld);
     return;
   }
   gsize row_bytes = (gsize)op->copy_cols * j->elem,
         pad = (gsize)(op->copy_cols - op->cols) * j->elem;
   for (gint64 r = r0; r < r1; r++, dst += row_bytes) {
-    j->convert(dst, op->src + r * op->ld, 1, op->cols, op->ld);
+    op->convert(dst, source_row(op, r), 1, op->cols, op->ld);
     memset(dst + row_bytes - pad, 0, pad);
   }
 }
@@ -394,10 +444,22 @@ convert_range(gint64 begin, gint64 end, gint thread, gpointer data)
 }
 
 /* Where the bf16 copy of op goes: a valid copy in the run's cache (op->rows
- * becomes 0: nothing to convert), a new place in the cache, or scratch. */
+ * becomes 0: nothing to convert), a new place in the cache, or scratch. An
+ * operand stored as bf16 is its own copy where it is dense and needs no
+ * padding (the primitives then see the layout a copy would have, so the
+ * bits are those of float32 storage), else it is copied into scratch (a
+ * copy costs less than a lookup). */
 static void
 place_bf16(Operand *op, gpointer scratch)
 {
+  if (op->src_bf16) {
+    if (op->copy_rows == op->rows && op->copy_cols == op->cols && op->ld == op->cols) {
+      op->dst = (gpointer)op->src, op->rows = 0;
+      return;
+    }
+    op->dst = scratch;
+    return;
+  }
   guint16 *slot;
   const guint16 *cached = qkv_bf16_cache_lookup(op->src, op->rows, op->cols, op->ld, op->copy_rows,
                                                 op->copy_cols, &slot);
@@ -422,21 +484,34 @@ copy_bytes(const Operand *op, gsize elem)
   return ((gsize)(op->copy_rows * op->copy_cols) * elem + 63) / 64 * 64;
 }
 
-/* Converts op(a) and op(b): as bf16 (to_bf16) into the run's cache where
- * they may be kept and the thread's scratch otherwise, laid out as the
- * native path's chunks need (padded_dim() for m and k, below); else as
- * rounded floats, dense. Returns where they went and their row lengths. */
+/* The conversion of an operand: rounding floats (to bf16 bits, or to the
+ * floats they stand for), or a stored bf16 operand's copy or widening. */
+static ConvertRows
+operand_convert(gboolean src_bf16, gboolean to_bf16)
+{
+  if (src_bf16)
+    return to_bf16 ? copy_rows_bf16 : widen_rows;
+  return convert_rows_for(to_bf16);
+}
+
+/* Converts op(a) and op(b) (a_bf16, b_bf16: stored as bf16 bits): as bf16
+ * (to_bf16) into the run's cache where they may be kept and the thread's
+ * scratch otherwise, laid out as the native path's chunks need
+ * (padded_dim() for m and k, below); else as rounded floats, dense.
+ * Returns where they went and their row lengths. */
 static void
-convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a, gint64 lda,
-                 const float *b, gint64 ldb, gboolean to_bf16, gint n_threads, gpointer *a_out,
-                 gint64 *lda_out, gpointer *b_out, gint64 *ldb_out)
+convert_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float *a,
+                 gboolean a_bf16, gint64 lda, const float *b, gboolean b_bf16, gint64 ldb,
+                 gboolean to_bf16, gint n_threads, gpointer *a_out, gint64 *lda_out,
+                 gpointer *b_out, gint64 *ldb_out)
 {
   gsize elem = to_bf16 ? sizeof(guint16) : sizeof(float);
   gint64 mp = to_bf16 ? padded_dim(m) : m, kp = to_bf16 ? padded_dim(k) : k;
-  ConvertJob job = {{{a, ta ? k : m, ta ? m : k, lda, ta ? kp : mp, ta ? mp : kp, NULL},
-                     {b, tb ? n : k, tb ? k : n, ldb, tb ? n : kp, tb ? kp : n, NULL}},
-                    elem,
-                    convert_rows_for(to_bf16)};
+  ConvertJob job = {{{a, a_bf16, ta ? k : m, ta ? m : k, lda, ta ? kp : mp, ta ? mp : kp, NULL,
+                      operand_convert(a_bf16, to_bf16)},
+                     {b, b_bf16, tb ? n : k, tb ? k : n, ldb, tb ? n : kp, tb ? kp : n, NULL,
+                      operand_convert(b_bf16, to_bf16)}},
+                    elem};
   gsize a_bytes = copy_bytes(&job.ops[0], elem);
   Bf16Thread *t = bf16_thread();
   guint8 *buf = reserve(&t->operands, &t->operands_size, a_bytes + copy_bytes(&job.ops[1], elem));
@@ -485,7 +560,8 @@ sgemm_emulated(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
 {
   gpointer ra, rb;
   gint64 lda_r, ldb_r;
-  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, FALSE, n_threads, &ra, &lda_r, &rb, &ldb_r);
+  convert_operands(ta, tb, m, n, k, a, FALSE, lda, b, FALSE, ldb, FALSE, n_threads, &ra, &lda_r,
+                   &rb, &ldb_r);
   qkv_sgemm_fp32(ta, tb, m, n, k, alpha, ra, lda_r, rb, ldb_r, beta, c, ldc, n_threads);
 }
 
@@ -762,10 +838,31 @@ bf16_blocks(gint64 begin, gint64 end, gint thread, gpointer data)
   run_chunks(j->ta, j->tb, m, j->m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
 }
 
-void
-qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
-               gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
-               gint n_threads)
+/* The operands stored as bf16 replaced by dense float copies in the
+ * thread's widening buffer (exact). */
+static void
+widen_operands(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, const float **a,
+               gboolean a_bf16, gint64 *lda, const float **b, gboolean b_bf16, gint64 *ldb)
+{
+  gint64 ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  gsize a_bytes = a_bf16 ? ((gsize)(ar * ac) * sizeof(float) + 63) / 64 * 64 : 0;
+  gsize b_bytes = b_bf16 ? (gsize)(br * bc) * sizeof(float) : 0;
+  Bf16Thread *t = bf16_thread();
+  guint8 *buf = reserve(&t->widened, &t->widened_size, a_bytes + b_bytes);
+  if (a_bf16) {
+    widen_rows(buf, *a, ar, ac, *lda);
+    *a = (const float *)(gconstpointer)buf, *lda = ac;
+  }
+  if (b_bf16) {
+    widen_rows(buf + a_bytes, *b, br, bc, *ldb);
+    *b = (const float *)(gconstpointer)(buf + a_bytes), *ldb = bc;
+  }
+}
+
+static void
+sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
+           gboolean a_bf16, gint64 lda, const float *b, gboolean b_bf16, gint64 ldb, float beta,
+           float *c, gint64 ldc, gint n_threads)
 {
   static gint small_seen = FALSE;
   gboolean small = m * n * k < BF16_NATIVE_MIN;
@@ -774,6 +871,12 @@ qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
     g_atomic_int_set(&small_seen, TRUE);
   }
   gboolean forced = g_atomic_int_get(&force_emulation);
+  /* the float32 routes (the small kernel, the emulation) take a stored bf16
+   * operand widened: rounding it to bf16 again gives the same bits back */
+  if ((a_bf16 || b_bf16) && (small || forced || !native_or_say())) {
+    widen_operands(ta, tb, m, n, k, &a, a_bf16, &lda, &b, b_bf16, &ldb);
+    a_bf16 = b_bf16 = FALSE;
+  }
   if (small && !forced && small_native()) {
     Bf16Thread *t = bf16_thread();
     gpointer scratch =
@@ -788,8 +891,35 @@ qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
   gint nt = m * n * k < BF16_PARALLEL_MIN ? 1 : n_threads;
   gpointer a16, b16;
   gint64 lda16, ldb16;
-  convert_operands(ta, tb, m, n, k, a, lda, b, ldb, TRUE, n_threads, &a16, &lda16, &b16, &ldb16);
+  convert_operands(ta, tb, m, n, k, a, a_bf16, lda, b, b_bf16, ldb, TRUE, n_threads, &a16, &lda16,
+                   &b16, &ldb16);
   Bf16Job job = {ta, tb, m >= n, m, n, k, lda16, ldb16, ldc, 64, alpha, beta, a16, b16, c};
   gint64 blocks = ((job.split_rows ? m : n) + job.block - 1) / job.block;
   qkv_parallel_for((gint)MIN(nt, blocks), blocks, bf16_blocks, &job);
+}
+
+void
+qkv_sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
+               gint64 lda, const float *b, gint64 ldb, float beta, float *c, gint64 ldc,
+               gint n_threads)
+{
+  sgemm_bf16(ta, tb, m, n, k, alpha, a, FALSE, lda, b, FALSE, ldb, beta, c, ldc, n_threads);
+}
+
+void
+qkv_sgemm_bf16_typed(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha,
+                     gconstpointer a, gboolean a_bf16, gint64 lda, gconstpointer b, gboolean b_bf16,
+                     gint64 ldb, float beta, float *c, gint64 ldc, gint n_threads)
+{
+  sgemm_bf16(ta, tb, m, n, k, alpha, a, a_bf16, lda, b, b_bf16, ldb, beta, c, ldc, n_threads);
+}
+
+void
+qkv_sgemm_fp32_typed(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha,
+                     gconstpointer a, gboolean a_bf16, gint64 lda, gconstpointer b, gboolean b_bf16,
+                     gint64 ldb, float beta, float *c, gint64 ldc, gint n_threads)
+{
+  const float *fa = a, *fb = b;
+  widen_operands(ta, tb, m, n, k, &fa, a_bf16, &lda, &fb, b_bf16, &ldb);
+  qkv_sgemm_fp32(ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc, n_threads);
 }

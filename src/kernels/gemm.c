@@ -366,6 +366,33 @@ qkv_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64
 }
 
 void
+qkv_sgemm_typed(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                float alpha, gconstpointer a, QkvDType a_dtype, gint64 lda, gconstpointer b,
+                QkvDType b_dtype, gint64 ldb, float beta, float *c, gint64 ldc, gint n_threads)
+{
+  g_return_if_fail(a_dtype == QKV_F32 || a_dtype == QKV_BF16);
+  g_return_if_fail(b_dtype == QKV_F32 || b_dtype == QKV_BF16);
+  gboolean a_bf16 = a_dtype == QKV_BF16, b_bf16 = b_dtype == QKV_BF16;
+  if (!a_bf16 && !b_bf16) {
+    qkv_sgemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n_threads);
+    return;
+  }
+  if (m <= 0 || n <= 0)
+    return;
+  if (n_threads <= 0)
+    n_threads = running_plan_threads > 0 ? running_plan_threads : qkv_get_num_threads();
+  if (k == 0) /* only scales c: no operand is read */
+    qkv_sgemm_fp32(transpose_a, transpose_b, m, n, 0, alpha, a, lda, b, ldb, beta, c, ldc,
+                   n_threads);
+  else if (running_precision == QKV_PRECISION_BF16)
+    qkv_sgemm_bf16_typed(transpose_a, transpose_b, m, n, k, alpha, a, a_bf16, lda, b, b_bf16, ldb,
+                         beta, c, ldc, n_threads);
+  else
+    qkv_sgemm_fp32_typed(transpose_a, transpose_b, m, n, k, alpha, a, a_bf16, lda, b, b_bf16, ldb,
+                         beta, c, ldc, n_threads);
+}
+
+void
 qkv_sgemm_fp32(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
                float *c, gint64 ldc, gint n_threads)

@@ -37,6 +37,16 @@ QkvPrecision qkv_get_running_precision(void);
 void qkv_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
                     float alpha, const float *a, gint64 lda, const float *b, gint64 ldb, float beta,
                     float *c, gint64 ldc, gint n_threads);
+/* qkv_sgemm_typed() in bf16 (k > 0) and in fp32 (k > 0): a_bf16, b_bf16
+ * say which operands are stored as bf16 bits (ld counting them). */
+void qkv_sgemm_bf16_typed(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                          float alpha, gconstpointer a, gboolean a_bf16, gint64 lda,
+                          gconstpointer b, gboolean b_bf16, gint64 ldb, float beta, float *c,
+                          gint64 ldc, gint n_threads);
+void qkv_sgemm_fp32_typed(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
+                          float alpha, gconstpointer a, gboolean a_bf16, gint64 lda,
+                          gconstpointer b, gboolean b_bf16, gint64 ldb, float beta, float *c,
+                          gint64 ldc, gint n_threads);
 /* The float32 routing of qkv_sgemm() (small kernel, sgemv, oneDNN,
  * OpenBLAS, split over the pool), whatever the running precision. */
 void qkv_sgemm_fp32(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
