@@ -85,6 +85,12 @@ typedef struct {
   gboolean no_memory_reuse;
   /* The precision of matrix products (QKV_PRECISION_FP32 by default). */
   QkvPrecision precision;
+  /* TRUE (with precision QKV_PRECISION_BF16 only): activations that only
+   * feed matrix products are stored as bfloat16 (the FFN's hidden layer,
+   * multi-head attention's head outputs), which halves their memory and
+   * gives the same numbers, since the products round them to bf16 anyway.
+   * Such a plan refuses to switch to fp32 (qkv_plan_try_set_precision()). */
+  gboolean bf16_activations;
   gpointer reserved[3];
 } QkvPlanOptions;
 
@@ -248,8 +254,7 @@ gboolean qkv_plan_reset_state(QkvPlan *plan, const gchar *name, GError **error);
  * Returns: %TRUE on success, %FALSE with @error set
  */
 QKV_API
-gboolean qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_rows,
-                                 GError **error);
+gboolean qkv_plan_reorder_states(QkvPlan *plan, const gint32 *parents, gint n_rows, GError **error);
 /**
  * qkv_plan_output_scalar:
  * @plan: a #QkvPlan

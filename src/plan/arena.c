@@ -137,9 +137,9 @@ layout_clear(ArenaLayout *l)
 }
 
 static gsize
-value_bytes(const QkvValue *v)
+value_bytes(const QkvPlan *plan, const QkvValue *v)
 {
-  return (gsize)qkv_shape_numel(&v->shape) * qkv_dtype_size(v->dtype);
+  return (gsize)qkv_shape_numel(&v->shape) * qkv_dtype_size(qkv_plan_value_dtype(plan, v));
 }
 
 /* Remember the largest request; what is only formatted when it is one. */
@@ -167,8 +167,8 @@ inplace_buffer(const ArenaLayout *l, const QkvNode *node, guint o, gsize bytes, 
   if (b < 0)
     return -1;
   const Buffer *buf = &g_array_index(l->buffers, Buffer, b);
-  if (buf->pinned || buf->last_use != s || value_bytes(in0) != bytes ||
-      in0->dtype != node->outputs[0]->dtype)
+  if (buf->pinned || buf->last_use != s || value_bytes(l->plan, in0) != bytes ||
+      qkv_plan_value_dtype(l->plan, in0) != qkv_plan_value_dtype(l->plan, node->outputs[0]))
     return -1;
   for (guint i = 1; i < node->n_inputs; i++)
     if (node->inputs[i]->kind == QKV_VALUE_OP && l->value_buffer[node->inputs[i]->id] == b)
@@ -183,7 +183,7 @@ place_output(ArenaLayout *l, const QkvNode *node, guint o, gint s)
 {
   QkvPlan *plan = l->plan;
   QkvValue *out = node->outputs[o];
-  gsize bytes = value_bytes(out);
+  gsize bytes = value_bytes(plan, out);
   if (l->last_use[out->id] < s)
     l->last_use[out->id] = s; /* written, never read: dies at once */
   if (plan->value_external[out->id] != NULL)
@@ -205,7 +205,7 @@ place_output(ArenaLayout *l, const QkvNode *node, guint o, gint s)
   if (layout_is_largest(l, buf.size)) {
     g_autofree gchar *shape = qkv_shape_to_string(&out->shape);
     l->largest_what = g_strdup_printf("value '%s' of node '%s', %s %s", out->name, node->name,
-                                      qkv_dtype_name(out->dtype), shape);
+                                      qkv_dtype_name(qkv_plan_value_dtype(plan, out)), shape);
   }
   buf.offset = buf.size ? offsets_alloc(&l->alloc, buf.size) : 0;
   buf.last_use = l->last_use[out->id];
@@ -227,6 +227,8 @@ reserve_scratch(ArenaLayout *l, guint s)
   g_autofree QkvShape *ins = g_new(QkvShape, MAX(node->n_inputs, 1));
   g_autofree QkvDType *idt = g_new(QkvDType, MAX(node->n_inputs, 1));
   qkv_node_fill_shape_ctx(node, &sctx, ins, idt);
+  for (guint o = 0; o < node->n_outputs && o < QKV_MAX_OUTPUTS; o++)
+    sctx.out_dtypes[o] = qkv_plan_value_dtype(plan, node->outputs[o]);
   gsize size = qkv_arena_round_up(node->op->scratch_size(&sctx, plan->max_threads));
   plan->step_scratch[s] = size;
   if (layout_is_largest(l, size))

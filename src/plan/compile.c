@@ -163,6 +163,42 @@ prune_and_order(CompileState *cs)
       plan->steps[s++].node = g_ptr_array_index(cs->graph->nodes, n);
 }
 
+/* bf16_activations: the values kept as bfloat16. Output o of a step whose
+ * op allows it (bf16_outputs), when every step that reads the value allows
+ * it at that input (bf16_inputs), the value is f32 and in the arena, and no
+ * caller sees it (a requested output). */
+static void
+choose_bf16_values(CompileState *cs)
+{
+  QkvPlan *plan = cs->plan;
+  plan->value_bf16 = g_new0(gboolean, MAX(cs->n_values, 1));
+  if (!plan->options.bf16_activations)
+    return;
+  for (guint s = 0; s < plan->n_steps; s++) {
+    const QkvNode *node = plan->steps[s].node;
+    for (guint o = 0; o < node->n_outputs && o < 32; o++) {
+      const QkvValue *v = node->outputs[o];
+      if ((node->op->bf16_outputs >> o & 1) && v->dtype == QKV_F32 &&
+          plan->value_external[v->id] == NULL)
+        plan->value_bf16[v->id] = TRUE;
+    }
+  }
+  for (guint i = 0; i < cs->n_outputs; i++)
+    plan->value_bf16[cs->outputs[i]->id] = FALSE;
+  for (guint s = 0; s < plan->n_steps; s++) {
+    const QkvNode *node = plan->steps[s].node;
+    for (guint i = 0; i < node->n_inputs; i++)
+      if (i >= 32 || !(node->op->bf16_inputs >> i & 1))
+        plan->value_bf16[node->inputs[i]->id] = FALSE;
+  }
+}
+
+QkvDType
+qkv_plan_value_dtype(const QkvPlan *plan, const QkvValue *v)
+{
+  return plan->value_bf16 != NULL && plan->value_bf16[v->id] ? QKV_BF16 : v->dtype;
+}
+
 /* Liveness: the last step that reads each value (without memory reuse,
  * every value lives to the end). */
 static void
@@ -217,7 +253,7 @@ build_step(QkvPlan *plan, guint s)
   for (guint i = 0; i < node->n_inputs; i++) {
     QkvValue *in = node->inputs[i];
     st->in[i].shape = in->shape;
-    st->in[i].dtype = in->dtype;
+    st->in[i].dtype = qkv_plan_value_dtype(plan, in);
     st->in[i].data = qkv_plan_value_pointer(plan, in);
     if (in->kind == QKV_VALUE_INPUT) {
       Patch p = {s, i};
@@ -226,7 +262,7 @@ build_step(QkvPlan *plan, guint s)
   }
   for (guint o = 0; o < node->n_outputs; o++) {
     st->out[o].shape = node->outputs[o]->shape;
-    st->out[o].dtype = node->outputs[o]->dtype;
+    st->out[o].dtype = qkv_plan_value_dtype(plan, node->outputs[o]);
     st->out[o].data = qkv_plan_value_pointer(plan, node->outputs[o]);
   }
   st->ctx.op_name = node->op->name;
@@ -292,6 +328,12 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
                 (gint)opts.precision);
     return NULL;
   }
+  if (opts.bf16_activations && opts.precision != QKV_PRECISION_BF16) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "compile: bf16_activations needs precision QKV_PRECISION_BF16 (fp32 plans keep "
+                "every activation in float32)");
+    return NULL;
+  }
   CompileState cs;
   compile_state_init(&cs, graph, outputs, n_outputs, &opts);
   mark_roots(&cs);
@@ -299,6 +341,7 @@ qkv_graph_compile(QkvGraph *graph, QkvValue *const *outputs, guint n_outputs,
   prune_and_order(&cs);
   gboolean ok =
       qkv_plan_states_alloc(cs.plan, error) && qkv_plan_order_state_writers(cs.plan, error);
+  choose_bf16_values(&cs);
   find_last_uses(&cs);
   if (ok && qkv_arena_lay_out(cs.plan, cs.last_use, error)) {
     make_bindings(&cs);
@@ -325,6 +368,13 @@ qkv_plan_try_set_precision(QkvPlan *plan, QkvPrecision precision, GError **error
                 "qkv_plan_try_set_precision: precision %d is not a QkvPrecision "
                 "(QKV_PRECISION_FP32 = %d or QKV_PRECISION_BF16 = %d)",
                 (int)precision, (int)QKV_PRECISION_FP32, (int)QKV_PRECISION_BF16);
+    return FALSE;
+  }
+  if (plan->options.bf16_activations && precision != QKV_PRECISION_BF16) {
+    g_set_error(error, QKV_ERROR, QKV_ERROR_INVALID_ARGUMENT,
+                "qkv_plan_try_set_precision: the plan was compiled with bf16_activations (some "
+                "activations are stored as bfloat16), so it runs in bf16 only; compile the graph "
+                "again for fp32");
     return FALSE;
   }
   plan->options.precision = precision;
@@ -375,6 +425,7 @@ qkv_plan_free(QkvPlan *plan)
   qkv_plan_states_free(plan);
   g_free(plan->value_offset);
   g_free(plan->value_external);
+  g_free(plan->value_bf16);
   g_free(plan->value_shape);
   g_free(plan->step_scratch);
   g_free(plan->rule_in_shapes);

@@ -194,6 +194,8 @@ reshape_steps(QkvPlan *plan, GError **error)
         }
       }
       if (node->op->scratch_size != NULL) {
+        for (guint o = 0; o < node->n_outputs; o++)
+          ctx.out_dtypes[o] = qkv_plan_value_dtype(plan, node->outputs[o]);
         gsize need = qkv_arena_round_up(node->op->scratch_size(&ctx, plan->max_threads));
         if (need > plan->step_scratch[s])
           return qkv_shape_error(&ctx, error, QKV_ERROR_SHAPE,

@@ -47,6 +47,7 @@ struct _QkvPlan {
   gsize intermediates_size;
   gsize *value_offset;      /* per value id: arena offset, or G_MAXSIZE if not in the arena */
   gpointer *value_external; /* per value id: memory outside the arena (a param's gradient) */
+  gboolean *value_bf16;     /* per value id: stored as bfloat16 (bf16_activations) */
   Binding *bindings;        /* one per graph input */
   guint n_bindings;
   QkvValue **output_values;
@@ -99,6 +100,9 @@ gsize qkv_arena_round_up(gsize n);
  * that must outlive the run) is raised for values written and never read.
  * FALSE with a QKV_ERROR_MEMORY when the arena cannot be had. */
 gboolean qkv_arena_lay_out(QkvPlan *plan, gint *last_use, GError **error);
+/* How the plan stores value v: QKV_BF16 where it keeps it in bfloat16,
+ * else its dtype. */
+QkvDType qkv_plan_value_dtype(const QkvPlan *plan, const QkvValue *v);
 /* Where value v lives while the plan runs: the arena, the parameter store,
  * the constant, or the tensor bound to an input (NULL while unbound). */
 gpointer qkv_plan_value_pointer(QkvPlan *plan, QkvValue *v);
