@@ -84,6 +84,7 @@ static gboolean opt_profile = FALSE;
 static gchar *opt_init = NULL;
 static gchar *opt_precision = NULL;
 static QkvPrecision precision = QKV_PRECISION_FP32;
+static gboolean opt_fp32_activations = FALSE;
 static gboolean opt_distributed = FALSE;
 static QkvDist *dist = NULL;
 
@@ -107,6 +108,10 @@ static GOptionEntry entries[] = {
      "Matrix products in fp32 (default) or bf16 (operands rounded to bfloat16, float32 sums, as "
      "PyTorch's autocast; the peer's --autocast bf16)",
      "fp32|bf16"},
+    {"fp32-activations", 0, 0, G_OPTION_ARG_NONE, &opt_fp32_activations,
+     "With bf16: keep every activation in float32 (the default stores those that only feed "
+     "products as bfloat16: the same numbers in less memory)",
+     NULL},
     {"distributed", 0, 0, G_OPTION_ARG_NONE, &opt_distributed,
      "Data-parallel over MPI (start with mpirun -np N); the batch is the global one", NULL},
     {"init", 0, 0, G_OPTION_ARG_FILENAME, &opt_init,
@@ -340,6 +345,7 @@ model_build(Model *m, const BenchConfig *cfg, gint64 rows, double dropout, doubl
   po.training = TRUE;
   po.n_threads = opt_threads;
   po.precision = precision;
+  po.bf16_activations = precision == QKV_PRECISION_BF16 && !opt_fp32_activations;
   /* each rank its own dropout masks */
   po.seed = (guint64)opt_seed + (dist != NULL ? 7919u * (guint64)qkv_dist_rank(dist) : 0);
   m->plan = qkv_graph_compile(g, &loss, 1, &po, error);
@@ -582,6 +588,8 @@ add_build(JsonBuilder *jb, const Model *m)
   const gchar *bf16_why;
   gboolean bf16_native = qkv_bf16_native(&bf16_why);
   add_string(jb, "precision", precision == QKV_PRECISION_BF16 ? "bf16" : "fp32");
+  add_string(jb, "activations",
+             precision == QKV_PRECISION_BF16 && !opt_fp32_activations ? "bf16" : "fp32");
   g_autofree gchar *bf16 =
       g_strdup_printf("%s (%s)", bf16_native ? "native" : "emulated", bf16_why);
   add_string(jb, "bf16", bf16);

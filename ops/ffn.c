@@ -6,7 +6,10 @@
  * nn.Linear's (out, in) layout). The biases are written into the output rows
  * first and the product is accumulated onto them (beta = 1). The forward op
  * returns the ReLU activation too; the backward reads it for both the ReLU
- * mask and dw2.
+ * mask and dw2. A bf16 plan with bf16_activations keeps that activation as
+ * bfloat16: it feeds only products, which round it to bf16 anyway, and the
+ * mask (its sign, which rounding keeps; a float32 subnormal rounds to zero
+ * and so counts as not passed). The numbers stay those of float32 storage.
  */
 #include "ops-common.h"
 
@@ -98,6 +101,67 @@ relu_gate(const QkvKernelCtx *ctx, float *c, const float *gate, gint64 n)
   qkv_parallel_for(qkv_kernel_threads(ctx, n), n, relu_gate_range, &job);
 }
 
+typedef struct {
+  float *c;
+  const guint16 *gate;
+} FfnGateBf16Job;
+
+static void
+relu_gate_bf16_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const FfnGateBf16Job *j = user_data;
+  float *c = j->c;
+  const guint16 *gate = j->gate;
+  /* positive bf16 values, +infinity included, are the bits 1 to 0x7f80 */
+#pragma omp simd
+  for (gint64 i = begin; i < end; i++)
+    c[i] = (guint16)(gate[i] - 1u) < 0x7f80u ? c[i] : 0.0f;
+}
+
+/* relu_gate() with the gate stored as bf16. */
+static void
+relu_gate_bf16(const QkvKernelCtx *ctx, float *c, const guint16 *gate, gint64 n)
+{
+  FfnGateBf16Job job = {c, gate};
+  qkv_parallel_for(qkv_kernel_threads(ctx, n), n, relu_gate_bf16_range, &job);
+}
+
+typedef struct {
+  guint16 *dst;
+  float *src;
+} FfnRoundJob;
+
+static void
+relu_round_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const FfnRoundJob *j = user_data;
+  float *x = j->src;
+#pragma omp simd
+  for (gint64 i = begin; i < end; i++)
+    x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  qkv_bf16_from_floats(j->dst + begin, x + begin, (gsize)(end - begin));
+}
+
+/* dst = the ReLU of src (which it overwrites), rounded to bf16. */
+static void
+relu_round(const QkvKernelCtx *ctx, guint16 *dst, float *src, gint64 n)
+{
+  FfnRoundJob job = {dst, src};
+  qkv_parallel_for(qkv_kernel_threads(ctx, n), n, relu_round_range, &job);
+}
+
+/* Where the forward computes the hidden layer in float32 when the plan
+ * stores it as bf16. */
+static gsize
+ffn_scratch(const QkvShapeCtx *ctx, gint n_threads)
+{
+  if (ctx->out_dtypes[1] != QKV_BF16)
+    return 0;
+  const QkvShape *x = &ctx->in_shapes[0];
+  gint64 d = x->dims[x->rank - 1], f = ctx->in_shapes[1].dims[0];
+  return (gsize)(qkv_shape_numel(x) / d * f) * sizeof(float);
+}
+
 static void
 ffn_forward(const QkvKernelCtx *ctx)
 {
@@ -107,17 +171,23 @@ ffn_forward(const QkvKernelCtx *ctx)
   const gint64 f = w1v->shape.dims[0], o = w2v->shape.dims[0];
   const float *x = ctx->in[0].data, *w1 = w1v->data, *b1 = ctx->in[2].data, *w2 = w2v->data,
               *b2 = ctx->in[4].data;
-  float *y = ctx->out[0].data, *hidden = ctx->out[1].data;
+  float *y = ctx->out[0].data;
+  const QkvDType hidden_dtype = ctx->out[1].dtype;
+  float *hidden = hidden_dtype == QKV_BF16 ? ctx->scratch : ctx->out[1].data;
   if (n == 0)
     return;
 
   fill_rows(ctx, hidden, b1, n, f);
   sgemm(FALSE, TRUE, n, f, d, x, w1, 1.0f, hidden);
   const gint64 nh = n * f;
-  relu_gate(ctx, hidden, hidden, nh);
+  if (hidden_dtype == QKV_BF16)
+    relu_round(ctx, ctx->out[1].data, hidden, nh);
+  else
+    relu_gate(ctx, hidden, hidden, nh);
 
   fill_rows(ctx, y, b2, n, o);
-  sgemm(FALSE, TRUE, n, o, f, hidden, w2, 1.0f, y);
+  qkv_sgemm_typed(FALSE, TRUE, n, o, f, 1.0f, ctx->out[1].data, hidden_dtype, f, w2, QKV_F32, f,
+                  1.0f, y, o, 0);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -188,8 +258,10 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
   gint64 n, d;
   qkv_view_rows(&ctx->in[1], &n, &d);
   const gint64 f = w1v->shape.dims[0], o = w2v->shape.dims[0];
-  const float *dy = ctx->in[0].data, *x = ctx->in[1].data, *w1 = w1v->data, *w2 = w2v->data,
-              *hidden = ctx->in[4].data;
+  const float *dy = ctx->in[0].data, *x = ctx->in[1].data, *w1 = w1v->data, *w2 = w2v->data;
+  /* floats, or bf16 bits (bf16_activations) */
+  gconstpointer hidden = ctx->in[4].data;
+  const QkvDType hidden_dtype = ctx->in[4].dtype;
   float *dx = ctx->out[0].data, *dw1 = ctx->out[1].data, *db1 = ctx->out[2].data,
         *dw2 = ctx->out[3].data, *db2 = ctx->out[4].data;
   float *dhidden = ctx->scratch, *ones = dhidden + n * f;
@@ -205,7 +277,7 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
     float *hidden_c = qkv_align_floats(x_c + m * d);
     qkv_gather_rows(ctx, dy_c, dy, o, index, m, o);
     qkv_gather_rows(ctx, x_c, x, d, index, m, d);
-    qkv_gather_rows(ctx, hidden_c, hidden, f, index, m, f);
+    qkv_gather_elems(ctx, hidden_c, hidden, f, index, m, f, qkv_dtype_size(hidden_dtype));
     /* dy_c is read by two products (one copy of it in bf16) */
     qkv_sgemm_operand_final(dy_c, (gsize)(m * o));
     dy = dy_c;
@@ -226,14 +298,18 @@ ffn_backward_forward(const QkvKernelCtx *ctx)
     ones[i] = 1.0f;
 
   /* Second layer: dw2 = dyᵀ · hidden, db2 = dyᵀ · 1, dhidden = dy · w2. */
-  sgemm(TRUE, FALSE, o, f, n, dy, hidden, 0.0f, dw2);
+  qkv_sgemm_typed(TRUE, FALSE, o, f, n, 1.0f, dy, QKV_F32, o, hidden, hidden_dtype, f, 0.0f, dw2, f,
+                  0);
   cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)n, (blasint)o, 1.0f, dy, (blasint)o, ones, 1,
               0.0f, db2, 1);
   sgemm(FALSE, FALSE, n, f, o, dy, w2, 0.0f, dhidden);
 
   /* Through the ReLU: its output is positive exactly where it passed. */
   const gint64 nh = n * f;
-  relu_gate(ctx, dhidden, hidden, nh);
+  if (hidden_dtype == QKV_BF16)
+    relu_gate_bf16(ctx, dhidden, hidden, nh);
+  else
+    relu_gate(ctx, dhidden, hidden, nh);
   qkv_sgemm_operand_final(dhidden, (gsize)nh);
 
   /* First layer: dw1 = dhiddenᵀ · x, db1 = dhiddenᵀ · 1, dx = dhidden · w1. */
@@ -273,13 +349,15 @@ const QkvOpDef qkv_ops_ffn[] = {
            .doc = "relu(x · w1ᵀ + b1) · w2ᵀ + b2 over the last axis (w1 (F, D), w2 (O, F)); "
                   "outputs y and the ReLU activation that the backward reads",
            QKV_INPUTS("x", "w1", "b1", "w2", "b2"), QKV_OUTPUTS("y", "hidden"), .shape = ffn_shape,
-           .forward = ffn_forward, .gradient = ffn_grad),
+           .forward = ffn_forward, .gradient = ffn_grad, .scratch_size = ffn_scratch,
+           .bf16_outputs = 1u << 1),
     QKV_OP(.name = "position_wise_ffn_backward",
            .doc = "dx, dw1, db1, dw2, db2 of position_wise_ffn from dy, x, w1, w2 and the saved "
                   "ReLU activation",
            QKV_INPUTS("dy", "x", "w1", "w2", "hidden"),
            QKV_OUTPUTS("dx", "dw1", "db1", "dw2", "db2"), .shape = ffn_backward_shape,
-           .forward = ffn_backward_forward, .scratch_size = ffn_backward_scratch),
+           .forward = ffn_backward_forward, .scratch_size = ffn_backward_scratch,
+           .bf16_inputs = 1u << 4),
     QKV_OPS_END,
 };
 

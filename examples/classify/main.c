@@ -367,7 +367,7 @@ train(const QkvPoolingClassifierConfig *cfg, QkvParams *params, GArray *batches,
   opts.training = TRUE;
   opts.n_threads = opt_threads;
   if (opt_precision != NULL && g_str_equal(opt_precision, "bf16"))
-    opts.precision = QKV_PRECISION_BF16;
+    opts.precision = QKV_PRECISION_BF16, opts.bf16_activations = TRUE;
   g_autoptr(QkvPlan) plan = qkv_graph_compile(g, &loss, 1, &opts, error);
   QkvOptimConfig adam = qkv_optim_config_adam(opt_lr);
   g_autoptr(QkvOptimizer) opt = plan ? qkv_optimizer_new_adam(params, &adam, error) : NULL;

@@ -59,8 +59,12 @@ gpt_train(QkvParams *params, const GptConfig *cfg, const GptCorpus *corpus,
   QkvValue *loss = qkv_cross_entropy(logits, qkv_graph_input(g, "y", QKV_I32, &bt, error), NULL,
                                      QKV_REDUCTION_MEAN, error);
   /* one graph, two plans: training, and evaluation without the gradients */
-  QkvPlanOptions train_options = {.training = TRUE, .precision = o->precision},
-                 eval_options = {.skip_param_grads = TRUE, .precision = o->precision};
+  gboolean bf16 = o->precision == QKV_PRECISION_BF16;
+  QkvPlanOptions train_options = {.training = TRUE,
+                                  .precision = o->precision,
+                                  .bf16_activations = bf16},
+                 eval_options = {
+                     .skip_param_grads = TRUE, .precision = o->precision, .bf16_activations = bf16};
   g_autoptr(QkvPlan) train = loss && qkv_graph_backward(g, loss, error)
                                  ? qkv_graph_compile(g, &loss, 1, &train_options, error)
                                  : NULL;

@@ -122,6 +122,7 @@ model_plan_build(ModelPlan *mp, const ModelConfig *cfg, QkvParams *params, gint 
   QkvPlanOptions opts = qkv_plan_options_default();
   opts.n_threads = threads;
   opts.precision = cfg->precision;
+  opts.bf16_activations = cfg->precision == QKV_PRECISION_BF16;
   opts.seed = cfg->seed * 1000003u + (guint64)batch;
   if (training) {
     QkvValue *loss = build_loss(mp, cfg, logits, cfg->label_smoothing, error);
