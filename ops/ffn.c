@@ -9,7 +9,8 @@
  * mask and dw2. A bf16 plan with bf16_activations keeps that activation as
  * bfloat16: it feeds only products, which round it to bf16 anyway, and the
  * mask (its sign, which rounding keeps; a float32 subnormal rounds to zero
- * and so counts as not passed). The numbers stay those of float32 storage.
+ * and so counts as not passed). Apart from that, the numbers stay those of
+ * float32 storage.
  */
 #include "ops-common.h"
 

@@ -86,10 +86,14 @@ typedef struct {
   /* The precision of matrix products (QKV_PRECISION_FP32 by default). */
   QkvPrecision precision;
   /* TRUE (with precision QKV_PRECISION_BF16 only): activations that only
-   * feed matrix products are stored as bfloat16 (the FFN's hidden layer,
-   * multi-head attention's head outputs), which halves their memory and
-   * gives the same numbers, since the products round them to bf16 anyway.
-   * Such a plan refuses to switch to fp32 (qkv_plan_try_set_precision()). */
+   * feed matrix products are stored as bfloat16 where their ops allow it
+   * (QkvOpDef.bf16_outputs; built in: the FFN's hidden layer), which halves
+   * their memory and gives the same numbers, since the products round them
+   * to bf16 anyway (except that a float32 subnormal, flushed to zero, no
+   * longer passes the FFN's ReLU in the backward). Such a plan refuses to
+   * switch to fp32 (qkv_plan_try_set_precision()). This field sits where
+   * earlier releases had padding: start from qkv_plan_options_default() or
+   * a zero-initialised struct, as always. */
   gboolean bf16_activations;
   gpointer reserved[3];
 } QkvPlanOptions;
@@ -382,8 +386,9 @@ gint qkv_plan_get_n_threads(const QkvPlan *plan);
  * @precision: the precision
  *
  * The precision of later runs' matrix products (see QkvPrecision). A value
- * that is not a QkvPrecision leaves the precision unchanged and logs a
- * critical: a value a user gives goes to qkv_plan_try_set_precision().
+ * that is not a QkvPrecision, or fp32 for a plan compiled with
+ * bf16_activations, leaves the precision unchanged and logs a critical: a
+ * value a user gives goes to qkv_plan_try_set_precision().
  */
 QKV_API
 void qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision);
@@ -395,7 +400,9 @@ void qkv_plan_set_precision(QkvPlan *plan, QkvPrecision precision);
  *
  * qkv_plan_set_precision() that refuses a value that is not a QkvPrecision
  * (QKV_PRECISION_FP32 or QKV_PRECISION_BF16) with QKV_ERROR_INVALID_ARGUMENT
- * naming it (the precision unchanged).
+ * naming it, and fp32 for a plan compiled with bf16_activations (its stored
+ * activations are rounded) with QKV_ERROR_INVALID_ARGUMENT too (the
+ * precision unchanged).
  *
  * Returns: %TRUE on success, %FALSE with @error set
  */

@@ -394,13 +394,16 @@ typedef struct _QkvOpDef {
    * existing ops, so autodiff can differentiate through it. NULL: none. */
   QkvDecomposeFunc decompose;
 
-  /* ABI 1.3. Bit o of bf16_outputs: output o may be stored as bfloat16 in a
-   * plan compiled with bf16_activations (QkvPlanOptions), when every node
-   * that reads it has the matching bit of bf16_inputs set and it is not one
-   * of the plan's outputs. The kernels then see QKV_BF16 on those views (and
-   * the scratch_size function on ctx->out_dtypes[o]): for activations that
-   * only feed matrix products (qkv_sgemm_typed()), which round them to bf16
-   * in any case. Zero: always float32. */
+  /* ABI 1.3. Bit o of bf16_outputs: output o (an f32 one) may be stored as
+   * bfloat16 in a plan compiled with bf16_activations (QkvPlanOptions), when
+   * every node that reads it has the matching bit of bf16_inputs set and it
+   * is not one of the plan's outputs or a parameter's gradient. The kernels
+   * then see QKV_BF16 on those views (and the scratch_size function on
+   * ctx->out_dtypes[o]): for activations that only feed matrix products
+   * (qkv_sgemm_typed()), which round them to bf16 in any case. Zero: always
+   * float32. (Two guint32 in place of one pointer: the struct keeps its
+   * size where pointers have 8 bytes; elsewhere it grows by 4, which the
+   * registry's struct_size handles as for any older definition.) */
   guint32 bf16_outputs;
   guint32 bf16_inputs;
 

@@ -92,6 +92,8 @@ register_locked(const QkvOpDef *def, GError **error)
   /* Fields newer than the author's header were reserved space to them. */
   if (def->abi_minor < 1)
     entry->def.decompose = NULL;
+  if (def->abi_minor < 3)
+    entry->def.bf16_outputs = entry->def.bf16_inputs = 0;
   memset(entry->def.reserved, 0, sizeof entry->def.reserved);
   entry->def.struct_size = sizeof(QkvOpDef);
   entry->origin = g_strdup(current_origin);

@@ -166,7 +166,8 @@ prune_and_order(CompileState *cs)
 /* bf16_activations: the values kept as bfloat16. Output o of a step whose
  * op allows it (bf16_outputs), when every step that reads the value allows
  * it at that input (bf16_inputs), the value is f32 and in the arena, and no
- * caller sees it (a requested output). */
+ * caller sees it (a requested output, a parameter's gradient, which is
+ * copied into the store when it is not written there). */
 static void
 choose_bf16_values(CompileState *cs)
 {
@@ -185,6 +186,8 @@ choose_bf16_values(CompileState *cs)
   }
   for (guint i = 0; i < cs->n_outputs; i++)
     plan->value_bf16[cs->outputs[i]->id] = FALSE;
+  for (guint i = 0; i < plan->n_param_grads; i++)
+    plan->value_bf16[plan->param_grads[i].grad->id] = FALSE;
   for (guint s = 0; s < plan->n_steps; s++) {
     const QkvNode *node = plan->steps[s].node;
     for (guint i = 0; i < node->n_inputs; i++)
