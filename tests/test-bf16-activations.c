@@ -154,10 +154,11 @@ check_typed(gboolean ta, gboolean tb, const Dims *d, gint64 pad, gint threads, g
 static void
 test_sgemm_typed(void)
 {
-  /* small (the small-product kernel), m and k that are padded (65, 100,
-   * 1000) and that are not (64, 128, 256), and one that the pool splits */
-  static const Dims dims[] = {{8, 8, 8},      {32, 32, 32},    {100, 64, 70},
-                              {128, 256, 64}, {65, 96, 1000},  {256, 200, 128},
+  /* small (the small-product kernel, odd k and column tails included), m
+   * and k that are padded (65, 100, 1000) and that are not (64, 128, 256),
+   * and one that the pool splits */
+  static const Dims dims[] = {{8, 8, 8},      {32, 32, 32},    {9, 17, 13},    {31, 50, 33},
+                              {100, 64, 70},  {128, 256, 64},  {65, 96, 1000}, {256, 200, 128},
                               {1000, 64, 40}, {512, 512, 256}, {300, 257, 129}};
   guint checked = 0;
   for (guint i = 0; i < G_N_ELEMENTS(dims); i++)

@@ -871,18 +871,19 @@ sgemm_bf16(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, 
     g_atomic_int_set(&small_seen, TRUE);
   }
   gboolean forced = g_atomic_int_get(&force_emulation);
-  /* the float32 routes (the small kernel, the emulation) take a stored bf16
-   * operand widened: rounding it to bf16 again gives the same bits back */
-  if ((a_bf16 || b_bf16) && (small || forced || !native_or_say())) {
-    widen_operands(ta, tb, m, n, k, &a, a_bf16, &lda, &b, b_bf16, &ldb);
-    a_bf16 = b_bf16 = FALSE;
-  }
   if (small && !forced && small_native()) {
     Bf16Thread *t = bf16_thread();
     gpointer scratch =
         reserve(&t->operands, &t->operands_size, qkv_small_sgemm_bf16_scratch(m, n, k));
-    qkv_small_sgemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+    qkv_small_sgemm_bf16(ta, tb, m, n, k, alpha, a, a_bf16, lda, b, b_bf16, ldb, beta, c, ldc,
+                         scratch);
     return;
+  }
+  /* the emulation takes a stored bf16 operand widened: rounding it to bf16
+   * again gives the same bits back */
+  if ((a_bf16 || b_bf16) && (small || forced || !native_or_say())) {
+    widen_operands(ta, tb, m, n, k, &a, a_bf16, &lda, &b, b_bf16, &ldb);
+    a_bf16 = b_bf16 = FALSE;
   }
   if (small || forced || !native_or_say()) {
     sgemm_emulated(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n_threads);

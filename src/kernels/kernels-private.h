@@ -94,12 +94,14 @@ gboolean qkv_small_sgemm(gboolean transpose_a, gboolean transpose_b, gint64 m, g
                          float beta, float *c, gint64 ldc);
 
 /* smallgemm-bf16.c: c = α·op(a)·op(b) + β·c with the operands rounded to
- * bf16, by VDPBF16PS (x86 with AVX512_BF16 only: the caller checks), in any
- * layout; scratch holds qkv_small_sgemm_bf16_scratch() bytes. */
+ * bf16 (a16, b16: already stored as bf16 bits, ld counting them), by
+ * VDPBF16PS (x86 with AVX512_BF16 only: the caller checks), in any layout;
+ * scratch holds qkv_small_sgemm_bf16_scratch() bytes. */
 gsize qkv_small_sgemm_bf16_scratch(gint64 m, gint64 n, gint64 k);
 void qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
-                          float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
-                          float beta, float *c, gint64 ldc, gpointer scratch);
+                          float alpha, gconstpointer a, gboolean a16, gint64 lda, gconstpointer b,
+                          gboolean b16, gint64 ldb, float beta, float *c, gint64 ldc,
+                          gpointer scratch);
 
 /* The slot of QkvKernelCtx.reserved that holds a GError ** (the executor's
  * per-plan failure, NULL between runs) where qkv_kernel_fail() stores the

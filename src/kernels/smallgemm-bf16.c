@@ -4,7 +4,8 @@
  *
  * The operands are rounded to bf16 as everywhere in bf16 precision
  * (VCVTNEPS2BF16: to nearest even, subnormals to zero, the rounding of
- * gemm-bf16.c) and packed in pairs along k: one 32-bit word holds op(x)[i,
+ * gemm-bf16.c), or taken as they are where stored as bf16 (a plan's bf16
+ * activations, qkv_sgemm_typed()), and packed in pairs along k: one 32-bit word holds op(x)[i,
  * 2p] in its low half and op(x)[i, 2p + 1] in its high half (an odd k's
  * last word has a zero high half). VDPBF16PS then adds two exact products
  * per lane and instruction into float32 accumulators, so the results are
@@ -65,21 +66,38 @@ row_to_bf16(guint16 *dst, const float *src, gint64 n)
   }
 }
 
-/* x rows of k floats each (ld apart), k along the row, into rows of
- * pairs(k) words ld_dst apart: each row's pairs already lie together. */
-static void
-pack_rows(guint32 *dst, gint64 ld_dst, const float *src, gint64 ld, gint64 x, gint64 k)
+/* row_to_bf16() for a row stored as bf16: a copy, and the zero. */
+static inline void
+row_copy_bf16(guint16 *dst, const guint16 *src, gint64 n)
 {
-  for (gint64 r = 0; r < x; r++)
-    row_to_bf16((guint16 *)(dst + r * ld_dst), src + r * ld, k);
+  memcpy(dst, src, (gsize)n * sizeof(guint16));
+  if (n % 2)
+    dst[n] = 0;
+}
+
+/* x rows of k floats each (ld apart; bf16 where src16), k along the row,
+ * into rows of pairs(k) words ld_dst apart: each row's pairs already lie
+ * together. */
+static void
+pack_rows(guint32 *dst, gint64 ld_dst, gconstpointer src, gboolean src16, gint64 ld, gint64 x,
+          gint64 k)
+{
+  for (gint64 r = 0; r < x; r++) {
+    if (src16)
+      row_copy_bf16((guint16 *)(dst + r * ld_dst), (const guint16 *)src + r * ld, k);
+    else
+      row_to_bf16((guint16 *)(dst + r * ld_dst), (const float *)src + r * ld, k);
+  }
 }
 
 /* The same rows transposed: pair p of row r goes to dst[p·x + r]. Blocks of
  * 16 rows go through tmp (16 rows of pairs(k) words) and a gather takes
  * word p of the 16. */
 static void
-pack_rows_transposed(guint32 *dst, const float *src, gint64 ld, gint64 x, gint64 k, guint32 *tmp)
+pack_rows_transposed(guint32 *dst, gconstpointer src, gboolean src16, gint64 ld, gint64 x, gint64 k,
+                     guint32 *tmp)
 {
+  gsize elem = src16 ? sizeof(guint16) : sizeof(float);
   gint64 kh = pairs(k);
   const __m512i rows =
       _mm512_mullo_epi32(_mm512_set1_epi32((int)kh),
@@ -87,7 +105,7 @@ pack_rows_transposed(guint32 *dst, const float *src, gint64 ld, gint64 x, gint64
   for (gint64 r0 = 0; r0 < x; r0 += 16) {
     gint64 nr = MIN(16, x - r0);
     __mmask16 mk = (__mmask16)(nr == 16 ? 0xffff : (1u << nr) - 1);
-    pack_rows(tmp, kh, src + r0 * ld, ld, nr, k);
+    pack_rows(tmp, kh, (const guint8 *)src + (gsize)(r0 * ld) * elem, src16, ld, nr, k);
     for (gint64 p = 0; p < kh; p++)
       _mm512_mask_storeu_epi32(
           dst + p * x + r0, mk,
@@ -95,16 +113,49 @@ pack_rows_transposed(guint32 *dst, const float *src, gint64 ld, gint64 x, gint64
   }
 }
 
-/* k rows of x floats each (ld apart), k across the rows: rows 2p and 2p + 1
- * interleave into dst[p·stride_p + 0 … x). VCVTNE2PS2BF16 puts the 16 bf16
- * of row 2p in the low half of a vector and those of row 2p + 1 in the high
- * half; a word permutation pairs them. */
+/* 16 bf16 of row lo in the low half of a vector, 16 of row hi (NULL: zeros)
+ * in the high half, as VCVTNE2PS2BF16 leaves converted floats (mk: the
+ * columns there are). */
+static inline __m512i
+two_rows_bf16(const guint16 *lo, const guint16 *hi, __mmask16 mk)
+{
+  __m256i l = _mm256_maskz_loadu_epi16(mk, lo);
+  __m256i h = hi != NULL ? _mm256_maskz_loadu_epi16(mk, hi) : _mm256_setzero_si256();
+  return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
+}
+
+/* pack_across_rows() for rows stored as bf16. */
 static void
-pack_across_rows(guint32 *dst, gint64 stride_p, const float *src, gint64 ld, gint64 x, gint64 k)
+pack_across_rows_bf16(guint32 *dst, gint64 stride_p, const guint16 *src, gint64 ld, gint64 x,
+                      gint64 k, __m512i pair_up)
+{
+  for (gint64 p = 0; p < pairs(k); p++) {
+    const guint16 *lo = src + 2 * p * ld, *hi = 2 * p + 1 < k ? lo + ld : NULL;
+    guint32 *d = dst + p * stride_p;
+    for (gint64 i = 0; i < x; i += 16) {
+      __mmask16 mk = (__mmask16)(x - i >= 16 ? 0xffff : (1u << (x - i)) - 1);
+      __m512i v = two_rows_bf16(lo + i, hi != NULL ? hi + i : NULL, mk);
+      _mm512_mask_storeu_epi32(d + i, mk, _mm512_permutexvar_epi16(pair_up, v));
+    }
+  }
+}
+
+/* k rows of x floats each (ld apart; bf16 where src16), k across the rows:
+ * rows 2p and 2p + 1 interleave into dst[p·stride_p + 0 … x).
+ * VCVTNE2PS2BF16 puts the 16 bf16 of row 2p in the low half of a vector and
+ * those of row 2p + 1 in the high half; a word permutation pairs them. */
+static void
+pack_across_rows(guint32 *dst, gint64 stride_p, gconstpointer source, gboolean src16, gint64 ld,
+                 gint64 x, gint64 k)
 {
   const __m512i pair_up =
       _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  if (src16) {
+    pack_across_rows_bf16(dst, stride_p, source, ld, x, k, pair_up);
+    return;
+  }
+  const float *src = source;
   for (gint64 p = 0; p < pairs(k); p++) {
     const float *lo = src + 2 * p * ld, *hi = 2 * p + 1 < k ? lo + ld : NULL;
     guint32 *d = dst + p * stride_p;
@@ -173,8 +224,8 @@ DEFINE_BLOCK(4, MR_WIDE)
 
 void
 qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
-                     float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
-                     float beta, float *c, gint64 ldc, gpointer scratch)
+                     float alpha, gconstpointer a, gboolean a16, gint64 lda, gconstpointer b,
+                     gboolean b16, gint64 ldb, float beta, float *c, gint64 ldc, gpointer scratch)
 {
   gint64 kh = pairs(k);
   guint32 *pa = scratch, *pb = pa + m * kh;
@@ -182,15 +233,15 @@ qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint6
   /* op(b) as kh rows of n words; op(a) as m rows of kh words (a_rs = kh,
    * a_cs = 1) or, transposed, kh rows of m words (a_rs = 1, a_cs = m) */
   if (transpose_b)
-    pack_rows_transposed(pb, b, ldb, n, k, tmp);
+    pack_rows_transposed(pb, b, b16, ldb, n, k, tmp);
   else
-    pack_across_rows(pb, n, b, ldb, n, k);
+    pack_across_rows(pb, n, b, b16, ldb, n, k);
   gint64 a_rs, a_cs;
   if (transpose_a) {
-    pack_across_rows(pa, m, a, lda, m, k);
+    pack_across_rows(pa, m, a, a16, lda, m, k);
     a_rs = 1, a_cs = m;
   } else {
-    pack_rows(pa, kh, a, lda, m, k);
+    pack_rows(pa, kh, a, a16, lda, m, k);
     a_rs = kh, a_cs = 1;
   }
   for (gint64 j0 = 0; j0 < n; j0 += 64) {
@@ -233,8 +284,8 @@ qkv_small_sgemm_bf16_scratch(gint64 m, gint64 n, gint64 k)
 
 void
 qkv_small_sgemm_bf16(gboolean transpose_a, gboolean transpose_b, gint64 m, gint64 n, gint64 k,
-                     float alpha, const float *a, gint64 lda, const float *b, gint64 ldb,
-                     float beta, float *c, gint64 ldc, gpointer scratch)
+                     float alpha, gconstpointer a, gboolean a16, gint64 lda, gconstpointer b,
+                     gboolean b16, gint64 ldb, float beta, float *c, gint64 ldc, gpointer scratch)
 {
   g_assert_not_reached(); /* gemm-bf16.c calls it on x86 only */
 }
