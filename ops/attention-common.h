@@ -542,7 +542,20 @@ typedef struct {
   float scale; /* 1/√d */
   double dropout;
   QkvAttnMask mask;
+  /* How q, k and v are stored: QKV_F32 (zero, the default), or QKV_BF16
+   * where a plan keeps multi-head attention's projections in bf16 (bf16
+   * activations: they only feed products). Every other operand is f32. */
+  QkvDType q_dtype, k_dtype, v_dtype;
 } QkvAttnProblem;
+
+/* Element `at` of an operand stored as dtype (QKV_F32 or QKV_BF16) that
+ * starts at base. */
+static inline gconstpointer
+qkv_attn_operand_at(gconstpointer base, QkvDType dtype, gint64 at)
+{
+  gsize elem = dtype == QKV_BF16 ? sizeof(guint16) : sizeof(float);
+  return (const guint8 *)base + (gsize)at * elem;
+}
 
 static inline void
 qkv_attn_sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha, const float *a,
@@ -551,17 +564,28 @@ qkv_attn_sgemm(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alp
   qkv_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0);
 }
 
+/* qkv_attn_sgemm() with operands in either storage (qkv_sgemm_typed()). */
+static inline void
+qkv_attn_sgemm_typed(gboolean ta, gboolean tb, gint64 m, gint64 n, gint64 k, float alpha,
+                     gconstpointer a, QkvDType a_dtype, gint64 lda, gconstpointer b,
+                     QkvDType b_dtype, gint64 ldb, float beta, float *c, gint64 ldc)
+{
+  qkv_sgemm_typed(ta, tb, m, n, k, alpha, a, a_dtype, lda, b, b_dtype, ldb, beta, c, ldc, 0);
+}
+
 /* Forward of problem index `index` (its rows are rows index·n_q … of the
  * score tensor): p = masked_softmax(q kᵀ · scale), out = dropout(p) v.
  * drop (may be NULL: no dropout output) receives the dropout mask; pd is
- * n_q × n_k scratch, used when dropout is active. */
+ * n_q × n_k scratch, used when dropout is active. q, k, v are stored as
+ * pb->q_dtype, k_dtype, v_dtype. */
 static inline void
 qkv_attn_forward_problem(const QkvKernelCtx *ctx, const QkvAttnProblem *pb, gint64 index,
-                         const float *q, const float *k, const float *v, float *p, float *drop,
+                         gconstpointer q, gconstpointer k, gconstpointer v, float *p, float *drop,
                          float *pd, float *out)
 {
   gint64 n_q = pb->n_q, n_k = pb->n_k;
-  qkv_attn_sgemm(FALSE, TRUE, n_q, n_k, pb->d, pb->scale, q, pb->ldq, k, pb->ldk, 0.0f, p, n_k);
+  qkv_attn_sgemm_typed(FALSE, TRUE, n_q, n_k, pb->d, pb->scale, q, pb->q_dtype, pb->ldq, k,
+                       pb->k_dtype, pb->ldk, 0.0f, p, n_k);
   qkv_attn_softmax_rows(p, p, n_q, n_k, &pb->mask, index * n_q);
   const float *a = p;
   if (drop != NULL) {
@@ -577,7 +601,8 @@ qkv_attn_forward_problem(const QkvKernelCtx *ctx, const QkvAttnProblem *pb, gint
       memset(out + i * pb->ldo, 0, (gsize)pb->d_v * sizeof(float));
     return;
   }
-  qkv_attn_sgemm(FALSE, FALSE, n_q, pb->d_v, n_k, 1.0f, a, n_k, v, pb->ldv, 0.0f, out, pb->ldo);
+  qkv_attn_sgemm_typed(FALSE, FALSE, n_q, pb->d_v, n_k, 1.0f, a, QKV_F32, n_k, v, pb->v_dtype,
+                       pb->ldv, 0.0f, out, pb->ldo);
 }
 
 /* Zero an m × n block with row stride ld. */
@@ -593,12 +618,13 @@ qkv_attn_zero_block(float *x, gint64 m, gint64 n, gint64 ld)
  * is the saved dropout mask (NULL: none). dq, dk, dv have the strides of q,
  * k, v. pd and dp are n_q × n_k scratch; dp ends up holding the gradient of
  * the scores q kᵀ·scale (+ an additive mask), which is how the ops output
- * an additive mask's gradient: they pass an output block as dp. */
+ * an additive mask's gradient: they pass an output block as dp. q, k, v
+ * are stored as pb->q_dtype, k_dtype, v_dtype. */
 static inline void
-qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *dout, const float *q,
-                          const float *k, const float *v, const float *p, const float *drop,
-                          const float *dweights, float *pd, float *dp, float *dq, float *dk,
-                          float *dv)
+qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *dout,
+                          gconstpointer q, gconstpointer k, gconstpointer v, const float *p,
+                          const float *drop, const float *dweights, float *pd, float *dp, float *dq,
+                          float *dk, float *dv)
 {
   gint64 n_q = pb->n_q, n_k = pb->n_k, nn = n_q * n_k;
   const float *a = p;
@@ -610,8 +636,8 @@ qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *d
   if (dout != NULL && n_q > 0) {
     qkv_attn_sgemm(TRUE, FALSE, n_k, pb->d_v, n_q, 1.0f, a, n_k, dout, pb->ldo, 0.0f, dv, pb->ldv);
     if (pb->d_v > 0)
-      qkv_attn_sgemm(FALSE, TRUE, n_q, n_k, pb->d_v, 1.0f, dout, pb->ldo, v, pb->ldv, 0.0f, dp,
-                     n_k);
+      qkv_attn_sgemm_typed(FALSE, TRUE, n_q, n_k, pb->d_v, 1.0f, dout, QKV_F32, pb->ldo, v,
+                           pb->v_dtype, pb->ldv, 0.0f, dp, n_k);
     else
       memset(dp, 0, (gsize)nn * sizeof(float));
     if (drop != NULL)
@@ -633,12 +659,13 @@ qkv_attn_backward_problem(const QkvAttnProblem *pb, gint64 index, const float *d
       qkv_attn_softmax_backward_row(dp + i * n_k, dp + i * n_k, p + i * n_k, n_k, limit);
   }
   if (n_k > 0)
-    qkv_attn_sgemm(FALSE, FALSE, n_q, pb->d, n_k, pb->scale, dp, n_k, k, pb->ldk, 0.0f, dq,
-                   pb->ldq);
+    qkv_attn_sgemm_typed(FALSE, FALSE, n_q, pb->d, n_k, pb->scale, dp, QKV_F32, n_k, k, pb->k_dtype,
+                         pb->ldk, 0.0f, dq, pb->ldq);
   else
     qkv_attn_zero_block(dq, n_q, pb->d, pb->ldq);
   if (n_q > 0)
-    qkv_attn_sgemm(TRUE, FALSE, n_k, pb->d, n_q, pb->scale, dp, n_k, q, pb->ldq, 0.0f, dk, pb->ldk);
+    qkv_attn_sgemm_typed(TRUE, FALSE, n_k, pb->d, n_q, pb->scale, dp, QKV_F32, n_k, q, pb->q_dtype,
+                         pb->ldq, 0.0f, dk, pb->ldk);
   else
     qkv_attn_zero_block(dk, n_k, pb->d, pb->ldk);
 }

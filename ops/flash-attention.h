@@ -59,15 +59,16 @@ gsize qkv_flash_backward_scratch(gint64 n_problems, gint64 n_q, gint64 n_k, gint
 
 /* out = dropout(softmax(masked scores)) v for every problem, and stats (two
  * floats per score row, problem idx's rows from idx·n_q on): the maximum m
- * of the row's masked scores and log Σ exp(s − m). */
-void qkv_flash_forward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, const float *q,
-                       const float *k, const float *v, float *out, float *stats);
+ * of the row's masked scores and log Σ exp(s − m). q, k, v are stored as
+ * L->pb.q_dtype, k_dtype, v_dtype. */
+void qkv_flash_forward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, gconstpointer q,
+                       gconstpointer k, gconstpointer v, float *out, float *stats);
 
 /* dq, dk, dv (laid out as q, k, v) from dout (laid out as out), the forward's
  * out and stats. dscores (may be NULL) receives the gradient of the scores
  * (n_problems × n_q × n_k), for an additive mask's gradient. */
-void qkv_flash_backward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, const float *q,
-                        const float *k, const float *v, const float *out, const float *stats,
+void qkv_flash_backward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, gconstpointer q,
+                        gconstpointer k, gconstpointer v, const float *out, const float *stats,
                         const float *dout, float *dq, float *dk, float *dv, float *dscores);
 
 /* Write the dropout key of this run (QKV_FLASH_KEY_LEN i32) for dropout p. */

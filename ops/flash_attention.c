@@ -394,7 +394,7 @@ flash_threads(const QkvKernelCtx *ctx, gint64 work, gint64 units, gsize per_thre
 typedef struct {
   const QkvKernelCtx *ctx;
   const QkvFlashLayout *L;
-  const float *q, *k, *v;
+  gconstpointer q, k, v; /* stored as L->pb.q_dtype, k_dtype, v_dtype */
   float *out, *stats;
   gint64 bq, bk, n_qb;
   gint64 per_thread; /* floats */
@@ -411,7 +411,9 @@ forward_block(const ForwardJob *job, gint64 idx, gint64 t, float *ws)
   gint64 qo, ko, vo, oo;
   problem_offsets(L, idx, &qo, &ko, &vo, &oo);
   const gint64 i0 = t * bq, br = MIN(bq, n_q - i0);
-  const float *q = job->q + qo + i0 * pb->ldq, *k = job->k + ko, *v = job->v + vo;
+  gconstpointer q = qkv_attn_operand_at(job->q, pb->q_dtype, qo + i0 * pb->ldq),
+                k = qkv_attn_operand_at(job->k, pb->k_dtype, ko),
+                v = qkv_attn_operand_at(job->v, pb->v_dtype, vo);
   float *o = job->out + oo + i0 * pb->ldo;
   float *s = ws, *drow = s + lines(bq * bk), *m = drow + lines(bk), *l = m + lines(bq);
   float *alpha = l + lines(bq);
@@ -435,8 +437,9 @@ forward_block(const ForwardJob *job, gint64 idx, gint64 t, float *ws)
         break;
     }
     const gint64 bc = MIN(bk, n_k - j0);
-    qkv_attn_sgemm(FALSE, TRUE, br, bc, d, pb->scale, q, pb->ldq, k + j0 * pb->ldk, pb->ldk, 0.0f,
-                   s, bc);
+    qkv_attn_sgemm_typed(FALSE, TRUE, br, bc, d, pb->scale, q, pb->q_dtype, pb->ldq,
+                         qkv_attn_operand_at(k, pb->k_dtype, j0 * pb->ldk), pb->k_dtype, pb->ldk,
+                         0.0f, s, bc);
     for (gint64 r = 0; r < br; r++) {
       float *sr = s + r * bc;
       mask_scores(pb, sr, row0 + r, j0, bc, limit[r]);
@@ -459,8 +462,9 @@ forward_block(const ForwardJob *job, gint64 idx, gint64 t, float *ws)
       }
     }
     if (d_v > 0)
-      qkv_attn_sgemm(FALSE, FALSE, br, d_v, bc, 1.0f, s, bc, v + j0 * pb->ldv, pb->ldv, 1.0f, o,
-                     pb->ldo);
+      qkv_attn_sgemm_typed(FALSE, FALSE, br, d_v, bc, 1.0f, s, QKV_F32, bc,
+                           qkv_attn_operand_at(v, pb->v_dtype, j0 * pb->ldv), pb->v_dtype, pb->ldv,
+                           1.0f, o, pb->ldo);
   }
   for (gint64 r = 0; r < br; r++) {
     float *st = job->stats + 2 * (row0 + r);
@@ -484,8 +488,8 @@ forward_units(gint64 begin, gint64 end, gint thread, gpointer user_data)
 }
 
 void
-qkv_flash_forward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, const float *q, const float *k,
-                  const float *v, float *out, float *stats)
+qkv_flash_forward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, gconstpointer q,
+                  gconstpointer k, gconstpointer v, float *out, float *stats)
 {
   const QkvAttnProblem *pb = &L->pb;
   if (pb->n_q <= 0 || L->n_problems <= 0)
@@ -506,7 +510,8 @@ qkv_flash_forward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, const float 
 typedef struct {
   const QkvKernelCtx *ctx;
   const QkvFlashLayout *L;
-  const float *q, *k, *v, *out, *stats, *dout;
+  gconstpointer q, k, v; /* stored as L->pb.q_dtype, k_dtype, v_dtype */
+  const float *out, *stats, *dout;
   float *dq, *dk, *dv, *dscores;
   gint64 bq, bk, n_qb, n_kb;
   gint64 per_thread; /* floats */
@@ -541,7 +546,8 @@ backward_block(const BackwardJob *job, gint64 idx, gint64 kt, const float *D, fl
   gint64 qo, ko, vo, oo;
   problem_offsets(L, idx, &qo, &ko, &vo, &oo);
   const gint64 j0 = kt * bk, bc = MIN(bk, n_k - j0);
-  const float *kb = job->k + ko + j0 * pb->ldk, *vb = job->v + vo + j0 * pb->ldv;
+  gconstpointer kb = qkv_attn_operand_at(job->k, pb->k_dtype, ko + j0 * pb->ldk),
+                vb = qkv_attn_operand_at(job->v, pb->v_dtype, vo + j0 * pb->ldv);
   float *dkb = job->dk + ko + j0 * pb->ldk, *dvb = job->dv + vo + j0 * pb->ldv;
   float *p = ws, *dp = p + lines(bq * bk), *drop = dp + lines(bq * bk);
   gint64 *limit = (gint64 *)(drop + lines(bq * bk) + lines(n_q));
@@ -559,9 +565,11 @@ backward_block(const BackwardJob *job, gint64 idx, gint64 kt, const float *D, fl
     }
     if (!needed)
       continue;
-    const float *qb = job->q + qo + i0 * pb->ldq, *dob = job->dout + oo + i0 * pb->ldo;
+    gconstpointer qb = qkv_attn_operand_at(job->q, pb->q_dtype, qo + i0 * pb->ldq);
+    const float *dob = job->dout + oo + i0 * pb->ldo;
     /* the weights of the block, again */
-    qkv_attn_sgemm(FALSE, TRUE, br, bc, d, pb->scale, qb, pb->ldq, kb, pb->ldk, 0.0f, p, bc);
+    qkv_attn_sgemm_typed(FALSE, TRUE, br, bc, d, pb->scale, qb, pb->q_dtype, pb->ldq, kb,
+                         pb->k_dtype, pb->ldk, 0.0f, p, bc);
     for (gint64 r = 0; r < br; r++) {
       mask_scores(pb, p + r * bc, row0 + r, j0, bc, limit[r]);
       /* (s − m) − log l: s − m is exact where s is near m, even where both
@@ -582,7 +590,8 @@ backward_block(const BackwardJob *job, gint64 idx, gint64 kt, const float *D, fl
     if (d_v > 0)
       qkv_attn_sgemm(TRUE, FALSE, bc, d_v, br, 1.0f, pd, bc, dob, pb->ldo, 1.0f, dvb, pb->ldv);
     /* dp = dout vᵀ (· the dropout mask) */
-    qkv_attn_sgemm(FALSE, TRUE, br, bc, d_v, 1.0f, dob, pb->ldo, vb, pb->ldv, 0.0f, dp, bc);
+    qkv_attn_sgemm_typed(FALSE, TRUE, br, bc, d_v, 1.0f, dob, QKV_F32, pb->ldo, vb, pb->v_dtype,
+                         pb->ldv, 0.0f, dp, bc);
     for (gint64 r = 0; r < br; r++) {
       float *dpr = dp + r * bc;
       if (L->dropout_active)
@@ -594,9 +603,10 @@ backward_block(const BackwardJob *job, gint64 idx, gint64 kt, const float *D, fl
     }
     /* dq += scale · ds k, dk += scale · dsᵀ q */
     if (d > 0) {
-      qkv_attn_sgemm(FALSE, FALSE, br, d, bc, pb->scale, dp, bc, kb, pb->ldk, 1.0f,
-                     dq_rows + i0 * ld_dq, ld_dq);
-      qkv_attn_sgemm(TRUE, FALSE, bc, d, br, pb->scale, dp, bc, qb, pb->ldq, 1.0f, dkb, pb->ldk);
+      qkv_attn_sgemm_typed(FALSE, FALSE, br, d, bc, pb->scale, dp, QKV_F32, bc, kb, pb->k_dtype,
+                           pb->ldk, 1.0f, dq_rows + i0 * ld_dq, ld_dq);
+      qkv_attn_sgemm_typed(TRUE, FALSE, bc, d, br, pb->scale, dp, QKV_F32, bc, qb, pb->q_dtype,
+                           pb->ldq, 1.0f, dkb, pb->ldk);
     }
   }
 }
@@ -638,9 +648,9 @@ backward_key_blocks(gint64 begin, gint64 end, gint thread, gpointer user_data)
 }
 
 void
-qkv_flash_backward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, const float *q, const float *k,
-                   const float *v, const float *out, const float *stats, const float *dout,
-                   float *dq, float *dk, float *dv, float *dscores)
+qkv_flash_backward(const QkvKernelCtx *ctx, const QkvFlashLayout *L, gconstpointer q,
+                   gconstpointer k, gconstpointer v, const float *out, const float *stats,
+                   const float *dout, float *dq, float *dk, float *dv, float *dscores)
 {
   const QkvAttnProblem *pb = &L->pb;
   if (L->n_problems <= 0)

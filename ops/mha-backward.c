@@ -60,8 +60,11 @@ mha_backward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
   for (gint64 idx = begin; idx < end; idx++) {
     gint64 b = idx / d->heads, h = idx % d->heads;
     gint64 qoff = b * d->n_q * d->hidden + h * d->dh, koff = b * d->n_k * d->hidden + h * d->dh;
-    qkv_attn_backward_problem(j->pb, idx, j->dconcat + qoff, j->proj[0] + qoff, j->proj[1] + koff,
-                              j->proj[2] + koff, j->p + idx * nn,
+    const QkvAttnProblem *pb = j->pb;
+    qkv_attn_backward_problem(pb, idx, j->dconcat + qoff,
+                              qkv_attn_operand_at(j->proj[0], pb->q_dtype, qoff),
+                              qkv_attn_operand_at(j->proj[1], pb->k_dtype, koff),
+                              qkv_attn_operand_at(j->proj[2], pb->v_dtype, koff), j->p + idx * nn,
                               j->drop ? j->drop + idx * nn : NULL, j->dw ? j->dw + idx * nn : NULL,
                               pd, j->dscores != NULL ? j->dscores + idx * nn : pd + nn,
                               j->dproj[0] + qoff, j->dproj[1] + koff, j->dproj[2] + koff);
@@ -260,7 +263,11 @@ mha_backward_kernel(const QkvKernelCtx *ctx)
     w[i] = ctx->in[3 + i].data;
   }
   const float *p = ctx->in[BW_WEIGHTS].data, *concat = ctx->in[BW_CONCAT].data;
-  const float *proj[3] = {ctx->in[BW_QP].data, ctx->in[BW_KP].data, ctx->in[BW_VP].data};
+  /* floats, or bf16 where the plan stores them so (bf16 activations) */
+  gconstpointer proj[3] = {ctx->in[BW_QP].data, ctx->in[BW_KP].data, ctx->in[BW_VP].data};
+  pb.q_dtype = ctx->in[BW_QP].dtype;
+  pb.k_dtype = ctx->in[BW_KP].dtype;
+  pb.v_dtype = ctx->in[BW_VP].dtype;
   const float *drop = in.dropout_mask >= 0 ? ctx->in[in.dropout_mask].data : NULL;
   const float *dout = in.dout >= 0 ? ctx->in[in.dout].data : NULL;
   const float *dw = in.dweights >= 0 ? ctx->in[in.dweights].data : NULL;

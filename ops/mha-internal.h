@@ -68,7 +68,7 @@ typedef struct {
   const QkvKernelCtx *ctx;
   const QkvAttnProblem *pb;
   const MhaDims *d;
-  const float *proj[3];
+  gconstpointer proj[3];          /* stored as pb->q_dtype, k_dtype, v_dtype */
   float *weights, *mask, *concat; /* forward outputs */
   const float *p, *drop, *dw;     /* backward inputs */
   const float *dconcat;

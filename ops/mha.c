@@ -191,6 +191,21 @@ project(gint64 rows, gint64 in, gint64 hidden, const float *x, const float *w, c
                  hidden);
 }
 
+/* project() into an output view: through the scratch and rounded where the
+ * plan stores it as bf16 (its products would round it in any case). */
+static void
+project_into(const QkvKernelCtx *ctx, QkvView *out, gint64 rows, gint64 in, gint64 hidden,
+             const float *x, const float *w, const float *b)
+{
+  if (out->dtype != QKV_BF16) {
+    project(rows, in, hidden, x, w, b, out->data);
+    return;
+  }
+  float *staging = ctx->scratch;
+  project(rows, in, hidden, x, w, b, staging);
+  qkv_round_to_bf16(ctx, out->data, staging, rows * hidden);
+}
+
 gint
 mha_problem_threads(const QkvKernelCtx *ctx, const MhaDims *d, gsize per_thread, gsize available)
 {
@@ -225,11 +240,20 @@ static gsize
 forward_scratch(const QkvShapeCtx *ctx, gint n_threads)
 {
   MhaDims d = mha_dims(ctx->in_shapes, qkv_attrs_get_int(ctx->attrs, "num_heads"));
+  gsize attention;
   if (qkv_attrs_get_bool(ctx->attrs, "flash"))
-    return qkv_flash_forward_scratch(d.n_q, d.n_k, d.dh, d.dh,
-                                     qkv_attrs_get_int(ctx->attrs, "block_q"),
-                                     qkv_attrs_get_int(ctx->attrs, "block_k"), n_threads);
-  return (gsize)MAX(n_threads, 1) * forward_scratch_per_thread(&d, ctx->attrs);
+    attention = qkv_flash_forward_scratch(d.n_q, d.n_k, d.dh, d.dh,
+                                          qkv_attrs_get_int(ctx->attrs, "block_q"),
+                                          qkv_attrs_get_int(ctx->attrs, "block_k"), n_threads);
+  else
+    attention = (gsize)MAX(n_threads, 1) * forward_scratch_per_thread(&d, ctx->attrs);
+  /* a projection the plan stores as bf16 is computed in float32 here first,
+   * before the attention uses the scratch */
+  gboolean staged = FALSE;
+  for (guint o = OUT_QP; o <= OUT_VP; o++)
+    staged |= ctx->out_dtypes[o] == QKV_BF16;
+  gsize staging = staged ? (gsize)(MAX(d.n_q, d.n_k) * d.batch * d.hidden) * sizeof(float) : 0;
+  return MAX(attention, staging);
 }
 
 static void
@@ -241,11 +265,14 @@ mha_forward_problems(gint64 begin, gint64 end, gint thread, gpointer user_data)
   float *pd = j->scratch != NULL ? j->scratch + thread * j->scratch_floats : NULL;
   for (gint64 idx = begin; idx < end; idx++) {
     gint64 b = idx / d->heads, h = idx % d->heads;
-    qkv_attn_forward_problem(j->ctx, j->pb, idx, j->proj[0] + b * d->n_q * d->hidden + h * d->dh,
-                             j->proj[1] + b * d->n_k * d->hidden + h * d->dh,
-                             j->proj[2] + b * d->n_k * d->hidden + h * d->dh, j->weights + idx * nn,
-                             j->mask ? j->mask + idx * nn : NULL, pd,
-                             j->concat + b * d->n_q * d->hidden + h * d->dh);
+    const QkvAttnProblem *pb = j->pb;
+    qkv_attn_forward_problem(
+        j->ctx, pb, idx,
+        qkv_attn_operand_at(j->proj[0], pb->q_dtype, b * d->n_q * d->hidden + h * d->dh),
+        qkv_attn_operand_at(j->proj[1], pb->k_dtype, b * d->n_k * d->hidden + h * d->dh),
+        qkv_attn_operand_at(j->proj[2], pb->v_dtype, b * d->n_k * d->hidden + h * d->dh),
+        j->weights + idx * nn, j->mask ? j->mask + idx * nn : NULL, pd,
+        j->concat + b * d->n_q * d->hidden + h * d->dh);
   }
 }
 
@@ -269,14 +296,17 @@ forward_kernel(const QkvKernelCtx *ctx)
     bias[i] = in.bias >= 0 ? ctx->in[(guint)in.bias + i].data : NULL;
   }
   float *out = ctx->out[OUT_OUT].data, *p = ctx->out[OUT_WEIGHTS].data;
-  float *proj[3] = {ctx->out[OUT_QP].data, ctx->out[OUT_KP].data, ctx->out[OUT_VP].data};
+  gconstpointer proj[3] = {ctx->out[OUT_QP].data, ctx->out[OUT_KP].data, ctx->out[OUT_VP].data};
+  pb.q_dtype = ctx->out[OUT_QP].dtype;
+  pb.k_dtype = ctx->out[OUT_KP].dtype;
+  pb.v_dtype = ctx->out[OUT_VP].dtype;
   float *concat = ctx->out[OUT_CONCAT].data;
   float *drop = ctx->n_outputs > OUT_MASK ? ctx->out[OUT_MASK].data : NULL;
   gint64 rows[3] = {d.batch * d.n_q, d.batch * d.n_k, d.batch * d.n_k};
   gint64 in_size[3] = {d.d_q, d.d_k, d.d_v};
 
   for (guint i = 0; i < 3; i++)
-    project(rows[i], in_size[i], d.hidden, x[i], w[i], bias[i], proj[i]);
+    project_into(ctx, &ctx->out[OUT_QP + i], rows[i], in_size[i], d.hidden, x[i], w[i], bias[i]);
 
   if (qkv_attrs_get_bool(ctx->attrs, "flash")) {
     QkvFlashLayout L = mha_flash_layout_of(&pb, &d, ctx->attrs);
@@ -336,7 +366,9 @@ const QkvOpDef qkv_ops_mha[] = {
                      QKV_ATTN_FLASH_ATTR("(B, num_heads, n_q, 2)", "6"),
                      QKV_ATTN_FLASH_BLOCK_ATTRS),
            .flags = QKV_OP_RANDOM, .shape = forward_shape, .forward = forward_kernel,
-           .gradient = mha_grad, .scratch_size = forward_scratch),
+           .gradient = mha_grad, .scratch_size = forward_scratch,
+           /* the projections feed only the attention's products */
+           .bf16_outputs = (1u << OUT_QP) | (1u << OUT_KP) | (1u << OUT_VP)),
     QKV_OP(.name = "multi_head_attention_backward",
            .doc = "gradients of multi_head_attention: dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, "
                   "dw_o and, with has_bias, db_q, db_k, db_v, db_o. Inputs: queries, keys, values, "
@@ -366,7 +398,8 @@ const QkvOpDef qkv_ops_mha[] = {
                                    "the dropout mask input its dropout key"),
                      QKV_ATTN_FLASH_BLOCK_ATTRS),
            .shape = mha_backward_shape, .forward = mha_backward_kernel,
-           .scratch_size = mha_backward_scratch),
+           .scratch_size = mha_backward_scratch,
+           .bf16_inputs = (1u << BW_QP) | (1u << BW_KP) | (1u << BW_VP)),
     QKV_OPS_END,
 };
 

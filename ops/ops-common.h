@@ -152,6 +152,27 @@ qkv_gather_rows(const QkvKernelCtx *ctx, float *dst, const float *src, gint64 ld
   qkv_gather_elems(ctx, dst, src, ld, index, m, cols, sizeof(float));
 }
 
+typedef struct {
+  guint16 *dst;
+  const float *src;
+} QkvRoundJob;
+
+static inline void
+qkv_round_range(gint64 begin, gint64 end, gint thread, gpointer user_data)
+{
+  const QkvRoundJob *j = user_data;
+  qkv_bf16_from_floats(j->dst + begin, j->src + begin, (gsize)(end - begin));
+}
+
+/* dst = the n floats of src rounded to bf16, on the pool: an output the
+ * plan stores as bf16 (QKV_BF16 views). */
+static inline void
+qkv_round_to_bf16(const QkvKernelCtx *ctx, guint16 *dst, const float *src, gint64 n)
+{
+  QkvRoundJob job = {dst, src};
+  qkv_parallel_for(qkv_kernel_threads(ctx, n), n, qkv_round_range, &job);
+}
+
 /* Rows index[0..m) of x (rows × cols, contiguous; index increasing) moved to
  * rows 0..m, in order. */
 static inline void

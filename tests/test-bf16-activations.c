@@ -200,6 +200,7 @@ test_sgemm_typed_edges(void)
 #define B 8
 #define T 16
 #define VOCAB 40
+#define HIDDEN 64
 #define FFN 128
 #define LAYERS 2
 
@@ -225,7 +226,7 @@ model_init(Model *m)
   QkvBuilder b = {.graph = m->graph, .params = m->params, .seed = 3, .xavier_linear = TRUE};
   QkvTransformerConfig cfg = {.src_vocab = VOCAB,
                               .tgt_vocab = VOCAB,
-                              .num_hiddens = 64,
+                              .num_hiddens = HIDDEN,
                               .ffn_hiddens = FFN,
                               .num_heads = 4,
                               .num_layers = LAYERS,
@@ -289,11 +290,14 @@ model_step(Model *m, QkvPlan *plan, float *loss, gsize *bytes)
 static void
 test_training_step(void)
 {
-  Model m;
-  model_init(&m);
-  for (gint mode = 0; mode < 4; mode++) {
+  for (gint mode = 0; mode < 8; mode++) {
     gint threads = 1 + mode % 2;
-    qkv_set_sparse_backward(mode < 2 ? QKV_SPARSE_BACKWARD_OFF : QKV_SPARSE_BACKWARD_ALWAYS);
+    /* the attention's weights path (its size's choice), then flash */
+    gboolean flash = mode >= 4;
+    g_setenv("QKV_FLASH_ATTENTION", flash ? "1" : "0", TRUE);
+    Model m;
+    model_init(&m);
+    qkv_set_sparse_backward(mode % 4 < 2 ? QKV_SPARSE_BACKWARD_OFF : QKV_SPARSE_BACKWARD_ALWAYS);
     g_autoptr(QkvPlan) f32 = model_plan(&m, threads, FALSE);
     g_autoptr(QkvPlan) b16 = model_plan(&m, threads, TRUE);
     float loss32, loss16;
@@ -305,18 +309,25 @@ test_training_step(void)
       g_assert_cmpfloat(loss16, ==, loss32);
       g_assert_cmpmem(g16, n16, g32, n32);
     }
-    /* the hidden layers (B·T × FFN per FFN, one per encoder and decoder
-     * block) in 2 bytes instead of 4 */
+    /* in 2 bytes instead of 4: the FFN hidden layers (B·T × FFN, one per
+     * encoder and decoder block) and the attention projections q, k, v
+     * (B·T × HIDDEN each; an encoder block has one attention, a decoder
+     * block two) */
     gsize saved = qkv_plan_intermediates_size(f32) - qkv_plan_intermediates_size(b16);
-    g_assert_cmpuint(saved, ==, 2 * LAYERS * (gsize)(B * T * FFN) * 2);
+    gsize ffn = 2 * LAYERS * (gsize)(B * T * FFN) * 2,
+          qkv = 3 * LAYERS * 3 * (gsize)(B * T * HIDDEN) * 2;
+    g_assert_cmpuint(saved, ==, ffn + qkv);
     g_assert_cmpuint(qkv_plan_arena_size(b16), <=, qkv_plan_arena_size(f32));
-    g_test_message("%d threads, sparse backward %s: loss %.9g both ways; arena %" G_GSIZE_FORMAT
+    g_test_message("%s, %d threads, sparse backward %s: loss %.9g both ways; arena %" G_GSIZE_FORMAT
                    " bytes with bf16 activations, %" G_GSIZE_FORMAT " without",
-                   threads, mode < 2 ? "off" : "always", loss16, qkv_plan_arena_size(b16),
-                   qkv_plan_arena_size(f32));
+                   flash ? "flash" : "weights path", threads, mode % 4 < 2 ? "off" : "always",
+                   loss16, qkv_plan_arena_size(b16), qkv_plan_arena_size(f32));
+    g_clear_pointer(&f32, qkv_plan_free);
+    g_clear_pointer(&b16, qkv_plan_free);
+    model_clear(&m);
   }
+  g_unsetenv("QKV_FLASH_ATTENTION");
   qkv_set_sparse_backward(QKV_SPARSE_BACKWARD_AUTO);
-  model_clear(&m);
 }
 
 /* ---- the plan API --------------------------------------------------------------- */

@@ -87,7 +87,8 @@ typedef struct {
   QkvPrecision precision;
   /* TRUE (with precision QKV_PRECISION_BF16 only): activations that only
    * feed matrix products are stored as bfloat16 where their ops allow it
-   * (QkvOpDef.bf16_outputs; built in: the FFN's hidden layer), which halves
+   * (QkvOpDef.bf16_outputs; built in: the FFN's hidden layer and multi-head
+   * attention's projections q, k, v), which halves
    * their memory and gives the same numbers, since the products round them
    * to bf16 anyway (except that a float32 subnormal, flushed to zero, no
    * longer passes the FFN's ReLU in the backward). Such a plan refuses to
