@@ -197,7 +197,7 @@ static void
 project_into(const QkvKernelCtx *ctx, QkvView *out, gint64 rows, gint64 in, gint64 hidden,
              const float *x, const float *w, const float *b)
 {
-  if (out->dtype != QKV_BF16) {
+  if (out->dtype != QKV_BF16 || rows * hidden == 0) {
     project(rows, in, hidden, x, w, b, out->data);
     return;
   }

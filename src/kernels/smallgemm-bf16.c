@@ -66,13 +66,15 @@ row_to_bf16(guint16 *dst, const float *src, gint64 n)
   }
 }
 
-/* row_to_bf16() for a row stored as bf16: a copy, and the zero. */
+/* row_to_bf16() for a row stored as bf16: a copy, and the zero (through
+ * memcpy, as the kernel reads these bytes as 32-bit words). */
 static inline void
 row_copy_bf16(guint16 *dst, const guint16 *src, gint64 n)
 {
+  static const guint16 zero = 0;
   memcpy(dst, src, (gsize)n * sizeof(guint16));
   if (n % 2)
-    dst[n] = 0;
+    memcpy(dst + n, &zero, sizeof zero);
 }
 
 /* x rows of k floats each (ld apart; bf16 where src16), k along the row,
