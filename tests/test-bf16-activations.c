@@ -34,8 +34,6 @@ typedef struct {
   gint64 m, n, k;
 } Dims;
 
-static gint emulating = FALSE; /* what check_typed() forces */
-
 static void
 fill(float *x, gint64 n, guint32 seed)
 {
@@ -45,31 +43,14 @@ fill(float *x, gint64 n, guint32 seed)
   }
 }
 
-/* Overwrites the threads' conversion and widening scratch with other
- * values (products of new random operands, larger than any below, in
- * float and in bf16 storage, on both bf16 routes and in fp32), so that a
- * copy or a widening that leaves part of an operand out cannot pass on
+/* Before each product, NaN bytes in the conversion and widening buffers
+ * (the calling thread's: the copies and widenings are made there), so that
+ * a copy or a widening that leaves part of an operand out cannot pass on
  * what an earlier product of the same operand left there. */
 static void
-scrub_scratch(gint threads)
+scrub_scratch(void)
 {
-  static guint32 seed = 99;
-  const gint64 n = 520, nn = n * n;
-  g_autofree float *x = g_new(float, nn), *c = g_new(float, nn);
-  g_autofree guint16 *x16 = g_new(guint16, nn);
-  fill(x, nn, seed++);
-  qkv_bf16_from_floats(x16, x, (gsize)nn);
-  gboolean emulated = g_atomic_int_get(&emulating);
-  for (gint route = 0; route < 3; route++) {
-    qkv_set_bf16_emulation(route == 1 ? !emulated : emulated);
-    qkv_set_running_precision(route == 2 ? QKV_PRECISION_FP32 : QKV_PRECISION_BF16);
-    /* n × n by n × 16: the operands' copies cover the larger of any below */
-    qkv_sgemm(FALSE, FALSE, n, 16, n, 1.0f, x, n, x, 16, 0.0f, c, 16, threads);
-    qkv_sgemm_typed(FALSE, FALSE, n, 16, n, 1.0f, x16, QKV_BF16, n, x16, QKV_BF16, 16, 0.0f, c, 16,
-                    threads);
-  }
-  qkv_set_running_precision(QKV_PRECISION_FP32);
-  qkv_set_bf16_emulation(emulated);
+  qkv_bf16_poison_scratch();
 }
 
 /* c = op(a)·op(b) + 0.5 c0 through qkv_sgemm() on floats, or through
@@ -79,7 +60,7 @@ product(gboolean ta, gboolean tb, const Dims *d, gconstpointer a, QkvDType at, g
         gconstpointer b, QkvDType bt, gint64 ldb, const float *c0, QkvPrecision precision,
         gint threads)
 {
-  scrub_scratch(threads);
+  scrub_scratch();
   float *c = g_memdup2(c0, (gsize)(d->m * d->n) * sizeof(float));
   qkv_set_running_precision(precision);
   if (at == QKV_F32 && bt == QKV_F32)
@@ -120,7 +101,6 @@ check_typed(gboolean ta, gboolean tb, const Dims *d, gint64 pad, gint threads, g
     memcpy(bd + r * b_cols, bw + r * ldb, (gsize)b_cols * sizeof(float));
   gsize bytes = (gsize)(d->m * d->n) * sizeof(float);
   for (gint emulate = 0; emulate < 2; emulate++) {
-    g_atomic_int_set(&emulating, emulate);
     qkv_set_bf16_emulation(emulate);
     g_autofree float *want =
         product(ta, tb, d, a, QKV_F32, lda, b, QKV_F32, ldb, c0, QKV_PRECISION_BF16, threads);
@@ -147,7 +127,6 @@ check_typed(gboolean ta, gboolean tb, const Dims *d, gint64 pad, gint threads, g
                 memcmp(got32, want32, bytes) ? "differs" : "same");
     }
   }
-  g_atomic_int_set(&emulating, FALSE);
   qkv_set_bf16_emulation(FALSE);
 }
 

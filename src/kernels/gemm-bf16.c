@@ -384,6 +384,16 @@ reserve(guint8 **buf, gsize *size, gsize need)
   return *buf;
 }
 
+void
+qkv_bf16_poison_scratch(void)
+{
+  Bf16Thread *t = bf16_thread();
+  if (t->operands != NULL)
+    memset(t->operands, 0xff, t->operands_size);
+  if (t->widened != NULL)
+    memset(t->widened, 0xff, t->widened_size);
+}
+
 /* ---- converting the operands ---------------------------------------------- */
 
 /* A stored matrix: rows × cols with rows ld apart (floats, or bf16 bits

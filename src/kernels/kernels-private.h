@@ -75,6 +75,10 @@ const guint16 *qkv_bf16_cache_lookup(const float *src, gint64 rows, gint64 cols,
  * QKV_BF16_CACHE_MB, default 32), and the cache hits so far. */
 void qkv_set_bf16_cache_limit(gint mib);
 guint64 qkv_bf16_cache_hits(void);
+/* Tests: fills the calling thread's conversion and widening buffers with
+ * all-ones bytes (NaN as floats and as bf16), so that a product that reads
+ * a part of them it did not write shows it. */
+void qkv_bf16_poison_scratch(void);
 /* Tests: TRUE makes bf16 products take the emulated path even where the CPU
  * has bf16 instructions, and the conversions the portable code. */
 void qkv_set_bf16_emulation(gboolean force);
