@@ -241,6 +241,48 @@ projection_backward(const QkvKernelCtx *ctx, gint64 rows, gint64 in, gint64 hidd
     qkv_expand_rows(dx, index, m, rows, in);
 }
 
+/* The output projection out = concat · w_oᵀ + b_o: dconcat, dw_o and db_o
+ * (may be NULL) from dout (NULL: zero), over the rows of dout that are not
+ * zero; index and gather[0], gather[1] are scratch, and gather[1] keeps the
+ * gathered dout for the rest of the step. */
+static void
+output_backward(const QkvKernelCtx *ctx, const MhaDims *d, gint64 rows, const float *dout,
+                const float *concat, const float *w_o, float *dconcat, float *dw_o, float *db_o,
+                gint64 *index, float *const *gather)
+{
+  if (dout != NULL) {
+    gint64 m = rows > 0 ? qkv_nonzero_rows(dout, rows, d->hidden, d->hidden, index) : 0;
+    gboolean compact = qkv_compact_pays(m, rows, d->hidden * d->hidden);
+    gint64 n = rows;
+    if (compact) {
+      /* gather[1] stays dout's for the rest of the step: two products read
+       * it (one copy in bf16) */
+      qkv_gather_rows(ctx, gather[1], dout, d->hidden, index, m, d->hidden);
+      qkv_gather_rows(ctx, gather[0], concat, d->hidden, index, m, d->hidden);
+      qkv_sgemm_operand_final(gather[1], (gsize)(m * d->hidden));
+      dout = gather[1];
+      concat = gather[0];
+      n = m;
+    }
+    qkv_attn_sgemm(FALSE, FALSE, n, d->hidden, d->hidden, 1.0f, dout, d->hidden, w_o, d->hidden,
+                   0.0f, dconcat, d->hidden);
+    if (n > 0)
+      qkv_attn_sgemm(TRUE, FALSE, d->hidden, d->hidden, n, 1.0f, dout, d->hidden, concat, d->hidden,
+                     0.0f, dw_o, d->hidden);
+    else
+      memset(dw_o, 0, (gsize)(d->hidden * d->hidden) * sizeof(float));
+    if (db_o != NULL)
+      column_sums(n, d->hidden, dout, db_o);
+    if (compact)
+      qkv_expand_rows(dconcat, index, m, rows, d->hidden);
+  } else {
+    memset(dconcat, 0, (gsize)(rows * d->hidden) * sizeof(float));
+    memset(dw_o, 0, (gsize)(d->hidden * d->hidden) * sizeof(float));
+    if (db_o != NULL)
+      memset(db_o, 0, (gsize)d->hidden * sizeof(float));
+  }
+}
+
 void
 mha_backward_kernel(const QkvKernelCtx *ctx)
 {
@@ -290,39 +332,9 @@ mha_backward_kernel(const QkvKernelCtx *ctx)
   gint64 *index = indices[0];
   float *attn_scratch = (float *)(indices[2] + MAX(rows[0], rows[1]));
 
-  /* out = concat · w_oᵀ + b_o, over the rows of dout that are not zero */
-  float *dw_o = ctx->out[6].data, *db_o = has_bias ? ctx->out[10].data : NULL;
-  if (dout != NULL) {
-    gint64 m = rows[0] > 0 ? qkv_nonzero_rows(dout, rows[0], d.hidden, d.hidden, index) : 0;
-    gboolean compact = qkv_compact_pays(m, rows[0], d.hidden * d.hidden);
-    gint64 n = rows[0];
-    if (compact) {
-      /* gather[1] stays dout's for the rest of the step: two products read
-       * it (one copy in bf16) */
-      qkv_gather_rows(ctx, gather[1], dout, d.hidden, index, m, d.hidden);
-      qkv_gather_rows(ctx, gather[0], concat, d.hidden, index, m, d.hidden);
-      qkv_sgemm_operand_final(gather[1], (gsize)(m * d.hidden));
-      dout = gather[1];
-      concat = gather[0];
-      n = m;
-    }
-    qkv_attn_sgemm(FALSE, FALSE, n, d.hidden, d.hidden, 1.0f, dout, d.hidden, w[3], d.hidden, 0.0f,
-                   dconcat, d.hidden);
-    if (n > 0)
-      qkv_attn_sgemm(TRUE, FALSE, d.hidden, d.hidden, n, 1.0f, dout, d.hidden, concat, d.hidden,
-                     0.0f, dw_o, d.hidden);
-    else
-      memset(dw_o, 0, (gsize)(d.hidden * d.hidden) * sizeof(float));
-    if (db_o != NULL)
-      column_sums(n, d.hidden, dout, db_o);
-    if (compact)
-      qkv_expand_rows(dconcat, index, m, rows[0], d.hidden);
-  } else {
-    memset(dconcat, 0, (gsize)(rows[0] * d.hidden) * sizeof(float));
-    memset(dw_o, 0, (gsize)(d.hidden * d.hidden) * sizeof(float));
-    if (db_o != NULL)
-      memset(db_o, 0, (gsize)d.hidden * sizeof(float));
-  }
+  /* out = concat · w_oᵀ + b_o */
+  output_backward(ctx, &d, rows[0], dout, concat, w[3], dconcat, ctx->out[6].data,
+                  has_bias ? ctx->out[10].data : NULL, index, gather);
 
   gsize shared = backward_shared_scratch(&d);
   if (qkv_attrs_get_bool(ctx->attrs, "flash")) {

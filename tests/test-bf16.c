@@ -73,7 +73,7 @@ check_rounding(const float *src, gsize n)
 {
   g_autofree guint16 *bits = g_new(guint16, n);
   g_autofree float *rounded = g_new(float, n);
-  qkv_bf16_from_f32(bits, src, n);
+  qkv_bf16_from_floats(bits, src, n);
   qkv_bf16_round_f32(rounded, src, n);
   for (gsize i = 0; i < n; i++) {
     float want = reference_bf16(src[i]);

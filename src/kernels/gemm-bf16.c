@@ -264,12 +264,6 @@ convert_rows_for(gboolean to_bf16)
 }
 
 void
-qkv_bf16_from_f32(guint16 *dst, const float *src, gsize n)
-{
-  convert_rows_for(TRUE)(dst, src, 1, (gint64)n, (gint64)n);
-}
-
-void
 qkv_bf16_round_f32(float *dst, const float *src, gsize n)
 {
   convert_rows_for(FALSE)(dst, src, 1, (gint64)n, (gint64)n);
@@ -279,7 +273,7 @@ void
 qkv_bf16_from_floats(guint16 *dst, const float *src, gsize n)
 {
   g_return_if_fail(n == 0 || (dst != NULL && src != NULL));
-  qkv_bf16_from_f32(dst, src, n);
+  convert_rows_for(TRUE)(dst, src, 1, (gint64)n, (gint64)n);
 }
 
 void

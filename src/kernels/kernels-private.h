@@ -59,7 +59,6 @@ gboolean qkv_bf16_block(gboolean transpose_a, gboolean transpose_b, gint64 m, gi
                         float alpha, const guint16 *a, gint64 lda, const guint16 *b, gint64 ldb,
                         float beta, float *c, gint64 ldc);
 /* n floats rounded to bf16: as bf16 bits, or as the float32 they stand for. */
-void qkv_bf16_from_f32(guint16 *dst, const float *src, gsize n);
 void qkv_bf16_round_f32(float *dst, const float *src, gsize n);
 /* bf16-cache.c: the executor names the step about to run (NULL after a
  * run's last step); bf16 copies of operands are kept while valid within a
